@@ -1,0 +1,115 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Do takes the lock on resource (waiting as [Locker.Acquire] does), runs fn while holding
+// it, and releases it. fn's context carries the fencing token ([TokenFromContext]); pass the
+// token to every write fn makes.
+//
+// While fn runs, Do renews the lease in the background every third of the TTL. It cancels
+// fn's context, with a cause matching [ErrNotHeld] (see [context.Cause]), as soon as a
+// renewal finds the lock gone, or when the lease's local validity (counted on the monotonic
+// clock from when the acquire was sent) runs out before a renewal succeeds. Transient Redis
+// errors during renewal are retried while validity remains. fn should stop writing once its
+// context is done; a store that checks the token rejects its late writes in any case.
+//
+// Do returns fn's error. When the lock was lost, the error also matches ErrNotHeld. When
+// the lock cannot be taken, Do returns Acquire's error and does not call fn. The lock is
+// released with a fresh context (the caller's may be done), so a cancelled caller does not
+// leave it held until its TTL. No goroutine started by Do outlives it.
+func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Context) error, opts ...Option) error {
+	if fn == nil {
+		return invalidf("nil function")
+	}
+	cfg := l.cfg.with(opts)
+	lock, err := l.Acquire(ctx, resource, opts...)
+	if err != nil {
+		return err
+	}
+	work, cancel := context.WithCancelCause(ContextWithToken(ctx, lock.token))
+	defer cancel(nil)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { lock.keepAlive(work, cfg, stop, cancel) })
+
+	err = fn(work)
+	close(stop)
+	wg.Wait()
+
+	lost := context.Cause(work)
+	if !errors.Is(lost, ErrNotHeld) {
+		lost = nil
+	}
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), min(cfg.ttl, releaseTimeout))
+	rerr := lock.Release(rctx)
+	rcancel()
+	switch {
+	case lost != nil:
+	case errors.Is(rerr, ErrNotHeld):
+		lost = rerr // the lease lapsed between two renewals
+	case rerr != nil && err == nil:
+		return rerr
+	}
+	if lost != nil {
+		return errors.Join(err, lost)
+	}
+	return err
+}
+
+// errLeaseLapsed is the cause when no renewal succeeded before the lease's local end.
+var errLeaseLapsed = fmt.Errorf("%w: lease ran out before a renewal succeeded", ErrNotHeld)
+
+// keepAlive renews the lease every ttl/3 until stop closes, and cancels the work with an
+// ErrNotHeld cause when the lock is lost or its validity runs out.
+func (k *Lock) keepAlive(work context.Context, cfg *config, stop <-chan struct{}, cancel context.CancelCauseFunc) {
+	ttl := time.Duration(millis(cfg.ttl)) * time.Millisecond
+	interval := max(ttl/3, time.Millisecond)
+	retry := max(ttl/20, time.Millisecond)
+	next := time.Now().Add(interval)
+	t := time.NewTimer(time.Until(next))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		deadline := k.deadline()
+		if !time.Now().Before(deadline) {
+			k.lose(work, cfg, cancel, errLeaseLapsed)
+			return
+		}
+		// The renewal may take no longer than the lease has left.
+		rctx, rcancel := context.WithDeadline(context.WithoutCancel(work), deadline)
+		err := k.extend(rctx, ttl, OpRenew)
+		rcancel()
+		switch {
+		case err == nil:
+			t.Reset(interval)
+		case errors.Is(err, ErrNotHeld):
+			k.lose(work, cfg, cancel, fmt.Errorf("%w: %w", ErrNotHeld, errors.New("renewal found the lock taken or expired")))
+			return
+		default:
+			// Transient: retry soon while the lease lasts.
+			wait := time.Until(k.deadline())
+			if wait <= 0 {
+				k.lose(work, cfg, cancel, errLeaseLapsed)
+				return
+			}
+			t.Reset(min(retry, wait))
+		}
+	}
+}
+
+// lose reports the loss to the hooks, then cancels the work.
+func (k *Lock) lose(work context.Context, cfg *config, cancel context.CancelCauseFunc, cause error) {
+	cfg.hooks.lost(work, Event{Op: OpRenew, Resource: k.resource, Token: k.token, Outcome: OutcomeNotHeld, Err: cause, Held: time.Since(k.acquired)})
+	cancel(cause)
+}

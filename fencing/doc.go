@@ -1,0 +1,2 @@
+// Package fencing is a placeholder being written.
+package fencing

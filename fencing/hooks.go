@@ -1,0 +1,112 @@
+package fencing
+
+import (
+	"context"
+	"time"
+)
+
+// An Op is an operation that [Hooks] observe.
+type Op uint8
+
+// The operations hooks observe.
+const (
+	OpAcquire    Op = iota + 1 // Acquire, and the acquisition inside Do: may wait
+	OpTryAcquire               // TryAcquire: one attempt
+	OpRelease                  // Lock.Release, and the release at the end of Do
+	OpExtend                   // Lock.Extend
+	OpRenew                    // one background renewal inside Do
+)
+
+// String returns the operation's name in lower case, such as "acquire".
+func (o Op) String() string {
+	switch o {
+	case OpAcquire:
+		return "acquire"
+	case OpTryAcquire:
+		return "try_acquire"
+	case OpRelease:
+		return "release"
+	case OpExtend:
+		return "extend"
+	case OpRenew:
+		return "renew"
+	}
+	return "unknown"
+}
+
+// An Outcome is how an operation ended.
+type Outcome string
+
+// The outcomes reported in [Event.Outcome].
+const (
+	OutcomeAcquired  Outcome = "acquired"  // the lock was taken
+	OutcomeBusy      Outcome = "busy"      // another owner holds the lock (not an error)
+	OutcomeCancelled Outcome = "cancelled" // the context ended first
+	OutcomeError     Outcome = "error"     // Redis or the input failed
+	OutcomeOK        Outcome = "ok"        // a release, extension or renewal took effect
+	OutcomeNotHeld   Outcome = "not_held"  // the lock was no longer ours
+)
+
+// An Event describes one finished operation, or a lost lock.
+type Event struct {
+	Op       Op
+	Resource string
+	// Token is the acquisition's fencing token, or 0 when nothing was acquired.
+	Token   int64
+	Outcome Outcome
+	// Err is the error the operation returned; nil for OutcomeAcquired, OutcomeBusy
+	// (from TryAcquire, which returns ErrNotAcquired) and OutcomeOK.
+	Err error
+	// Attempts is the number of acquire scripts sent (acquisitions only).
+	Attempts int
+	// Elapsed is the time from Start to End: for an acquisition, the time spent waiting.
+	Elapsed time.Duration
+	// Held is the time since the acquisition was sent, for releases and lost locks.
+	Held time.Duration
+}
+
+// Hooks observe a Locker's operations; any field may be nil. Give them to [WithHooks]. They
+// run synchronously on the calling goroutine (renewals on Do's renewal goroutine), so they
+// must be quick and safe for concurrent use.
+type Hooks struct {
+	// Start is called when an operation begins. The context it returns is used for the
+	// operation's Redis calls and passed to End, so a span started here is the parent of
+	// the Redis client's spans.
+	Start func(ctx context.Context, op Op, resource string) context.Context
+	// End is called when the operation started by Start ends, with Start's context.
+	End func(ctx context.Context, e Event)
+	// Lost is called when Do finds its lock gone (or its lease run out unrenewed), with the
+	// work's context just before it is cancelled.
+	Lost func(ctx context.Context, e Event)
+}
+
+// hookList is the hooks of a Locker or a call.
+type hookList []Hooks
+
+// start runs every Start hook and returns the resulting context.
+func (hs hookList) start(ctx context.Context, op Op, resource string) context.Context {
+	for i := range hs {
+		if h := hs[i].Start; h != nil {
+			ctx = h(ctx, op, resource)
+		}
+	}
+	return ctx
+}
+
+// end runs every End hook, the last added first.
+func (hs hookList) end(ctx context.Context, e Event) {
+	for i := len(hs) - 1; i >= 0; i-- {
+		if h := hs[i].End; h != nil {
+			h(ctx, e)
+		}
+	}
+}
+
+// lost runs every Lost hook.
+func (hs hookList) lost(ctx context.Context, e Event) {
+	for i := len(hs) - 1; i >= 0; i-- {
+		if h := hs[i].Lost; h != nil {
+			h(ctx, e)
+		}
+	}
+}

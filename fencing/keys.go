@@ -1,0 +1,43 @@
+package fencing
+
+import (
+	"encoding/base64"
+	"strings"
+)
+
+// MaxResourceLen is the longest resource name, in bytes, that a Locker accepts.
+const MaxResourceLen = 4096
+
+// keys holds the Redis names one resource uses. All three share one hash tag, so they fall
+// in the same Redis Cluster slot.
+type keys struct {
+	lock, fence, channel string
+}
+
+// resourceKeys returns the keys of resource under prefix.
+//
+// A name without '{' or '}' is used as it is: <prefix>{R}:lock, <prefix>{R}:fence and the
+// release channel <prefix>{R}:released. Any other name is encoded as unpadded base64url,
+// which never contains a brace, with a ":b64" marker after the tag:
+// <prefix>{base64url(R)}:b64:lock. The marker keeps the two forms apart: a plain key has
+// ":lock" right after the first '}', an encoded one ":b64:lock". The tag is never empty
+// because empty names are rejected.
+func resourceKeys(prefix, resource string) keys {
+	tag, kind := resource, ""
+	if strings.ContainsAny(resource, "{}") {
+		tag, kind = base64.RawURLEncoding.EncodeToString([]byte(resource)), ":b64"
+	}
+	base := prefix + "{" + tag + "}" + kind + ":"
+	return keys{lock: base + "lock", fence: base + "fence", channel: base + "released"}
+}
+
+// validResource returns an error wrapping ErrInvalid when resource cannot be locked.
+func validResource(resource string) error {
+	switch {
+	case resource == "":
+		return invalidf("empty resource name")
+	case len(resource) > MaxResourceLen:
+		return invalidf("resource name of %d bytes exceeds %d", len(resource), MaxResourceLen)
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+package fencing
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// A Lock is one acquisition of a resource's lock, with its fencing token. Its methods are
+// safe for concurrent use; Release and Extend take effect in the order Redis runs them, and
+// once the lock is released or lost every later call returns [ErrNotHeld]. The methods of a
+// nil *Lock return ErrNotHeld, so `defer lock.Release(ctx)` is safe after a failed acquire.
+type Lock struct {
+	locker   *Locker
+	hooks    hookList
+	resource string
+	keys     keys
+	owner    string // the random owner value followed by ':'
+	token    int64
+	acquired time.Time // when the acquire script was sent (monotonic)
+
+	validUntil atomic.Int64 // local lease deadline: nanoseconds since acquired
+}
+
+// Token returns the fencing token issued with this acquisition: a positive integer that is
+// higher than every token issued before it for the same resource. Pass it to the store,
+// which must reject writes carrying a lower token than it has seen.
+func (k *Lock) Token() int64 {
+	if k == nil {
+		return 0
+	}
+	return k.token
+}
+
+// Resource returns the resource name the lock was taken on.
+func (k *Lock) Resource() string {
+	if k == nil {
+		return ""
+	}
+	return k.resource
+}
+
+// Release frees the lock if this acquisition still holds it, and wakes the resource's
+// waiters. It returns an error wrapping [ErrNotHeld] and changes nothing when the lock has
+// expired or belongs to a newer acquisition. Other errors come from Redis; the lock then
+// stays held until its TTL runs out. A retried release (go-redis retries after a dropped
+// connection) may report ErrNotHeld for a lock its first attempt did free.
+func (k *Lock) Release(ctx context.Context) error {
+	if k == nil {
+		return fmt.Errorf("fencing: release: %w", ErrNotHeld)
+	}
+	ctx = k.hooks.start(ctx, OpRelease, k.resource)
+	begin := time.Now()
+	n, err := releaseScript.Run(ctx, k.locker.client, []string{k.keys.lock}, k.owner, k.locker.hub.channelFor(k.keys)).Int64()
+	switch {
+	case err != nil:
+		err = fmt.Errorf("fencing: release %q: %w", k.resource, err)
+	case n == 0:
+		err = fmt.Errorf("fencing: release %q: %w", k.resource, ErrNotHeld)
+	default:
+		k.validUntil.Store(0)
+	}
+	k.hooks.end(ctx, k.event(OpRelease, begin, err))
+	return err
+}
+
+// Extend resets the lock's TTL to ttl, counted from now, if this acquisition still holds
+// it. It returns an error wrapping [ErrNotHeld] and changes nothing when the lock has
+// expired or belongs to a newer acquisition; it never takes a free lock again. A ttl outside
+// [MinTTL, MaxTTL] returns an error wrapping [ErrInvalid] and sends nothing.
+func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	return k.extend(ctx, ttl, OpExtend)
+}
+
+func (k *Lock) extend(ctx context.Context, ttl time.Duration, op Op) error {
+	if k == nil {
+		return fmt.Errorf("fencing: extend: %w", ErrNotHeld)
+	}
+	if err := validTTL(ttl); err != nil {
+		return err
+	}
+	ctx = k.hooks.start(ctx, op, k.resource)
+	begin := time.Now()
+	ms := millis(ttl)
+	n, err := extendScript.Run(ctx, k.locker.client, []string{k.keys.lock}, k.owner, ms).Int64()
+	switch {
+	case err != nil:
+		err = fmt.Errorf("fencing: extend %q: %w", k.resource, err)
+	case n == 0:
+		err = fmt.Errorf("fencing: extend %q: %w", k.resource, ErrNotHeld)
+	default:
+		k.setValidUntil(begin, time.Duration(ms)*time.Millisecond)
+	}
+	k.hooks.end(ctx, k.event(op, begin, err))
+	return err
+}
+
+// TTL returns the lock's remaining lease as Redis counts it, or an error wrapping
+// [ErrNotHeld] when this acquisition no longer holds the lock.
+func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	if k == nil {
+		return 0, fmt.Errorf("fencing: ttl: %w", ErrNotHeld)
+	}
+	ms, err := ttlScript.Run(ctx, k.locker.client, []string{k.keys.lock}, k.owner).Int64()
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("fencing: ttl %q: %w", k.resource, err)
+	case ms < 0:
+		// -3: not ours; -2 cannot happen; -1 (no TTL) means someone else rewrote the key.
+		return 0, fmt.Errorf("fencing: ttl %q: %w", k.resource, ErrNotHeld)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+func (k *Lock) event(op Op, begin time.Time, err error) Event {
+	e := Event{Op: op, Resource: k.resource, Token: k.token, Outcome: OutcomeOK, Elapsed: time.Since(begin)}
+	if err != nil {
+		e.Outcome, e.Err = outcomeOf(err), err
+	}
+	if op == OpRelease {
+		e.Held = time.Since(k.acquired)
+	}
+	return e
+}
+
+// setValidUntil records that the lease lasts ttl from sent, by the local monotonic clock,
+// less a margin of 1% for clock drift between this host and Redis.
+func (k *Lock) setValidUntil(sent time.Time, ttl time.Duration) {
+	k.validUntil.Store(int64(sent.Sub(k.acquired) + ttl - ttl/100))
+}
+
+// deadline returns the local end of the lease.
+func (k *Lock) deadline() time.Time {
+	return k.acquired.Add(time.Duration(k.validUntil.Load()))
+}
+
+// valid reports whether the lease has not run out by the local clock.
+func (k *Lock) valid() bool {
+	return time.Now().Before(k.deadline())
+}

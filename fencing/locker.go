@@ -1,0 +1,319 @@
+package fencing
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A Locker takes fenced locks on a Redis server. It is safe for concurrent use by many
+// goroutines; create one per client and share it. Close it when done to free the
+// subscription that wakes waiters.
+type Locker struct {
+	client redis.UniversalClient
+	cfg    config
+	hub    *hub
+}
+
+// New returns a Locker that keeps its locks on client: a *redis.Client (also from
+// redis.NewFailoverClient), a *redis.ClusterClient (also from redis.NewFailoverClusterClient)
+// or a *redis.Ring. New does not talk to Redis. An invalid option or a nil client does not
+// panic: every call on the Locker then returns an error wrapping [ErrInvalid].
+//
+// A Ring spreads resources over independent servers; adding or removing a shard moves a
+// resource to a server whose counter is lower, so tokens stop increasing. Prefer a Client or
+// a ClusterClient. On a Ring, waiters poll instead of subscribing.
+func New(client redis.UniversalClient, opts ...Option) *Locker {
+	l := &Locker{client: client, cfg: defaultConfig()}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&l.cfg)
+		}
+	}
+	if isNil(client) && l.cfg.err == nil {
+		l.cfg.err = invalidf("nil redis client")
+	}
+	_, ring := client.(*redis.Ring)
+	l.hub = newHub(client, !ring && l.cfg.err == nil)
+	return l
+}
+
+func isNil(c redis.UniversalClient) bool {
+	if c == nil {
+		return true
+	}
+	v := reflect.ValueOf(c)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// Close frees the Locker's subscription and wakes its waiters, whose Acquire calls then
+// return an error wrapping [ErrClosed]; later TryAcquire, Acquire and Do calls return it too.
+// Locks already held can still be released and extended. Close does not close the Redis
+// client. It is safe to call more than once.
+func (l *Locker) Close() error {
+	return l.hub.close()
+}
+
+// TryAcquire makes one attempt to take the lock on resource. It returns the lock and its
+// fencing token, or an error wrapping [ErrNotAcquired] when another owner holds it (the
+// error also carries the holder's remaining TTL; see [RetryAfter]). Any other error (Redis
+// unreachable, invalid input wrapping [ErrInvalid], a context already done) means nothing is
+// held. A context that is already done sends nothing to Redis. Options override the
+// Locker's settings for this call, such as [WithTTL].
+func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...Option) (*Lock, error) {
+	cfg := l.cfg.with(opts)
+	if err := l.check(ctx, cfg, resource); err != nil {
+		return nil, err
+	}
+	ctx = cfg.hooks.start(ctx, OpTryAcquire, resource)
+	begin := time.Now()
+	k := resourceKeys(cfg.prefix, resource)
+	lock, busy, err := l.attempt(ctx, cfg, resource, k)
+	ev := Event{Op: OpTryAcquire, Resource: resource, Attempts: 1, Elapsed: time.Since(begin)}
+	switch {
+	case err != nil:
+		ev.Outcome, ev.Err = outcomeOf(err), err
+	case lock == nil:
+		ev.Outcome = OutcomeBusy
+		err = &busyError{resource: resource, retryAfter: busy}
+	default:
+		ev.Outcome, ev.Token = OutcomeAcquired, lock.token
+	}
+	cfg.hooks.end(ctx, ev)
+	return lock, err
+}
+
+// Acquire takes the lock on resource, waiting while another owner holds it. A waiter wakes
+// when the holder releases (one pub/sub subscription per Locker carries the release
+// messages), when the holder's TTL runs out, and otherwise after a back-off with jitter (see
+// [WithRetryBackoff]). Waiters of one Locker are served in arrival order.
+//
+// When ctx ends first, Acquire returns an error that matches both [ErrNotAcquired] and
+// ctx.Err() under errors.Is, and holds nothing: if the acquisition raced with the
+// cancellation, the lock is released. A Redis error ends the wait at once and is returned
+// as it is (it does not match ErrNotAcquired).
+func (l *Locker) Acquire(ctx context.Context, resource string, opts ...Option) (*Lock, error) {
+	cfg := l.cfg.with(opts)
+	if err := l.check(ctx, cfg, resource); err != nil {
+		return nil, err
+	}
+	ctx = cfg.hooks.start(ctx, OpAcquire, resource)
+	begin := time.Now()
+	lock, attempts, err := l.wait(ctx, cfg, resource)
+	ev := Event{Op: OpAcquire, Resource: resource, Attempts: attempts, Elapsed: time.Since(begin)}
+	if err != nil {
+		ev.Outcome, ev.Err = outcomeOf(err), err
+	} else {
+		ev.Outcome, ev.Token = OutcomeAcquired, lock.token
+	}
+	cfg.hooks.end(ctx, ev)
+	return lock, err
+}
+
+// check validates a call before anything is sent.
+func (l *Locker) check(ctx context.Context, cfg *config, resource string) error {
+	if cfg.err != nil {
+		return cfg.err
+	}
+	if err := validResource(resource); err != nil {
+		return err
+	}
+	if l.hub.isClosed() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return errors.Join(ErrNotAcquired, err)
+	}
+	return nil
+}
+
+// attempt runs the acquire script once. It returns the lock, or nil and the holder's
+// remaining TTL when another owner holds it, or an error.
+func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k keys) (*Lock, time.Duration, error) {
+	owner, err := newOwner()
+	if err != nil {
+		return nil, 0, err
+	}
+	floor := "0"
+	if cfg.timeFloor {
+		floor = "1"
+	}
+	ms := millis(cfg.ttl)
+	sent := time.Now()
+	res, err := l.runAcquire(ctx, cfg, k, owner, ms, floor)
+	if err != nil {
+		if ctx.Err() != nil {
+			// The script may have run before the context ended: free what we may hold.
+			l.releaseOwner(ctx, k, owner)
+			return nil, 0, errors.Join(ErrNotAcquired, ctx.Err())
+		}
+		if errors.Is(err, ErrNotReplicated) {
+			l.releaseOwner(ctx, k, owner)
+			return nil, 0, fmt.Errorf("fencing: acquire %q: %w", resource, err)
+		}
+		return nil, 0, fmt.Errorf("fencing: acquire %q: %w", resource, err)
+	}
+	ok, token, pttl, err := parseAcquire(res)
+	if err != nil {
+		return nil, 0, fmt.Errorf("fencing: acquire %q: %w", resource, err)
+	}
+	if !ok {
+		return nil, time.Duration(pttl) * time.Millisecond, nil
+	}
+	lock := &Lock{
+		locker:   l,
+		hooks:    cfg.hooks,
+		resource: resource,
+		keys:     k,
+		owner:    owner + ":",
+		token:    token,
+		acquired: sent,
+	}
+	lock.setValidUntil(sent, time.Duration(ms)*time.Millisecond)
+	if err := ctx.Err(); err != nil || !lock.valid() {
+		// The context ended, or the reply came back after the lease could have run out.
+		l.releaseOwner(ctx, k, owner)
+		if err == nil {
+			err = errors.New("lease ran out before the reply arrived")
+		}
+		return nil, 0, errors.Join(ErrNotAcquired, err)
+	}
+	return lock, 0, nil
+}
+
+// runAcquire sends the acquire script, followed by WAIT on the same connection when
+// replicas must acknowledge it.
+func (l *Locker) runAcquire(ctx context.Context, cfg *config, k keys, owner string, ms int64, floor string) (any, error) {
+	keys := []string{k.lock, k.fence}
+	if cfg.replicas == 0 {
+		return acquireScript.Run(ctx, l.client, keys, owner, ms, floor).Result()
+	}
+	var node redis.Cmdable
+	switch c := l.client.(type) {
+	case *redis.ClusterClient:
+		n, err := c.MasterForKey(ctx, k.lock)
+		if err != nil {
+			return nil, err
+		}
+		node = n
+	case *redis.Client:
+		node = c
+	default:
+		return nil, invalidf("WithReplicas needs a *redis.Client or *redis.ClusterClient, not %T", l.client)
+	}
+	for _, eval := range []bool{false, true} {
+		pipe := node.Pipeline()
+		var cmd *redis.Cmd
+		if eval {
+			cmd = pipe.Eval(ctx, acquireSrc, keys, owner, ms, floor)
+		} else {
+			cmd = pipe.EvalSha(ctx, acquireScript.Hash(), keys, owner, ms, floor)
+		}
+		acks := redis.NewIntCmd(ctx, "wait", cfg.replicas, cfg.replicaTO.Milliseconds())
+		_ = pipe.Process(ctx, acks)
+		_, _ = pipe.Exec(ctx)
+		res, err := cmd.Result()
+		if !eval && err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if ok, _, _, perr := parseAcquire(res); perr == nil && ok {
+			n, err := acks.Result()
+			if err != nil {
+				return nil, fmt.Errorf("%w: WAIT: %w", ErrNotReplicated, err)
+			}
+			if n < int64(cfg.replicas) {
+				return nil, fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, n, cfg.replicas, cfg.replicaTO)
+			}
+		}
+		return res, nil
+	}
+	return nil, errors.New("NOSCRIPT after EVAL") // not reached: EVAL never answers NOSCRIPT
+}
+
+// releaseOwner deletes the lock if owner holds it, with a fresh context: the caller's may
+// be done. Errors are ignored; the lease runs out by itself if this fails.
+func (l *Locker) releaseOwner(ctx context.Context, k keys, owner string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	_ = releaseScript.Run(rctx, l.client, []string{k.lock}, owner+":", l.hub.channelFor(k)).Err()
+}
+
+// releaseTimeout bounds releases made with a fresh context.
+const releaseTimeout = 5 * time.Second
+
+// parseAcquire decodes the acquire script's reply.
+func parseAcquire(res any) (ok bool, token, pttl int64, err error) {
+	arr, _ := res.([]any)
+	if len(arr) < 2 {
+		return false, 0, 0, fmt.Errorf("unexpected reply %v", res)
+	}
+	flag, _ := arr[0].(int64)
+	if flag != 1 {
+		pttl, _ = arr[1].(int64)
+		return false, 0, pttl, nil
+	}
+	s, _ := arr[1].(string)
+	token, err = strconv.ParseInt(s, 10, 64)
+	if err != nil || token <= 0 {
+		return false, 0, 0, fmt.Errorf("bad token %q in reply", s)
+	}
+	if len(arr) > 2 {
+		pttl, _ = arr[2].(int64)
+	}
+	return true, token, pttl, nil
+}
+
+// newOwner returns 16 random bytes as unpadded base64url: 22 characters, never ':'.
+func newOwner() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("fencing: owner value: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// outcomeOf classifies an error for hooks.
+func outcomeOf(err error) Outcome {
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return OutcomeCancelled
+	case errors.Is(err, ErrNotHeld):
+		return OutcomeNotHeld
+	case errors.Is(err, ErrNotAcquired):
+		return OutcomeBusy
+	}
+	return OutcomeError
+}
+
+// busyError is TryAcquire's error when another owner holds the lock.
+type busyError struct {
+	resource   string
+	retryAfter time.Duration
+}
+
+func (e *busyError) Error() string {
+	return fmt.Sprintf("fencing: not acquired: %q is held by another owner", e.resource)
+}
+
+func (e *busyError) Is(target error) bool { return target == ErrNotAcquired }
+
+// RetryAfter reports how long the holder's lease had left when an acquisition failed because
+// the resource was busy: the remaining TTL reported by Redis in the same round trip. The
+// second result is false when err carries no such figure.
+func RetryAfter(err error) (time.Duration, bool) {
+	var b *busyError
+	if errors.As(err, &b) && b.retryAfter > 0 {
+		return b.retryAfter, true
+	}
+	return 0, false
+}

@@ -1,0 +1,422 @@
+package fencing_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/redistest"
+)
+
+func newLocker(t *testing.T, r *redistest.Redis, opts ...fencing.Option) *fencing.Locker {
+	t.Helper()
+	l := fencing.New(r.Client, append([]fencing.Option{fencing.WithPrefix(r.Prefix)}, opts...)...)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func mustAcquire(t *testing.T, l *fencing.Locker, resource string, opts ...fencing.Option) *fencing.Lock {
+	t.Helper()
+	lock, err := l.TryAcquire(t.Context(), resource, opts...)
+	if err != nil {
+		t.Fatalf("TryAcquire(%q): %v", resource, err)
+	}
+	return lock
+}
+
+func TestTryAcquireRelease(t *testing.T) {
+	r := redistest.New(t)
+	l := newLocker(t, r)
+	ctx := t.Context()
+
+	a := mustAcquire(t, l, "order-42")
+	if a.Token() != 1 || a.Resource() != "order-42" {
+		t.Fatalf("got token %d resource %q, want 1 and order-42", a.Token(), a.Resource())
+	}
+	if got := r.Client.Exists(ctx, r.Prefix+"{order-42}:lock", r.Prefix+"{order-42}:fence").Val(); got != 2 {
+		t.Fatalf("got %d of the documented keys, want 2", got)
+	}
+	_, err := l.TryAcquire(ctx, "order-42")
+	if !errors.Is(err, fencing.ErrNotAcquired) {
+		t.Fatalf("second TryAcquire: got %v, want ErrNotAcquired", err)
+	}
+	if d, ok := fencing.RetryAfter(err); !ok || d <= 0 || d > fencing.DefaultTTL {
+		t.Fatalf("RetryAfter: got %v %v, want (0, 30s]", d, ok)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if err := a.Release(ctx); !errors.Is(err, fencing.ErrNotHeld) {
+		t.Fatalf("second Release: got %v, want ErrNotHeld", err)
+	}
+	b := mustAcquire(t, l, "order-42")
+	if b.Token() != 2 {
+		t.Fatalf("got token %d after release, want 2", b.Token())
+	}
+	if ttl := r.Client.TTL(ctx, r.Prefix+"{order-42}:fence").Val(); ttl != -1 {
+		t.Fatalf("fence key TTL: got %v, want none (-1)", ttl)
+	}
+}
+
+func TestTokensIncreaseAcrossExpiryAndIdle(t *testing.T) {
+	r := redistest.New(t)
+	l := newLocker(t, r, fencing.WithTTL(50*time.Millisecond))
+	ctx := t.Context()
+	var last int64
+	for i := range 5 {
+		lock := mustAcquire(t, l, "res")
+		if lock.Token() <= last {
+			t.Fatalf("round %d: token %d after %d", i, lock.Token(), last)
+		}
+		last = lock.Token()
+		switch i % 3 {
+		case 0:
+			_ = lock.Release(ctx)
+		case 1:
+			r.Advance(80 * time.Millisecond) // expiry
+		case 2:
+			_ = lock.Release(ctx)
+			r.Advance(150 * time.Millisecond) // idle
+		}
+	}
+}
+
+func TestStaleReleaseAndExtend(t *testing.T) {
+	r := redistest.New(t)
+	l := newLocker(t, r, fencing.WithTTL(50*time.Millisecond))
+	ctx := t.Context()
+
+	old := mustAcquire(t, l, "res")
+	r.Advance(80 * time.Millisecond)
+	if err := old.Extend(ctx, time.Second); !errors.Is(err, fencing.ErrNotHeld) {
+		t.Fatalf("Extend after expiry: got %v, want ErrNotHeld", err)
+	}
+	if err := old.Release(ctx); !errors.Is(err, fencing.ErrNotHeld) {
+		t.Fatalf("Release after expiry: got %v, want ErrNotHeld", err)
+	}
+	if n := r.Client.Exists(ctx, r.Prefix+"{res}:lock").Val(); n != 0 {
+		t.Fatalf("stale Extend re-created the lock")
+	}
+
+	newer := mustAcquire(t, l, "res", fencing.WithTTL(time.Minute))
+	if err := old.Extend(ctx, time.Hour); !errors.Is(err, fencing.ErrNotHeld) {
+		t.Fatalf("Extend after takeover: got %v, want ErrNotHeld", err)
+	}
+	if err := old.Release(ctx); !errors.Is(err, fencing.ErrNotHeld) {
+		t.Fatalf("Release after takeover: got %v, want ErrNotHeld", err)
+	}
+	ttl, err := newer.TTL(ctx)
+	if err != nil || ttl > time.Minute || ttl < 30*time.Second {
+		t.Fatalf("newer lock TTL: got %v, %v; want about 1m", ttl, err)
+	}
+	if _, err := old.TTL(ctx); !errors.Is(err, fencing.ErrNotHeld) {
+		t.Fatalf("stale TTL: got %v, want ErrNotHeld", err)
+	}
+	if err := newer.Extend(ctx, 2*time.Minute); err != nil {
+		t.Fatalf("Extend by holder: %v", err)
+	}
+	if ttl, _ := newer.TTL(ctx); ttl <= time.Minute {
+		t.Fatalf("TTL after Extend: got %v, want above 1m", ttl)
+	}
+}
+
+func TestOneWinner(t *testing.T) {
+	r := redistest.New(t)
+	l := newLocker(t, r)
+	const n = 300
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range n {
+		wg.Go(func() {
+			<-start
+			_, err := l.TryAcquire(context.Background(), "hot")
+			switch {
+			case err == nil:
+				wins.Add(1)
+			case !errors.Is(err, fencing.ErrNotAcquired):
+				t.Errorf("TryAcquire: %v", err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if got := wins.Load(); got != 1 {
+		t.Fatalf("got %d winners, want 1", got)
+	}
+}
+
+func TestInvalidInput(t *testing.T) {
+	r := redistest.New(t)
+	l := newLocker(t, r)
+	ctx := t.Context()
+	cases := []struct {
+		name     string
+		locker   *fencing.Locker
+		resource string
+		opts     []fencing.Option
+	}{
+		{"empty resource", l, "", nil},
+		{"oversized resource", l, strings.Repeat("x", fencing.MaxResourceLen+1), nil},
+		{"zero ttl", l, "r", []fencing.Option{fencing.WithTTL(0)}},
+		{"negative ttl", l, "r", []fencing.Option{fencing.WithTTL(-time.Second)}},
+		{"sub-millisecond ttl", l, "r", []fencing.Option{fencing.WithTTL(time.Microsecond)}},
+		{"huge ttl", l, "r", []fencing.Option{fencing.WithTTL(math.MaxInt64)}},
+		{"brace in prefix", l, "r", []fencing.Option{fencing.WithPrefix("a{b")}},
+		{"nil client", fencing.New(nil), "r", nil},
+		{"typed nil client", fencing.New((*redis.Client)(nil)), "r", nil},
+		{"bad backoff", l, "r", []fencing.Option{fencing.WithRetryBackoff(time.Second, time.Millisecond)}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := keysCount(t, r)
+			if _, err := tc.locker.TryAcquire(ctx, tc.resource, tc.opts...); !errors.Is(err, fencing.ErrInvalid) {
+				t.Errorf("TryAcquire: got %v, want ErrInvalid", err)
+			}
+			if _, err := tc.locker.Acquire(ctx, tc.resource, tc.opts...); !errors.Is(err, fencing.ErrInvalid) {
+				t.Errorf("Acquire: got %v, want ErrInvalid", err)
+			}
+			called := false
+			err := tc.locker.Do(ctx, tc.resource, func(context.Context) error { called = true; return nil }, tc.opts...)
+			if !errors.Is(err, fencing.ErrInvalid) || called {
+				t.Errorf("Do: got %v (called %v), want ErrInvalid without calling fn", err, called)
+			}
+			if after := keysCount(t, r); after != before {
+				t.Errorf("keys: got %d after, %d before: bad input wrote something", after, before)
+			}
+		})
+	}
+	t.Run("extend ttl", func(t *testing.T) {
+		lock := mustAcquire(t, l, "r")
+		for _, ttl := range []time.Duration{0, -1, time.Microsecond, fencing.MaxTTL + 1} {
+			if err := lock.Extend(ctx, ttl); !errors.Is(err, fencing.ErrInvalid) {
+				t.Errorf("Extend(%v): got %v, want ErrInvalid", ttl, err)
+			}
+		}
+		if d, err := lock.TTL(ctx); err != nil || d <= 0 {
+			t.Errorf("after bad Extend: TTL %v, %v; the lock must be untouched", d, err)
+		}
+	})
+	t.Run("nil lock", func(t *testing.T) {
+		var lock *fencing.Lock
+		if err := lock.Release(ctx); !errors.Is(err, fencing.ErrNotHeld) {
+			t.Errorf("Release: got %v", err)
+		}
+		if err := lock.Extend(ctx, time.Second); !errors.Is(err, fencing.ErrNotHeld) {
+			t.Errorf("Extend: got %v", err)
+		}
+		if _, err := lock.TTL(ctx); !errors.Is(err, fencing.ErrNotHeld) {
+			t.Errorf("TTL: got %v", err)
+		}
+	})
+}
+
+func keysCount(t *testing.T, r *redistest.Redis) int {
+	t.Helper()
+	keys, err := r.Client.Keys(context.Background(), r.Prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(keys)
+}
+
+func TestOddResourceNames(t *testing.T) {
+	r := redistest.New(t)
+	l := newLocker(t, r)
+	names := []string{"a b", "line\nbreak", "\x00\xff\xfe", "{", "}", "{}", "a}b", "{x}", "x:fence", "ü-ñ", strings.Repeat("z", fencing.MaxResourceLen)}
+	seen := map[string]bool{}
+	for _, name := range names {
+		lock := mustAcquire(t, l, name)
+		if lock.Token() != 1 {
+			t.Errorf("%q: got token %d, want 1 (a fresh counter per name)", name, lock.Token())
+		}
+		if err := lock.Release(t.Context()); err != nil {
+			t.Errorf("%q: Release: %v", name, err)
+		}
+		seen[name] = true
+	}
+	if n := keysCount(t, r); n != len(seen) {
+		t.Fatalf("got %d fence keys for %d names", n, len(seen))
+	}
+}
+
+func TestCancelledContextSendsNothing(t *testing.T) {
+	r := redistest.New(t)
+	l := newLocker(t, r)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	before := 0
+	if r.Mini != nil {
+		before = r.Mini.CommandCount()
+	}
+	for name, call := range map[string]func() error{
+		"TryAcquire": func() error { _, err := l.TryAcquire(ctx, "r"); return err },
+		"Acquire":    func() error { _, err := l.Acquire(ctx, "r"); return err },
+		"Do":         func() error { return l.Do(ctx, "r", func(context.Context) error { return nil }) },
+	} {
+		err := call()
+		if !errors.Is(err, fencing.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: got %v, want ErrNotAcquired and context.Canceled", name, err)
+		}
+	}
+	if n := keysCount(t, r); n != 0 {
+		t.Fatalf("got %d keys, want 0", n)
+	}
+	if r.Mini != nil {
+		if n := r.Mini.CommandCount() - before; n != 1 { // the KEYS above
+			t.Fatalf("got %d commands, want only the test's KEYS", n)
+		}
+	}
+}
+
+func TestAcquireWaitsForRelease(t *testing.T) {
+	r := redistest.New(t)
+	l := newLocker(t, r)
+	ctx := t.Context()
+	held := mustAcquire(t, l, "res")
+	got := make(chan *fencing.Lock)
+	go func() {
+		lock, err := l.Acquire(ctx, "res")
+		if err != nil {
+			t.Errorf("Acquire: %v", err)
+		}
+		got <- lock
+	}()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lock := <-got
+	if lock.Token() != held.Token()+1 {
+		t.Fatalf("got token %d, want %d", lock.Token(), held.Token()+1)
+	}
+}
+
+func TestAcquireContextEnds(t *testing.T) {
+	r := redistest.New(t)
+	l := newLocker(t, r)
+	_ = mustAcquire(t, l, "res")
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	_, err := l.Acquire(ctx, "res")
+	if !errors.Is(err, fencing.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want ErrNotAcquired and DeadlineExceeded", err)
+	}
+	if d, ok := fencing.RetryAfter(err); !ok || d <= 0 {
+		t.Fatalf("RetryAfter: got %v %v", d, ok)
+	}
+}
+
+func TestUnreachableRedis(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DisableIdentity: true, MaxRetries: 1})
+	defer c.Close()
+	l := fencing.New(c)
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for name, call := range map[string]func() error{
+		"TryAcquire": func() error { _, err := l.TryAcquire(ctx, "r"); return err },
+		"Acquire":    func() error { _, err := l.Acquire(ctx, "r"); return err },
+		"Do":         func() error { return l.Do(ctx, "r", func(context.Context) error { return nil }) },
+	} {
+		err := call()
+		if err == nil || errors.Is(err, fencing.ErrNotAcquired) {
+			t.Errorf("%s: got %v, want a connection error that is not ErrNotAcquired", name, err)
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%s: did not return before the 10s context ended", name)
+		}
+	}
+}
+
+func TestTokenPrecision(t *testing.T) {
+	r := redistest.New(t)
+	l := newLocker(t, r)
+	ctx := t.Context()
+	fence := r.Prefix + "{big}:fence"
+	r.Client.Set(ctx, fence, "9007199254740992", 0) // 2^53
+	for _, want := range []int64{9007199254740993, 9007199254740994} {
+		lock := mustAcquire(t, l, "big")
+		if lock.Token() != want {
+			t.Fatalf("got token %d, want %d", lock.Token(), want)
+		}
+		_ = lock.Release(ctx)
+	}
+	r.Client.Set(ctx, fence, "9223372036854775806", 0)
+	lock := mustAcquire(t, l, "big")
+	if lock.Token() != math.MaxInt64 {
+		t.Fatalf("got token %d, want MaxInt64", lock.Token())
+	}
+	_ = lock.Release(ctx)
+	_, err := l.TryAcquire(ctx, "big")
+	if err == nil || errors.Is(err, fencing.ErrNotAcquired) {
+		t.Fatalf("at the int64 maximum: got %v, want an overflow error", err)
+	}
+	if n := r.Client.Exists(ctx, r.Prefix+"{big}:lock").Val(); n != 0 {
+		t.Fatalf("a failed INCR left a lock without a token")
+	}
+	if v := r.Client.Get(ctx, fence).Val(); v != "9223372036854775807" {
+		t.Fatalf("fence after overflow: got %s", v)
+	}
+}
+
+func TestScriptFlush(t *testing.T) {
+	r := redistest.New(t)
+	l := newLocker(t, r)
+	ctx := t.Context()
+	lock := mustAcquire(t, l, "res")
+	if err := r.Client.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Extend(ctx, time.Minute); err != nil {
+		t.Fatalf("Extend after SCRIPT FLUSH: %v", err)
+	}
+	r.Client.ScriptFlush(ctx)
+	if _, err := lock.TTL(ctx); err != nil {
+		t.Fatalf("TTL after SCRIPT FLUSH: %v", err)
+	}
+	r.Client.ScriptFlush(ctx)
+	if err := lock.Release(ctx); err != nil {
+		t.Fatalf("Release after SCRIPT FLUSH: %v", err)
+	}
+	r.Client.ScriptFlush(ctx)
+	if lock := mustAcquire(t, l, "res"); lock.Token() != 2 {
+		t.Fatalf("got token %d, want 2", lock.Token())
+	}
+}
+
+func TestServerTimeFloor(t *testing.T) {
+	r := redistest.New(t)
+	l := newLocker(t, r, fencing.WithServerTimeFloor())
+	ctx := t.Context()
+	a := mustAcquire(t, l, "res")
+	_ = a.Release(ctx)
+	now := time.Now().UnixMicro()
+	if a.Token() < now-int64(time.Hour/time.Microsecond) || a.Token() > now+int64(time.Hour/time.Microsecond) {
+		t.Fatalf("token %d is not near the clock in microseconds (%d)", a.Token(), now)
+	}
+	// The counter is lost (a restart without persistence): tokens still increase.
+	r.Client.Del(ctx, r.Prefix+"{res}:fence")
+	b := mustAcquire(t, l, "res")
+	if b.Token() <= a.Token() {
+		t.Fatalf("after losing the counter: token %d, want above %d", b.Token(), a.Token())
+	}
+	_ = b.Release(ctx)
+	c := mustAcquire(t, l, "res")
+	if c.Token() <= b.Token() {
+		t.Fatalf("token %d after %d", c.Token(), b.Token())
+	}
+}
+
+func ExampleLocker_TryAcquire() {
+	fmt.Println("placeholder")
+	// Output: placeholder
+}

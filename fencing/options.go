@@ -1,0 +1,160 @@
+package fencing
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Defaults and limits.
+const (
+	// DefaultTTL is the lease length when no [WithTTL] option is given.
+	DefaultTTL = 30 * time.Second
+	// DefaultPrefix is the key prefix when no [WithPrefix] option is given.
+	DefaultPrefix = "fencing:"
+	// MaxTTL is the longest lease a Locker grants; a longer TTL is rejected with [ErrInvalid].
+	// A holder that needs longer renews the lease ([Lock.Extend], or [Locker.Do] does it).
+	MaxTTL = 7 * 24 * time.Hour
+	// MinTTL is the shortest lease: Redis counts TTLs in milliseconds. A TTL that is not a
+	// whole number of milliseconds is rounded up.
+	MinTTL = time.Millisecond
+)
+
+// An Option configures a [Locker] when given to [New], or one call when given to
+// [Locker.TryAcquire], [Locker.Acquire] or [Locker.Do], where it overrides the Locker's
+// setting for that call only.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// config is a Locker's settings; one call may use a modified copy.
+type config struct {
+	ttl        time.Duration
+	prefix     string
+	retryMin   time.Duration
+	retryMax   time.Duration
+	replicas   int
+	replicaTO  time.Duration
+	timeFloor  bool
+	hooks      hookList
+	err        error // the first invalid option, returned by every call
+}
+
+func defaultConfig() config {
+	return config{
+		ttl:      DefaultTTL,
+		prefix:   DefaultPrefix,
+		retryMin: 50 * time.Millisecond,
+		retryMax: time.Second,
+	}
+}
+
+// with returns c with opts applied, or c itself when there are none.
+func (c *config) with(opts []Option) *config {
+	if len(opts) == 0 {
+		return c
+	}
+	n := *c
+	n.hooks = c.hooks[:len(c.hooks):len(c.hooks)] // appends must not share c's array
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&n)
+		}
+	}
+	return &n
+}
+
+// WithTTL sets the lease length: how long the lock stays held without renewal. Default:
+// [DefaultTTL] (30s). It must be between [MinTTL] and [MaxTTL]; otherwise every call returns
+// an error wrapping [ErrInvalid].
+func WithTTL(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if err := validTTL(d); err != nil && c.err == nil {
+			c.err = err
+		}
+		c.ttl = d
+	})
+}
+
+// WithPrefix sets the prefix of every key and channel the Locker uses. Default:
+// [DefaultPrefix] ("fencing:"). It must not contain '{' or '}', which would break the keys'
+// hash tag; otherwise every call returns an error wrapping [ErrInvalid].
+func WithPrefix(p string) Option {
+	return optionFunc(func(c *config) {
+		if strings.ContainsAny(p, "{}") && c.err == nil {
+			c.err = invalidf("prefix %q contains '{' or '}'", p)
+		}
+		c.prefix = p
+	})
+}
+
+// WithRetryBackoff sets how long a waiting [Locker.Acquire] sleeps between attempts when no
+// release message wakes it: it starts at min, doubles up to max, and gets ±20% jitter; it
+// never sleeps past the holder's remaining TTL. Release messages usually wake a waiter much
+// sooner; the back-off covers lost messages and a dropped subscription.
+// Default: 50ms to 1s. Values below 1ms, or max below min, are rejected with [ErrInvalid].
+func WithRetryBackoff(min, max time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if (min < time.Millisecond || max < min) && c.err == nil {
+			c.err = invalidf("retry backoff %v..%v", min, max)
+		}
+		c.retryMin, c.retryMax = min, max
+	})
+}
+
+// WithReplicas makes every acquisition wait until n replicas acknowledge it, for at most
+// timeout, using WAIT on the same connection as the acquire script (one pipeline). If fewer
+// acknowledge, the lock is released and the call fails with [ErrNotReplicated]. This narrows,
+// but does not close, the window in which a failover loses a lock or a token (see the
+// README's guarantees). Default: 0 (no wait). timeout must be positive and below the
+// client's ReadTimeout. Not supported on a [redis.Ring].
+func WithReplicas(n int, timeout time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if (n < 0 || (n > 0 && timeout <= 0)) && c.err == nil {
+			c.err = invalidf("replicas %d with timeout %v", n, timeout)
+		}
+		c.replicas, c.replicaTO = n, timeout
+	})
+}
+
+// WithServerTimeFloor keeps every new token at or above the Redis server's clock in
+// microseconds (TIME), so tokens keep increasing even when the counter is lost: a restart
+// without persistence, a failover before replication, an eviction. It assumes the server
+// clocks do not step back and stay roughly in sync across a failover, and fewer than a million
+// acquisitions per second per resource. Tokens become large (about 1.8e15) but stay exact.
+// Default: off (tokens count 1, 2, 3, …).
+func WithServerTimeFloor() Option {
+	return optionFunc(func(c *config) { c.timeFloor = true })
+}
+
+// WithHooks adds hooks that observe the Locker's operations (see [Hooks]); the tracing
+// package uses this seam. Several WithHooks options add up; hooks run in the order given.
+// Default: none, and then observation costs nothing.
+func WithHooks(h Hooks) Option {
+	return optionFunc(func(c *config) {
+		if h.Start != nil || h.End != nil || h.Lost != nil {
+			c.hooks = append(c.hooks, h)
+		}
+	})
+}
+
+// validTTL returns an error wrapping ErrInvalid when d is not a usable lease length.
+func validTTL(d time.Duration) error {
+	if d < MinTTL || d > MaxTTL {
+		return invalidf("ttl %v out of range [%v, %v]", d, MinTTL, MaxTTL)
+	}
+	return nil
+}
+
+// millis returns d in whole milliseconds, rounded up.
+func millis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}

@@ -1,0 +1,284 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// hub is a Locker's side of waiting: one pub/sub connection that carries the release
+// messages of every resource this Locker waits on, and a FIFO queue of waiters per resource.
+//
+// Only the waiter at the front of a queue talks to Redis; the others wait for their turn, so
+// waiters of one Locker are served in arrival order and a release wakes one of them, not a
+// herd. A release message wakes the front waiter; so does the holder's TTL running out
+// (the waiter sleeps no longer than the TTL the busy reply reported) and, in case a message
+// is lost or the subscription drops, a back-off with jitter.
+type hub struct {
+	client  redis.UniversalClient
+	enabled bool // false on a Ring, or when the Locker is unusable: waiters poll
+
+	closed atomic.Bool
+	done   chan struct{} // closed by close
+
+	subMu      sync.Mutex // orders SUBSCRIBE and UNSUBSCRIBE commands
+	mu         sync.Mutex // guards the fields below
+	ps         *redis.PubSub
+	readerDone chan struct{}
+	queues     map[string]*queue // by release channel
+}
+
+// queue holds the waiters of one resource in arrival order.
+type queue struct {
+	waiters []*waiter
+	ready   chan struct{} // closed when Redis confirms the subscription
+	isReady bool
+}
+
+type waiter struct {
+	turn chan struct{} // closed when the waiter reaches the front
+	wake chan struct{} // a release message arrived (capacity 1)
+}
+
+func newHub(client redis.UniversalClient, enabled bool) *hub {
+	return &hub{client: client, enabled: enabled, done: make(chan struct{}), queues: make(map[string]*queue)}
+}
+
+// channelFor returns the channel a release publishes on, or "" when nobody can subscribe.
+func (h *hub) channelFor(k keys) string {
+	if !h.enabled {
+		return ""
+	}
+	return k.channel
+}
+
+func (h *hub) isClosed() bool { return h.closed.Load() }
+
+// queued reports whether this Locker already has waiters for the channel.
+func (h *hub) queued(ch string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.queues[ch] != nil
+}
+
+// join appends a waiter to the channel's queue, subscribing when the queue is new.
+func (h *hub) join(ctx context.Context, ch string) (*queue, *waiter, error) {
+	w := &waiter{turn: make(chan struct{}), wake: make(chan struct{}, 1)}
+	h.mu.Lock()
+	if h.closed.Load() {
+		h.mu.Unlock()
+		return nil, nil, ErrClosed
+	}
+	q := h.queues[ch]
+	created := q == nil
+	if created {
+		q = &queue{ready: make(chan struct{})}
+		h.queues[ch] = q
+	}
+	q.waiters = append(q.waiters, w)
+	if len(q.waiters) == 1 {
+		close(w.turn)
+	}
+	h.mu.Unlock()
+	if created && h.enabled {
+		h.subscribe(ctx, ch)
+	}
+	return q, w, nil
+}
+
+// leave removes a waiter; the next one in line gets its turn. The last one out unsubscribes.
+func (h *hub) leave(ch string, q *queue, w *waiter) {
+	h.mu.Lock()
+	i := slices.Index(q.waiters, w)
+	q.waiters = slices.Delete(q.waiters, i, i+1)
+	if i == 0 && len(q.waiters) > 0 {
+		close(q.waiters[0].turn)
+	}
+	empty := len(q.waiters) == 0
+	if empty && h.queues[ch] == q {
+		delete(h.queues, ch)
+	}
+	h.mu.Unlock()
+	if empty && h.enabled {
+		h.unsubscribe(ch)
+	}
+}
+
+// subscribe adds ch to the shared subscription, creating it on first use. Errors are left
+// to the back-off: the waiter then polls.
+func (h *hub) subscribe(ctx context.Context, ch string) {
+	h.subMu.Lock()
+	defer h.subMu.Unlock()
+	h.mu.Lock()
+	if h.closed.Load() || h.queues[ch] == nil {
+		h.mu.Unlock()
+		return
+	}
+	if h.ps == nil {
+		// Classic PUBLISH reaches subscribers on every node of a Redis Cluster, so one
+		// connection to any node hears every resource's releases.
+		h.ps = h.client.Subscribe(context.WithoutCancel(ctx))
+		h.readerDone = make(chan struct{})
+		go h.read(h.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024)), h.readerDone)
+	}
+	ps := h.ps
+	h.mu.Unlock()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = ps.Subscribe(sctx, ch)
+}
+
+// unsubscribe drops ch unless a new queue for it appeared meanwhile.
+func (h *hub) unsubscribe(ch string) {
+	h.subMu.Lock()
+	defer h.subMu.Unlock()
+	h.mu.Lock()
+	ps, again := h.ps, h.queues[ch] != nil
+	h.mu.Unlock()
+	if ps == nil || again || h.closed.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = ps.Unsubscribe(ctx, ch)
+}
+
+// read dispatches subscription confirmations and release messages until the PubSub closes.
+// go-redis reconnects and resubscribes by itself; a confirmation that arrives for a queue
+// already subscribed means the connection was re-established and a message may have been
+// lost, so it wakes the front waiter too.
+func (h *hub) read(msgs <-chan any, done chan<- struct{}) {
+	defer close(done)
+	for m := range msgs {
+		var ch string
+		switch m := m.(type) {
+		case *redis.Message:
+			ch = m.Channel
+		case *redis.Subscription:
+			if m.Kind != "subscribe" {
+				continue
+			}
+			ch = m.Channel
+		default:
+			continue
+		}
+		h.mu.Lock()
+		if q := h.queues[ch]; q != nil {
+			if !q.isReady {
+				q.isReady = true
+				close(q.ready)
+			}
+			if len(q.waiters) > 0 {
+				select {
+				case q.waiters[0].wake <- struct{}{}:
+				default:
+				}
+			}
+		}
+		h.mu.Unlock()
+	}
+}
+
+// close ends the subscription and wakes every waiter with ErrClosed.
+func (h *hub) close() error {
+	h.subMu.Lock()
+	defer h.subMu.Unlock()
+	h.mu.Lock()
+	if h.closed.Swap(true) {
+		h.mu.Unlock()
+		return nil
+	}
+	close(h.done)
+	ps, readerDone := h.ps, h.readerDone
+	h.mu.Unlock()
+	if ps == nil {
+		return nil
+	}
+	err := ps.Close()
+	<-readerDone
+	return err
+}
+
+// wait is Acquire's loop.
+func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock, int, error) {
+	k := resourceKeys(cfg.prefix, resource)
+	attempts := 0
+	// The uncontended path: one script, no subscription. Skipped when this Locker already
+	// has waiters for the resource, so a newcomer queues behind them.
+	if !l.hub.queued(k.channel) {
+		attempts++
+		lock, _, err := l.attempt(ctx, cfg, resource, k)
+		if err != nil || lock != nil {
+			return lock, attempts, err
+		}
+	}
+	q, w, err := l.hub.join(ctx, k.channel)
+	if err != nil {
+		return nil, attempts, err
+	}
+	defer l.hub.leave(k.channel, q, w)
+
+	var busy time.Duration
+	ended := func() error {
+		if l.hub.isClosed() {
+			return ErrClosed
+		}
+		return errors.Join(&busyError{resource: resource, retryAfter: busy}, ctx.Err())
+	}
+	select {
+	case <-w.turn:
+	case <-ctx.Done():
+		return nil, attempts, ended()
+	case <-l.hub.done:
+		return nil, attempts, ended()
+	}
+	if l.hub.enabled {
+		// Attempt only once release messages can reach us, or a release between the
+		// attempt and the subscription would go unnoticed until the back-off.
+		t := time.NewTimer(cfg.retryMin)
+		select {
+		case <-q.ready:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-l.hub.done:
+		}
+		t.Stop()
+	}
+	backoff := cfg.retryMin
+	for {
+		if ctx.Err() != nil || l.hub.isClosed() {
+			return nil, attempts, ended()
+		}
+		attempts++
+		lock, holderTTL, err := l.attempt(ctx, cfg, resource, k)
+		if err != nil || lock != nil {
+			return lock, attempts, err
+		}
+		busy = holderTTL
+		d := jitter(backoff)
+		if busy > 0 && busy < d {
+			d = busy + time.Millisecond // Redis expires keys at millisecond precision
+		}
+		backoff = min(2*backoff, cfg.retryMax)
+		t := time.NewTimer(d)
+		select {
+		case <-w.wake:
+			backoff = cfg.retryMin
+		case <-t.C:
+		case <-ctx.Done():
+		case <-l.hub.done:
+		}
+		t.Stop()
+	}
+}
+
+// jitter returns d ±20%.
+func jitter(d time.Duration) time.Duration {
+	return d - d/5 + time.Duration(rand.Int64N(int64(2*d/5)+1))
+}

@@ -1,0 +1,108 @@
+// Package redistest gives tests a Redis: an embedded miniredis by default, or the real
+// server named by FENCING_REDIS_ADDR, with a key prefix of its own for every test.
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// EnvAddr names the environment variable that points the tests at a real Redis.
+const EnvAddr = "FENCING_REDIS_ADDR"
+
+// realDB is the database the tests use on a real Redis, away from DB 0.
+const realDB = 9
+
+var seq atomic.Int64
+
+// Redis is one test's Redis.
+type Redis struct {
+	// Client is connected to the server; it is closed when the test ends.
+	Client *redis.Client
+	// Prefix is unique to the test and ends in ':'; it contains no '{' or '}'.
+	Prefix string
+	// Mini is the embedded server, or nil on a real Redis.
+	Mini *miniredis.Miniredis
+	// Addr is the server's host:port.
+	Addr string
+	// DB is the database number the client uses.
+	DB int
+}
+
+// Real reports whether the tests run against a real Redis.
+func Real() bool { return os.Getenv(EnvAddr) != "" }
+
+// New returns a Redis for t: miniredis unless FENCING_REDIS_ADDR is set.
+func New(t testing.TB) *Redis {
+	t.Helper()
+	r := &Redis{Prefix: fmt.Sprintf("fktest:%s:%d:", sanitize(t.Name()), seq.Add(1))}
+	if addr := os.Getenv(EnvAddr); addr != "" {
+		r.Addr, r.DB = addr, realDB
+	} else {
+		r.Mini = miniredis.RunT(t)
+		r.Addr = r.Mini.Addr()
+	}
+	r.Client = r.NewClient(t)
+	if err := r.Client.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("redistest: ping %s: %v", r.Addr, err)
+	}
+	if r.Mini == nil {
+		t.Cleanup(func() { r.deleteKeys(t) })
+	}
+	return r
+}
+
+// NewClient returns another client for the same server and database, closed when the test ends.
+func (r *Redis) NewClient(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(r.Options())
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Options returns client options for the server.
+func (r *Redis) Options() *redis.Options {
+	return &redis.Options{Addr: r.Addr, DB: r.DB, DisableIdentity: true}
+}
+
+// Advance lets d pass for the server's TTLs: FastForward on miniredis, a real wait on Redis.
+func (r *Redis) Advance(d time.Duration) {
+	if r.Mini != nil {
+		r.Mini.FastForward(d)
+		return
+	}
+	time.Sleep(d)
+}
+
+// deleteKeys removes the test's keys with a fresh context (t.Context is done by cleanup time).
+func (r *Redis) deleteKeys(t testing.TB) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c := redis.NewClient(r.Options())
+	defer c.Close()
+	iter := c.Scan(ctx, 0, r.Prefix+"*", 500).Iterator()
+	for iter.Next(ctx) {
+		c.Del(ctx, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Logf("redistest: cleanup: %v", err)
+	}
+}
+
+func sanitize(name string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '-':
+			return r
+		}
+		return '_'
+	}, name)
+}
