@@ -420,3 +420,19 @@ func ExampleLocker_TryAcquire() {
 	fmt.Println("placeholder")
 	// Output: placeholder
 }
+
+func TestMaxWait(t *testing.T) {
+	r := redistest.New(t)
+	l := newLocker(t, r)
+	ctx := t.Context()
+	_ = mustAcquire(t, l, "res")
+	for _, d := range []time.Duration{0, 30 * time.Millisecond} {
+		_, err := l.Acquire(ctx, "res", fencing.WithMaxWait(d))
+		if !errors.Is(err, fencing.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("WithMaxWait(%v): got %v, want ErrNotAcquired alone", d, err)
+		}
+		if _, ok := fencing.RetryAfter(err); !ok {
+			t.Errorf("WithMaxWait(%v): no RetryAfter in %v", d, err)
+		}
+	}
+}

@@ -40,6 +40,7 @@ type config struct {
 	replicas   int
 	replicaTO  time.Duration
 	timeFloor  bool
+	maxWait    time.Duration // < 0: wait until the context ends
 	hooks      hookList
 	err        error // the first invalid option, returned by every call
 }
@@ -50,6 +51,7 @@ func defaultConfig() config {
 		prefix:   DefaultPrefix,
 		retryMin: 50 * time.Millisecond,
 		retryMax: time.Second,
+		maxWait:  -1,
 	}
 }
 
@@ -103,6 +105,20 @@ func WithRetryBackoff(min, max time.Duration) Option {
 			c.err = invalidf("retry backoff %v..%v", min, max)
 		}
 		c.retryMin, c.retryMax = min, max
+	})
+}
+
+// WithMaxWait bounds how long [Locker.Acquire] and [Locker.Do] wait for a busy resource:
+// after d they give up with an error wrapping [ErrNotAcquired] (and [RetryAfter] reports
+// the holder's remaining TTL). WithMaxWait(0) makes a single attempt, as TryAcquire does.
+// Default: wait until the context ends. A negative d is rejected with [ErrInvalid].
+// It is meant as a per-call option; the Echo middleware and the Asynq adapter use it.
+func WithMaxWait(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < 0 && c.err == nil {
+			c.err = invalidf("max wait %v", d)
+		}
+		c.maxWait = d
 	})
 }
 

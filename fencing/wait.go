@@ -209,13 +209,22 @@ func (h *hub) close() error {
 func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock, int, error) {
 	k := resourceKeys(cfg.prefix, resource)
 	attempts := 0
+	parent := ctx
+	if cfg.maxWait >= 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.maxWait)
+		defer cancel()
+	}
 	// The uncontended path: one script, no subscription. Skipped when this Locker already
 	// has waiters for the resource, so a newcomer queues behind them.
-	if !l.hub.queued(k.channel) {
+	if cfg.maxWait == 0 || !l.hub.queued(k.channel) {
 		attempts++
-		lock, _, err := l.attempt(ctx, cfg, resource, k)
+		lock, busy, err := l.attempt(parent, cfg, resource, k)
 		if err != nil || lock != nil {
 			return lock, attempts, err
+		}
+		if cfg.maxWait == 0 {
+			return nil, attempts, &busyError{resource: resource, retryAfter: busy}
 		}
 	}
 	q, w, err := l.hub.join(ctx, k.channel)
@@ -226,10 +235,14 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 
 	var busy time.Duration
 	ended := func() error {
-		if l.hub.isClosed() {
+		b := &busyError{resource: resource, retryAfter: busy}
+		switch {
+		case l.hub.isClosed():
 			return ErrClosed
+		case parent.Err() != nil:
+			return errors.Join(b, parent.Err())
 		}
-		return errors.Join(&busyError{resource: resource, retryAfter: busy}, ctx.Err())
+		return b // WithMaxWait ran out
 	}
 	select {
 	case <-w.turn:
@@ -256,7 +269,7 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 			return nil, attempts, ended()
 		}
 		attempts++
-		lock, holderTTL, err := l.attempt(ctx, cfg, resource, k)
+		lock, holderTTL, err := l.attempt(parent, cfg, resource, k)
 		if err != nil || lock != nil {
 			return lock, attempts, err
 		}
