@@ -23,7 +23,7 @@ import (
 // the lock cannot be taken, Do returns Acquire's error and does not call fn. The lock is
 // released with a fresh context (the caller's may be done), so a cancelled caller does not
 // leave it held until its TTL. No goroutine started by Do outlives it.
-func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Context) error, opts ...Option) error {
+func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Context) error, opts ...Option) (err error) {
 	if fn == nil {
 		return invalidf("nil function")
 	}
@@ -33,33 +33,39 @@ func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Co
 		return err
 	}
 	work, cancel := context.WithCancelCause(ContextWithToken(ctx, lock.token))
-	defer cancel(nil)
-
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { lock.keepAlive(work, cfg, stop, cancel) })
 
+	returned := false
+	defer func() {
+		// Runs when fn returns and when it panics; a panic goes on after the release.
+		close(stop)
+		wg.Wait()
+		lost := context.Cause(work)
+		cancel(nil)
+		if !errors.Is(lost, ErrNotHeld) {
+			lost = nil
+		}
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), min(cfg.ttl, releaseTimeout))
+		rerr := lock.Release(rctx)
+		rcancel()
+		if !returned {
+			return
+		}
+		switch {
+		case lost != nil:
+		case errors.Is(rerr, ErrNotHeld):
+			lost = rerr // the lease lapsed between two renewals
+		case rerr != nil && err == nil:
+			err = rerr
+		}
+		if lost != nil {
+			err = errors.Join(err, lost)
+		}
+	}()
 	err = fn(work)
-	close(stop)
-	wg.Wait()
-
-	lost := context.Cause(work)
-	if !errors.Is(lost, ErrNotHeld) {
-		lost = nil
-	}
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), min(cfg.ttl, releaseTimeout))
-	rerr := lock.Release(rctx)
-	rcancel()
-	switch {
-	case lost != nil:
-	case errors.Is(rerr, ErrNotHeld):
-		lost = rerr // the lease lapsed between two renewals
-	case rerr != nil && err == nil:
-		return rerr
-	}
-	if lost != nil {
-		return errors.Join(err, lost)
-	}
+	returned = true
 	return err
 }
 
