@@ -1,2 +1,37 @@
-// Package fencing is a placeholder being written.
+// Package fencing takes locks on Redis that stay safe when a lease runs out: every
+// acquisition comes with a fencing token, an integer per resource that is higher than every
+// token issued before it, so the data store can reject the writes of a holder that lost the
+// lock without knowing it.
+//
+// # Why a token
+//
+// A lease lock cannot by itself keep two processes out of the same critical section: a
+// holder can pause (a GC pause, a slow call, a network stall) past its TTL while another
+// process takes the lock, then wake and write. Checking the lease before writing does not
+// help, since the pause can fall between the check and the write. The store must check the
+// token instead: it accepts a write only with a token at least as high as the highest it has
+// seen, for example
+//
+//	UPDATE orders SET ..., fence_token = $token WHERE id = $id AND fence_token <= $token
+//
+// and a stale holder's write changes no row.
+//
+// # How
+//
+// One Lua script checks the lock, increments the resource's counter and sets the lock with
+// its TTL in a single round trip; release, extend and TTL checks compare the owner value,
+// which is random and unique per acquisition. [Locker.Do] runs a function under the lock,
+// renews the lease in the background, and cancels the function's context as soon as the lock
+// is lost. Waiting acquisitions wake when the holder releases (pub/sub), when its TTL runs
+// out, or after a back-off.
+//
+// # What is not guaranteed
+//
+// The counter lives on one Redis primary. Asynchronous replication, a restart without
+// persistence, a restore from an older snapshot or an allkeys-* eviction policy can move it
+// back and issue a token twice. Run Redis with appendonly yes and appendfsync always (or
+// accept the risk), maxmemory-policy noeviction or volatile-*, and see [WithReplicas] and
+// [WithServerTimeFloor] for failover. A Redis Ring spreads resources over independent servers
+// and cannot keep tokens increasing when shards change. Lease expiry uses the Redis server's
+// wall clock; the local validity that Do watches uses the monotonic clock.
 package fencing

@@ -60,6 +60,8 @@ func (k *Lock) Release(ctx context.Context) error {
 		err = fmt.Errorf("fencing: release %q: %w", k.resource, ErrNotHeld)
 	default:
 		k.validUntil.Store(0)
+		// Waiters of this Locker need not wait for the release message to come back.
+		k.locker.hub.wake(k.keys.channel, false)
 	}
 	k.hooks.end(ctx, k.event(OpRelease, begin, err))
 	return err

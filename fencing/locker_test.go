@@ -3,7 +3,6 @@ package fencing_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -413,26 +412,5 @@ func TestServerTimeFloor(t *testing.T) {
 	c := mustAcquire(t, l, "res")
 	if c.Token() <= b.Token() {
 		t.Fatalf("token %d after %d", c.Token(), b.Token())
-	}
-}
-
-func ExampleLocker_TryAcquire() {
-	fmt.Println("placeholder")
-	// Output: placeholder
-}
-
-func TestMaxWait(t *testing.T) {
-	r := redistest.New(t)
-	l := newLocker(t, r)
-	ctx := t.Context()
-	_ = mustAcquire(t, l, "res")
-	for _, d := range []time.Duration{0, 30 * time.Millisecond} {
-		_, err := l.Acquire(ctx, "res", fencing.WithMaxWait(d))
-		if !errors.Is(err, fencing.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("WithMaxWait(%v): got %v, want ErrNotAcquired alone", d, err)
-		}
-		if _, ok := fencing.RetryAfter(err); !ok {
-			t.Errorf("WithMaxWait(%v): no RetryAfter in %v", d, err)
-		}
 	}
 }

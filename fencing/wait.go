@@ -168,20 +168,28 @@ func (h *hub) read(msgs <-chan any, done chan<- struct{}) {
 		default:
 			continue
 		}
-		h.mu.Lock()
-		if q := h.queues[ch]; q != nil {
-			if !q.isReady {
-				q.isReady = true
-				close(q.ready)
-			}
-			if len(q.waiters) > 0 {
-				select {
-				case q.waiters[0].wake <- struct{}{}:
-				default:
-				}
-			}
+		h.wake(ch, true)
+	}
+}
+
+// wake signals the front waiter of ch's queue, if any; subscribed marks the queue's
+// subscription as confirmed.
+func (h *hub) wake(ch string, subscribed bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.queues[ch]
+	if q == nil {
+		return
+	}
+	if subscribed && !q.isReady {
+		q.isReady = true
+		close(q.ready)
+	}
+	if len(q.waiters) > 0 {
+		select {
+		case q.waiters[0].wake <- struct{}{}:
+		default:
 		}
-		h.mu.Unlock()
 	}
 }
 

@@ -1,0 +1,111 @@
+package fencing
+
+import (
+	"strings"
+	"testing"
+)
+
+// keySlot is Redis Cluster's HASH_SLOT: CRC16 (XMODEM) of the hash tag, or of the whole key
+// when it has no non-empty {…} section, modulo 16384.
+func keySlot(key string) uint16 {
+	if s := strings.IndexByte(key, '{'); s >= 0 {
+		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
+			key = key[s+1 : s+1+e]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
+}
+
+func TestKeySlotVector(t *testing.T) {
+	// The cluster specification's test vector: CRC16("123456789") = 0x31C3.
+	if got := keySlot("123456789"); got != 0x31C3%16384 {
+		t.Fatalf("got %d, want %d", got, 0x31C3%16384)
+	}
+}
+
+func TestResourceKeys(t *testing.T) {
+	cases := []struct{ name, lock, fence string }{
+		{"order-42", "fencing:{order-42}:lock", "fencing:{order-42}:fence"},
+		{"a b:c", "fencing:{a b:c}:lock", "fencing:{a b:c}:fence"},
+		{"{", "fencing:{ew}:b64:lock", "fencing:{ew}:b64:fence"},
+		{"}", "fencing:{fQ}:b64:lock", "fencing:{fQ}:b64:fence"},
+		{"a{b}c", "fencing:{YXtifWM}:b64:lock", "fencing:{YXtifWM}:b64:fence"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			k := resourceKeys(DefaultPrefix, tc.name)
+			if k.lock != tc.lock || k.fence != tc.fence {
+				t.Fatalf("got %q %q, want %q %q", k.lock, k.fence, tc.lock, tc.fence)
+			}
+		})
+	}
+}
+
+func checkKeys(t *testing.T, prefix, name string) keys {
+	k := resourceKeys(prefix, name)
+	for _, key := range []string{k.lock, k.fence, k.channel} {
+		if !strings.HasPrefix(key, prefix) {
+			t.Fatalf("%q: key %q lacks the prefix", name, key)
+		}
+	}
+	if s := keySlot(k.lock); keySlot(k.fence) != s || keySlot(k.channel) != s {
+		t.Fatalf("%q: keys in slots %d, %d, %d: a script would fail with CROSSSLOT", name, s, keySlot(k.fence), keySlot(k.channel))
+	}
+	if !strings.ContainsAny(name, "{}") && k.lock != prefix+"{"+name+"}:lock" {
+		t.Fatalf("%q: plain name not used as it is: %q", name, k.lock)
+	}
+	return k
+}
+
+// FuzzResourceKeys checks the key layout for any pair of names: every key carries the
+// prefix, a name's keys share one cluster slot, and distinct names never share a key.
+func FuzzResourceKeys(f *testing.F) {
+	for _, s := range []string{"order-42", "", "{", "}", "{}", "a}b", "{x}", "a{b}c", "x:fence", "\n", "\xff\x00", "ew", "ew}:b64", "fQ"} {
+		f.Add(s, "other")
+		f.Add(s, "{"+s+"}")
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		if validResource(a) != nil || validResource(b) != nil {
+			return
+		}
+		ka, kb := checkKeys(t, DefaultPrefix, a), checkKeys(t, DefaultPrefix, b)
+		if a == b {
+			return
+		}
+		for _, x := range []string{ka.lock, ka.fence, ka.channel} {
+			for _, y := range []string{kb.lock, kb.fence, kb.channel} {
+				if x == y {
+					t.Fatalf("names %q and %q share the key %q", a, b, x)
+				}
+			}
+		}
+	})
+}
+
+// FuzzParseAcquire feeds arbitrary replies to the reply parser: it must never panic, and
+// it accepts only positive tokens.
+func FuzzParseAcquire(f *testing.F) {
+	f.Add(int64(1), "42", int64(30000))
+	f.Add(int64(0), "", int64(5))
+	f.Add(int64(1), "-3", int64(0))
+	f.Add(int64(1), "9223372036854775808", int64(0))
+	f.Fuzz(func(t *testing.T, flag int64, token string, pttl int64) {
+		ok, tok, _, err := parseAcquire([]any{flag, token, pttl})
+		if ok && (err != nil || tok <= 0) {
+			t.Fatalf("accepted token %d (%v) from %q", tok, err, token)
+		}
+		_, _, _, _ = parseAcquire([]any{flag})
+		_, _, _, _ = parseAcquire(token)
+	})
+}
