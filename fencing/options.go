@@ -33,16 +33,16 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 // config is a Locker's settings; one call may use a modified copy.
 type config struct {
-	ttl        time.Duration
-	prefix     string
-	retryMin   time.Duration
-	retryMax   time.Duration
-	replicas   int
-	replicaTO  time.Duration
-	timeFloor  bool
-	maxWait    time.Duration // < 0: wait until the context ends
-	hooks      hookList
-	err        error // the first invalid option, returned by every call
+	ttl       time.Duration
+	prefix    string
+	retryMin  time.Duration
+	retryMax  time.Duration
+	replicas  int
+	replicaTO time.Duration
+	timeFloor bool
+	maxWait   time.Duration // < 0: wait until the context ends
+	hooks     hookList
+	err       error // the first invalid option, returned by every call
 }
 
 func defaultConfig() config {
