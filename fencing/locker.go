@@ -149,14 +149,14 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 	sent := time.Now()
 	res, err := l.runAcquire(ctx, cfg, k, owner, ms, floor)
 	if err != nil {
-		if ctx.Err() != nil {
-			// The script may have run before the context ended: free what we may hold.
+		// Unless Redis answered with an error (the script failed), it may have run and
+		// left us holding the lock: free it rather than strand it until its TTL.
+		var reply redis.Error
+		if !errors.As(err, &reply) || errors.Is(err, ErrNotReplicated) {
 			l.releaseOwner(ctx, k, owner)
-			return nil, 0, errors.Join(ErrNotAcquired, ctx.Err())
 		}
-		if errors.Is(err, ErrNotReplicated) {
-			l.releaseOwner(ctx, k, owner)
-			return nil, 0, fmt.Errorf("fencing: acquire %q: %w", resource, err)
+		if ctx.Err() != nil {
+			return nil, 0, errors.Join(ErrNotAcquired, ctx.Err())
 		}
 		return nil, 0, fmt.Errorf("fencing: acquire %q: %w", resource, err)
 	}
@@ -240,10 +240,10 @@ func (l *Locker) runAcquire(ctx context.Context, cfg *config, k keys, owner stri
 	return nil, errors.New("NOSCRIPT after EVAL") // not reached: EVAL never answers NOSCRIPT
 }
 
-// releaseOwner deletes the lock if owner holds it, with a fresh context: the caller's may
-// be done. Errors are ignored; the lease runs out by itself if this fails.
+// releaseOwner deletes the lock if owner holds it, with a fresh, short context: the
+// caller's may be done. Errors are ignored; the lease runs out by itself if this fails.
 func (l *Locker) releaseOwner(ctx context.Context, k keys, owner string) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	_ = releaseScript.Run(rctx, l.client, []string{k.lock}, owner+":", l.hub.channelFor(k)).Err()
 }

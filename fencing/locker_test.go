@@ -414,3 +414,40 @@ func TestServerTimeFloor(t *testing.T) {
 		t.Fatalf("token %d after %d", c.Token(), b.Token())
 	}
 }
+
+// cancelAfterHook cancels a context right after the acquire script has run on the server,
+// so the acquisition races with the cancellation.
+type cancelAfterHook struct{ cancel context.CancelFunc }
+
+func (h cancelAfterHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h cancelAfterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h cancelAfterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if name := cmd.Name(); err == nil && (name == "evalsha" || name == "eval") && len(cmd.Args()) > 2 && cmd.Args()[2] == 2 {
+			h.cancel() // a script with two keys: the acquire script
+		}
+		return err
+	}
+}
+
+func TestAcquireRacingCancellationReleases(t *testing.T) {
+	r := redistest.New(t)
+	c := r.NewClient(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	c.AddHook(cancelAfterHook{cancel})
+	l := fencing.New(c, fencing.WithPrefix(r.Prefix))
+	defer l.Close()
+	_, err := l.Acquire(ctx, "res")
+	if !errors.Is(err, fencing.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want ErrNotAcquired and context.Canceled", err)
+	}
+	if n := r.Client.Exists(context.Background(), r.Prefix+"{res}:lock").Val(); n != 0 {
+		t.Fatal("the lock taken as the context ended was leaked")
+	}
+	if v := r.Client.Get(context.Background(), r.Prefix+"{res}:fence").Val(); v != "1" {
+		t.Fatalf("fence: got %q, want 1: the script did run", v)
+	}
+}

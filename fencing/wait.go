@@ -26,6 +26,7 @@ type hub struct {
 
 	closed atomic.Bool
 	done   chan struct{} // closed by close
+	nq     atomic.Int32  // len(queues), read without the lock on the uncontended path
 
 	subMu      sync.Mutex // orders SUBSCRIBE and UNSUBSCRIBE commands
 	mu         sync.Mutex // guards the fields below
@@ -62,6 +63,9 @@ func (h *hub) isClosed() bool { return h.closed.Load() }
 
 // queued reports whether this Locker already has waiters for the channel.
 func (h *hub) queued(ch string) bool {
+	if h.nq.Load() == 0 {
+		return false
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.queues[ch] != nil
@@ -80,6 +84,7 @@ func (h *hub) join(ctx context.Context, ch string) (*queue, *waiter, error) {
 	if created {
 		q = &queue{ready: make(chan struct{})}
 		h.queues[ch] = q
+		h.nq.Add(1)
 	}
 	q.waiters = append(q.waiters, w)
 	if len(q.waiters) == 1 {
@@ -103,6 +108,7 @@ func (h *hub) leave(ch string, q *queue, w *waiter) {
 	empty := len(q.waiters) == 0
 	if empty && h.queues[ch] == q {
 		delete(h.queues, ch)
+		h.nq.Add(-1)
 	}
 	h.mu.Unlock()
 	if empty && h.enabled {
@@ -175,6 +181,9 @@ func (h *hub) read(msgs <-chan any, done chan<- struct{}) {
 // wake signals the front waiter of ch's queue, if any; subscribed marks the queue's
 // subscription as confirmed.
 func (h *hub) wake(ch string, subscribed bool) {
+	if h.nq.Load() == 0 {
+		return
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	q := h.queues[ch]
