@@ -1,0 +1,26 @@
+// Package redisproc starts and controls real redis-server processes for fault-injection
+// tests: crash and restart, persistence, process pauses, replication and promotion, and a
+// small Redis Cluster.
+//
+// Every server listens on a free loopback port, keeps all its files (log, RDB, AOF,
+// nodes.conf) in a directory from t.TempDir, runs in a process group of its own, and is
+// killed by its process id when the test that started it ends. Nothing is written to the
+// working directory, and the shared Redis on 127.0.0.1:6379 is never used.
+//
+// Defaults: --bind 127.0.0.1, --save "" (no RDB snapshots), --appendonly no,
+// --enable-debug-command local, --repl-diskless-sync-delay 0 (replicas sync at once
+// instead of after 5 s), --daemonize no, and --logfile redis.log inside the directory.
+// Extra arguments given with Args come after the defaults, so they override them.
+//
+// Failures are reported with t.Fatalf on the testing.TB given to Start or StartCluster,
+// including the tail of the server's log, so the methods that wait (Start, Restart, Stop,
+// ReplicaOf, Promote, WaitSynced, StartCluster, WaitOK) must be called from the goroutine
+// running that test. Kill, Pause and Resume report failures with t.Errorf and may be
+// called from any goroutine. A Server may be used from several goroutines, but
+// lifecycle changes of one server (Kill, Stop, Restart, ReplicaOf, Promote) must not
+// overlap.
+//
+// Every wait is bounded (10 s by default, see Timeout); no wait relies on a fixed sleep.
+// Tests that use the package skip, through Require, when redis-server is not on PATH.
+// The package needs a Unix system; process pauses are confirmed through /proc on Linux.
+package redisproc

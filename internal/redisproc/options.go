@@ -1,0 +1,64 @@
+package redisproc
+
+import "time"
+
+// defaultTimeout bounds every wait unless Timeout says otherwise.
+const defaultTimeout = 10 * time.Second
+
+// Option configures a server started by Start or StartCluster.
+type Option func(*config)
+
+type config struct {
+	args      []string
+	env       []string
+	replicaOf *Server
+	cluster   bool
+	timeout   time.Duration
+}
+
+func newConfig(opts []Option) config {
+	cfg := config{timeout: defaultTimeout}
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	return cfg
+}
+
+// Args appends configuration arguments to the redis-server command line, after the
+// defaults, so that they override them: Args("--appendonly", "yes", "--appendfsync", "always").
+// Restart reuses them. By default no extra arguments are given.
+func Args(args ...string) Option {
+	return func(c *config) { c.args = append(c.args, args...) }
+}
+
+// Env adds environment variables, each "KEY=value", to the ones the server inherits from
+// the test process; for example LD_PRELOAD and FAKETIME to run it under libfaketime.
+// By default the server inherits the test's environment unchanged.
+func Env(kv ...string) Option {
+	return func(c *config) { c.env = append(c.env, kv...) }
+}
+
+// ReplicaOf starts the server as a replica of primary (--replicaof), and makes Start wait
+// until the replica is linked and has caught up with the primary. By default a server is
+// a primary. It cannot be combined with ClusterMode.
+func ReplicaOf(primary *Server) Option {
+	return func(c *config) { c.replicaOf = primary }
+}
+
+// ClusterMode starts the server as an empty Redis Cluster node: --cluster-enabled yes,
+// --cluster-config-file nodes.conf in the server's directory, --cluster-node-timeout 2000
+// and a free --cluster-port for the cluster bus. The node owns no slots and knows no
+// other node; StartCluster does that. By default cluster mode is off.
+func ClusterMode() Option {
+	return func(c *config) { c.cluster = true }
+}
+
+// Timeout bounds each wait: for PING after a start, for a replica to sync, for a process
+// to stop, and for a cluster to become healthy. The default is 10 s; values <= 0 keep it.
+func Timeout(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.timeout = d
+		}
+	}
+}
