@@ -82,62 +82,72 @@ func runParallel(b *testing.B, g int, op func(ctx context.Context, id string) er
 //	FENCING_REDIS_ADDR=127.0.0.1:6379 go test -run '^$' -bench Contention -benchtime 3000x ./fencing/
 func BenchmarkContention(b *testing.B) {
 	const hold = time.Millisecond
-	for _, c := range []struct{ workers, resources int }{{8, 1}, {10, 100}} {
-		for _, mode := range []string{"wake", "poll5ms"} {
-			b.Run(fmt.Sprintf("%s/workers=%d/resources=%d", mode, c.workers, c.resources), func(b *testing.B) {
-				r := redistest.New(b)
-				l := fencing.New(r.Client, fencing.WithPrefix(r.Prefix))
-				defer l.Close()
-				acquire := func(ctx context.Context, res string) (*fencing.Lock, error) {
-					if mode == "wake" {
-						return l.Acquire(ctx, res)
+	cases := []struct {
+		mode                        string
+		workers, resources, lockers int
+	}{
+		{"wake", 8, 1, 1}, {"poll5ms", 8, 1, 1},
+		{"wake", 8, 1, 8}, // one Locker per worker, as if each were a process of its own
+		{"wake", 10, 100, 1}, {"poll5ms", 10, 100, 1},
+	}
+	for _, c := range cases {
+		mode := c.mode
+		b.Run(fmt.Sprintf("%s/workers=%d/resources=%d/lockers=%d", mode, c.workers, c.resources, c.lockers), func(b *testing.B) {
+			r := redistest.New(b)
+			lockers := make([]*fencing.Locker, c.lockers)
+			for i := range lockers {
+				lockers[i] = fencing.New(r.NewClient(b), fencing.WithPrefix(r.Prefix))
+				defer lockers[i].Close()
+			}
+			acquire := func(ctx context.Context, l *fencing.Locker, res string) (*fencing.Lock, error) {
+				if mode == "wake" {
+					return l.Acquire(ctx, res)
+				}
+				for {
+					lock, err := l.TryAcquire(ctx, res)
+					if err == nil || ctx.Err() != nil {
+						return lock, err
 					}
-					for {
-						lock, err := l.TryAcquire(ctx, res)
-						if err == nil || ctx.Err() != nil {
-							return lock, err
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+			var done atomic.Int64
+			waits := make([][]time.Duration, c.workers)
+			var wg sync.WaitGroup
+			begin := time.Now()
+			for w := range c.workers {
+				wg.Go(func() {
+					ctx := context.Background()
+					for done.Add(1) <= int64(b.N) {
+						res := "r" + strconv.Itoa(rand.IntN(c.resources))
+						t0 := time.Now()
+						lock, err := acquire(ctx, lockers[w%len(lockers)], res)
+						if err != nil {
+							b.Error(err)
+							return
 						}
-						time.Sleep(5 * time.Millisecond)
+						waits[w] = append(waits[w], time.Since(t0))
+						holdFor(hold)
+						if err := lock.Release(ctx); err != nil {
+							b.Error(err)
+							return
+						}
 					}
-				}
-				var done atomic.Int64
-				waits := make([][]time.Duration, c.workers)
-				var wg sync.WaitGroup
-				begin := time.Now()
-				for w := range c.workers {
-					wg.Go(func() {
-						ctx := context.Background()
-						for done.Add(1) <= int64(b.N) {
-							res := "r" + strconv.Itoa(rand.IntN(c.resources))
-							t0 := time.Now()
-							lock, err := acquire(ctx, res)
-							if err != nil {
-								b.Error(err)
-								return
-							}
-							waits[w] = append(waits[w], time.Since(t0))
-							holdFor(hold)
-							if err := lock.Release(ctx); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					})
-				}
-				wg.Wait()
-				elapsed := time.Since(begin)
-				all := slices.Concat(waits...)
-				slices.Sort(all)
-				if len(all) == 0 {
-					return
-				}
-				ideal := float64(min(c.workers, c.resources)) / hold.Seconds()
-				b.ReportMetric(float64(len(all))/elapsed.Seconds()/ideal, "of-ideal")
-				b.ReportMetric(ms(all[len(all)/2]), "p50-wait-ms")
-				b.ReportMetric(ms(all[len(all)*99/100]), "p99-wait-ms")
-				b.ReportMetric(ms(all[len(all)-1]), "max-wait-ms")
-			})
-		}
+				})
+			}
+			wg.Wait()
+			elapsed := time.Since(begin)
+			all := slices.Concat(waits...)
+			slices.Sort(all)
+			if len(all) == 0 {
+				return
+			}
+			ideal := float64(min(c.workers, c.resources)) / hold.Seconds()
+			b.ReportMetric(float64(len(all))/elapsed.Seconds()/ideal, "of-ideal")
+			b.ReportMetric(ms(all[len(all)/2]), "p50-wait-ms")
+			b.ReportMetric(ms(all[len(all)*99/100]), "p99-wait-ms")
+			b.ReportMetric(ms(all[len(all)-1]), "max-wait-ms")
+		})
 	}
 }
 

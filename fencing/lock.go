@@ -61,7 +61,7 @@ func (k *Lock) Release(ctx context.Context) error {
 	default:
 		k.validUntil.Store(0)
 		// Waiters of this Locker need not wait for the release message to come back.
-		k.locker.hub.wake(k.keys.channel, false)
+		k.locker.hub.released(k.keys.channel, int(n-1), time.Since(begin))
 	}
 	k.hooks.end(ctx, k.event(OpRelease, begin, err))
 	return err

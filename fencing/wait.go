@@ -27,12 +27,14 @@ type hub struct {
 	closed atomic.Bool
 	done   chan struct{} // closed by close
 	nq     atomic.Int32  // len(queues), read without the lock on the uncontended path
+	nc     atomic.Int32  // len(courtesy), likewise
 
 	subMu      sync.Mutex // orders SUBSCRIBE and UNSUBSCRIBE commands
 	mu         sync.Mutex // guards the fields below
 	ps         *redis.PubSub
 	readerDone chan struct{}
 	queues     map[string]*queue // by release channel
+	courtesy   map[string]time.Time
 }
 
 // queue holds the waiters of one resource in arrival order.
@@ -48,7 +50,10 @@ type waiter struct {
 }
 
 func newHub(client redis.UniversalClient, enabled bool) *hub {
-	return &hub{client: client, enabled: enabled, done: make(chan struct{}), queues: make(map[string]*queue)}
+	return &hub{
+		client: client, enabled: enabled, done: make(chan struct{}),
+		queues: make(map[string]*queue), courtesy: make(map[string]time.Time),
+	}
 }
 
 // channelFor returns the channel a release publishes on, or "" when nobody can subscribe.
@@ -61,14 +66,59 @@ func (h *hub) channelFor(k keys) string {
 
 func (h *hub) isClosed() bool { return h.closed.Load() }
 
-// queued reports whether this Locker already has waiters for the channel.
-func (h *hub) queued(ch string) bool {
-	if h.nq.Load() == 0 {
-		return false
+// maxCourtesy caps how long a Locker stands back after releasing to other processes' waiters.
+const maxCourtesy = 20 * time.Millisecond
+
+// released records a release by this Locker: it wakes the front local waiter, and when the
+// release message reached subscribers of other Lockers (processes) it lets them go first.
+// Without that, the releasing process, whose next attempt needs no message hop, would win
+// the lock again and again while remote waiters starve. For twice the release's round trip,
+// this Locker's next Acquire of the resource queues instead of trying at once.
+func (h *hub) released(ch string, listeners int, rtt time.Duration) {
+	h.wake(ch, false)
+	if listeners <= 0 {
+		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.queues[ch] != nil
+	if h.queues[ch] != nil {
+		listeners-- // our own subscription
+	}
+	if listeners <= 0 {
+		return
+	}
+	now := time.Now()
+	if len(h.courtesy) > 1024 {
+		for c, until := range h.courtesy {
+			if now.After(until) {
+				delete(h.courtesy, c)
+			}
+		}
+	}
+	h.courtesy[ch] = now.Add(min(2*rtt, maxCourtesy))
+	h.nc.Store(int32(len(h.courtesy)))
+}
+
+// queued reports whether this Locker's next Acquire of the channel's resource should queue
+// rather than try at once: it has waiters for it, or it just handed it to another process.
+// It returns how long to stand back in the second case.
+func (h *hub) queued(ch string) (bool, time.Duration) {
+	if h.nq.Load() == 0 && h.nc.Load() == 0 {
+		return false, 0
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.queues[ch] != nil {
+		return true, 0
+	}
+	if until, ok := h.courtesy[ch]; ok {
+		delete(h.courtesy, ch)
+		h.nc.Store(int32(len(h.courtesy)))
+		if d := time.Until(until); d > 0 {
+			return true, d
+		}
+	}
+	return false, 0
 }
 
 // join appends a waiter to the channel's queue, subscribing when the queue is new.
@@ -234,7 +284,8 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 	}
 	// The uncontended path: one script, no subscription. Skipped when this Locker already
 	// has waiters for the resource, so a newcomer queues behind them.
-	if cfg.maxWait == 0 || !l.hub.queued(k.channel) {
+	queue, standBack := l.hub.queued(k.channel)
+	if cfg.maxWait == 0 || !queue {
 		attempts++
 		lock, busy, err := l.attempt(parent, cfg, resource, k)
 		if err != nil || lock != nil {
@@ -274,6 +325,16 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 		t := time.NewTimer(cfg.retryMin)
 		select {
 		case <-q.ready:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-l.hub.done:
+		}
+		t.Stop()
+	}
+	if standBack > 0 {
+		t := time.NewTimer(standBack)
+		select {
+		case <-w.wake:
 		case <-t.C:
 		case <-ctx.Done():
 		case <-l.hub.done:
