@@ -1,0 +1,43 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrStaleToken reports that a write carried a fencing token below the resource's
+	// high-water mark, so a newer holder has already written and the write was refused.
+	// Every check in this package returns an error matching it with [errors.Is]; the
+	// error is a [*StaleTokenError] when the caller wants the tokens.
+	ErrStaleToken = errors.New("store: stale fencing token")
+
+	// ErrNotFound reports that the record to read or update does not exist. A
+	// conditional SQL update that matched no row because the row is missing returns
+	// it instead of [ErrStaleToken].
+	ErrNotFound = errors.New("store: record not found")
+)
+
+// StaleTokenError is the error a check returns when it refuses a stale token. It
+// matches [ErrStaleToken] with [errors.Is]; use [errors.As] to read the tokens.
+type StaleTokenError struct {
+	// Resource names what was guarded: the Memory resource, the Redis key, or
+	// "table/id" for SQL.
+	Resource string
+	// Token is the token that was refused.
+	Token int64
+	// Mark is the high-water mark seen when the token was refused; it is always
+	// greater than Token. A newer writer may have raised it since.
+	Mark int64
+}
+
+// Error returns a message such as
+// `store: stale fencing token 5 for "order:7" (high-water mark 9)`.
+func (e *StaleTokenError) Error() string {
+	return fmt.Sprintf("%v %d for %q (high-water mark %d)", ErrStaleToken, e.Token, e.Resource, e.Mark)
+}
+
+// Is reports whether target is [ErrStaleToken].
+func (e *StaleTokenError) Is(target error) bool {
+	return target == ErrStaleToken
+}
