@@ -240,11 +240,11 @@ func replyText(err error) string {
 	return s
 }
 
-// parseInfo parses INFO output: "key:value" lines; "#" lines and lines without ':' are
-// skipped. Keys are lower-cased; values keep their case, without surrounding white space.
+// parseInfo parses INFO output: "key:value" lines, ended by CR, LF or both; "#" lines and
+// lines without ':' are skipped. Keys are lower-cased; values keep their case, without surrounding white space.
 func parseInfo(text string) map[string]string {
 	fields := make(map[string]string)
-	for line := range strings.Lines(text) {
+	for _, line := range strings.FieldsFunc(text, func(r rune) bool { return r == '\r' || r == '\n' }) {
 		line = strings.TrimSpace(line)
 		if line == "" || line[0] == '#' {
 			continue

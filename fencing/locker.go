@@ -177,13 +177,15 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 		acquired: sent,
 	}
 	lock.setValidUntil(sent, time.Duration(ms)*time.Millisecond)
-	if err := ctx.Err(); err != nil || !lock.valid() {
-		// The context ended, or the reply came back after the lease could have run out.
+	if err := ctx.Err(); err != nil {
 		l.releaseOwner(ctx, k, owner)
-		if err == nil {
-			err = errors.New("lease ran out before the reply arrived")
-		}
 		return nil, 0, errors.Join(ErrNotAcquired, err)
+	}
+	if !lock.valid() {
+		// The reply came back after the lease could have run out: the lock may already
+		// belong to someone else. Count it as busy; Acquire tries again.
+		l.releaseOwner(ctx, k, owner)
+		return nil, 0, nil
 	}
 	return lock, 0, nil
 }

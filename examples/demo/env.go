@@ -1,0 +1,342 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/hibiken/asynq"
+	"github.com/labstack/echo/v4"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/asynqfence"
+	"github.com/fencekit/fencekit/fencing"
+	fencemw "github.com/fencekit/fencekit/middleware"
+	"github.com/fencekit/fencekit/store"
+)
+
+// pauseTTL is the lease of the holders that pause; they stay paused for twice as long.
+const pauseTTL = 250 * time.Millisecond
+
+// waitLimit bounds every wait in the demo.
+const waitLimit = 2 * time.Minute
+
+// env is the Redis the demo runs on.
+type env struct {
+	where  string
+	mini   *miniredis.Miniredis
+	opt    *redis.Options
+	rdb    *redis.Client
+	prefix string
+}
+
+func newEnv(cfg config) (*env, error) {
+	e := &env{prefix: fmt.Sprintf("fencekit-demo:%d:", os.Getpid())}
+	if cfg.redisAddr == "" {
+		m, err := miniredis.Run()
+		if err != nil {
+			return nil, err
+		}
+		e.mini, e.where = m, "embedded miniredis"
+		e.opt = &redis.Options{Addr: m.Addr()}
+	} else {
+		e.where = cfg.redisAddr
+		e.opt = &redis.Options{Addr: cfg.redisAddr}
+	}
+	e.rdb = redis.NewClient(e.opt)
+	if err := e.rdb.Ping(context.Background()).Err(); err != nil {
+		e.close()
+		return nil, fmt.Errorf("redis at %s: %w", e.where, err)
+	}
+	return e, nil
+}
+
+func (e *env) close() {
+	if e.mini == nil {
+		// On a shared Redis, remove the demo's keys: its fence counters and its queues.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		iter := e.rdb.Scan(ctx, 0, e.prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			e.rdb.Del(ctx, iter.Val())
+		}
+		insp := asynq.NewInspectorFromRedisClient(e.rdb)
+		for _, run := range []string{"with-checks", "without-checks"} {
+			_ = insp.DeleteQueue(e.queue(run), true)
+		}
+	}
+	_ = e.rdb.Close()
+	if e.mini != nil {
+		e.mini.Close()
+	}
+}
+
+// queue names the Asynq queue of one run.
+func (e *env) queue(run string) string { return fmt.Sprintf("fencekit-demo-%d-%s", os.Getpid(), run) }
+
+// pause stands for a holder's process being stopped for d: Redis time moves on.
+func (e *env) pause(d time.Duration) {
+	if e.mini != nil {
+		e.mini.FastForward(d) // miniredis TTLs move only when told
+		return
+	}
+	time.Sleep(d)
+}
+
+// runOnce runs the workload against l and measures what happened to the writes.
+func (e *env) runOnce(ctx context.Context, cfg config, l ledger, fenced bool, progress io.Writer) (result, error) {
+	ids := make([]string, cfg.accounts)
+	for i := range ids {
+		ids[i] = "acct-" + strconv.Itoa(i+1)
+	}
+	if err := l.reset(ctx, ids); err != nil {
+		return result{}, err
+	}
+	c := &counted{ledger: l, top: map[string]int64{}}
+	run := "with-checks"
+	if !fenced {
+		run = "without-checks"
+	}
+	locker := fencing.New(e.rdb, fencing.WithPrefix(e.prefix+run+":"))
+	defer locker.Close()
+
+	// deposit is the protected read-modify-write: it runs under the account's lock, with
+	// the lock's token in ctx.
+	deposit := func(ctx context.Context, id string) error {
+		token, ok := fencing.TokenFromContext(ctx)
+		if !ok {
+			return errors.New("deposit without a lock")
+		}
+		bal, err := c.read(ctx, id)
+		if err != nil {
+			return err
+		}
+		return c.write(ctx, id, bal+1, token)
+	}
+
+	stop := showProgress(progress, run, c, cfg)
+	begin := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	wg.Go(func() { errs <- e.httpDeposits(ctx, cfg, locker, ids, deposit) })
+	wg.Go(func() { errs <- e.jobDeposits(ctx, cfg, locker, ids, run, deposit) })
+	wg.Go(func() { errs <- e.pausedHolders(ctx, cfg, locker, ids, c, deposit) })
+	wg.Wait()
+	elapsed := time.Since(begin)
+	stop()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return result{}, err
+		}
+	}
+
+	var sum int64
+	for _, id := range ids {
+		b, err := l.read(ctx, id)
+		if err != nil {
+			return result{}, err
+		}
+		sum += b
+	}
+	return result{
+		deposits:      c.accepted,
+		staleAccepted: c.stale,
+		staleRejected: c.rejected,
+		lost:          c.accepted - sum,
+		elapsed:       elapsed,
+	}, nil
+}
+
+// httpDeposits sends cfg.requests deposits through an Echo server that locks each request's
+// account with the fencekit middleware.
+func (e *env) httpDeposits(ctx context.Context, cfg config, locker *fencing.Locker, ids []string, deposit func(context.Context, string) error) error {
+	mw, err := fencemw.Config{Locker: locker, Namespace: "account", MaxWait: waitLimit}.ToMiddleware()
+	if err != nil {
+		return err
+	}
+	srv := echo.New()
+	srv.HideBanner, srv.HidePort = true, true
+	srv.POST("/accounts/:id/deposit", func(c echo.Context) error {
+		err := deposit(c.Request().Context(), c.Param("id"))
+		switch {
+		case errors.Is(err, store.ErrStaleToken):
+			return echo.NewHTTPError(http.StatusConflict, "stale fencing token")
+		case err != nil:
+			return err
+		}
+		return c.NoContent(http.StatusNoContent)
+	}, mw)
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+
+	work := make(chan string)
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for id := range work {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/accounts/"+id+"/deposit", nil)
+				resp, err := ts.Client().Do(req)
+				if err != nil {
+					failed.Store(err)
+					continue
+				}
+				_ = resp.Body.Close()
+				if resp.StatusCode != http.StatusNoContent {
+					failed.Store(fmt.Errorf("POST /accounts/%s/deposit: %s", id, resp.Status))
+				}
+			}
+		})
+	}
+	for i := range cfg.requests {
+		work <- ids[i%len(ids)]
+	}
+	close(work)
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		return err
+	}
+	return nil
+}
+
+// jobDeposits runs cfg.jobs deposits as Asynq tasks, locked per account by asynqfence.
+func (e *env) jobDeposits(ctx context.Context, cfg config, locker *fencing.Locker, ids []string, run string, deposit func(context.Context, string) error) error {
+	queue := e.queue(run)
+	conn := asynq.RedisClientOpt{Addr: e.opt.Addr, DB: e.opt.DB}
+	var done, failed atomic.Int64
+	srv := asynq.NewServer(conn, asynq.Config{
+		Concurrency:       8,
+		Queues:            map[string]int{queue: 1},
+		TaskCheckInterval: 20 * time.Millisecond,
+		IsFailure:         asynqfence.IsFailure(nil),
+		RetryDelayFunc:    asynqfence.RetryDelay(nil),
+		Logger:            quiet{},
+		LogLevel:          asynq.FatalLevel,
+	})
+	mux := asynq.NewServeMux()
+	mux.Use(asynqfence.Middleware(locker, func(t *asynq.Task) (string, error) {
+		return "account:" + string(t.Payload()), nil
+	}, asynqfence.WithLockOptions(fencing.WithMaxWait(waitLimit))))
+	mux.HandleFunc("deposit", func(ctx context.Context, t *asynq.Task) error {
+		if err := deposit(ctx, string(t.Payload())); err != nil {
+			failed.Add(1)
+			return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
+		}
+		done.Add(1)
+		return nil
+	})
+	if err := srv.Start(mux); err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	client := asynq.NewClient(conn)
+	defer client.Close()
+	for i := range cfg.jobs {
+		if _, err := client.EnqueueContext(ctx, asynq.NewTask("deposit", []byte(ids[i%len(ids)])), asynq.Queue(queue), asynq.MaxRetry(3)); err != nil {
+			return err
+		}
+	}
+	deadline := time.Now().Add(waitLimit)
+	for done.Load()+failed.Load() < int64(cfg.jobs) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("asynq: %d of %d jobs done after %v", done.Load(), cfg.jobs, waitLimit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := failed.Load(); n > 0 {
+		return fmt.Errorf("asynq: %d jobs failed", n)
+	}
+	return nil
+}
+
+// pausedHolders plays Kleppmann's scenario cfg.pauses times per account: a holder reads the
+// balance, pauses past its lease, another writer takes the lock and deposits, and the
+// paused holder wakes up and writes the balance it computed before the pause.
+func (e *env) pausedHolders(ctx context.Context, cfg config, locker *fencing.Locker, ids []string, c *counted, deposit func(context.Context, string) error) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(ids))
+	for _, id := range ids {
+		wg.Go(func() {
+			for range cfg.pauses {
+				if err := e.onePause(ctx, locker, id, c, deposit); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func (e *env) onePause(ctx context.Context, locker *fencing.Locker, id string, c *counted, deposit func(context.Context, string) error) error {
+	resource := "account:" + id
+	lock, err := locker.Acquire(ctx, resource, fencing.WithTTL(pauseTTL))
+	if err != nil {
+		return err
+	}
+	bal, err := c.read(ctx, id)
+	if err != nil {
+		return err
+	}
+	e.pause(2 * pauseTTL) // the lease runs out while the holder is stopped
+	if err := locker.Do(ctx, resource, func(ctx context.Context) error { return deposit(ctx, id) }); err != nil {
+		return err
+	}
+	// The paused holder wakes and writes what it computed before the pause.
+	if err := c.write(ctx, id, bal+1, lock.Token()); err != nil && !errors.Is(err, store.ErrStaleToken) {
+		return err
+	}
+	if err := lock.Release(ctx); err != nil && !errors.Is(err, fencing.ErrNotHeld) {
+		return err
+	}
+	return nil
+}
+
+// showProgress keeps one line up to date with the number of writes so far.
+func showProgress(w io.Writer, run string, c *counted, cfg config) (stop func()) {
+	total := cfg.requests + cfg.jobs + 2*cfg.accounts*cfg.pauses
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	line := func() {
+		c.mu.Lock()
+		n := c.accepted + c.rejected
+		c.mu.Unlock()
+		fmt.Fprintf(w, "\r%-15s %4d/%d writes", run, n, total)
+	}
+	wg.Go(func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				line()
+				fmt.Fprintln(w)
+				return
+			case <-t.C:
+				line()
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// quiet drops Asynq's log output.
+type quiet struct{}
+
+func (quiet) Debug(...any) {}
+func (quiet) Info(...any)  {}
+func (quiet) Warn(...any)  {}
+func (quiet) Error(...any) {}
+func (quiet) Fatal(...any) {}

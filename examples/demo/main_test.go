@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"testing"
+)
+
+// TestDemo runs the demo on a small workload and checks its report's figures. It uses a
+// real Redis when FENCING_REDIS_ADDR is set and PostgreSQL when FENCING_DATABASE_URL is.
+func TestDemo(t *testing.T) {
+	cfg := config{
+		redisAddr:   os.Getenv("FENCING_REDIS_ADDR"),
+		databaseURL: os.Getenv("FENCING_DATABASE_URL"),
+		accounts:    3,
+		requests:    60,
+		jobs:        30,
+		pauses:      2,
+	}
+	var out bytes.Buffer
+	code, err := run(t.Context(), cfg, &out, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + out.String())
+	if code != 0 {
+		t.Fatalf("exit status %d, want 0", code)
+	}
+	paused := int64(cfg.accounts * cfg.pauses)
+	deposits := int64(cfg.requests+cfg.jobs) + paused // each pause includes one takeover deposit
+	want := map[string][2]int64{
+		"deposits acknowledged": {deposits, deposits + paused},
+		"stale writes accepted": {0, paused},
+		"stale writes rejected": {paused, 0},
+	}
+	for name, w := range want {
+		got := figures(t, out.String(), name)
+		if got != w {
+			t.Errorf("%s: got %v, want %v", name, got, w)
+		}
+	}
+	// Without checks, each stale write wipes out at least the takeover deposit before it.
+	if lost := figures(t, out.String(), "lost updates"); lost[0] != 0 || lost[1] < paused {
+		t.Errorf("lost updates: got %v, want 0 with checks and at least %d without", lost, paused)
+	}
+}
+
+// figures reads one row of the report: the figure with token checks and the one without.
+func figures(t *testing.T, report, name string) [2]int64 {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\s+(\d+)\s+(\d+)$`).FindStringSubmatch(report)
+	if m == nil {
+		t.Fatalf("no row %q in the report", name)
+	}
+	a, _ := strconv.ParseInt(m[1], 10, 64)
+	b, _ := strconv.ParseInt(m[2], 10, 64)
+	return [2]int64{a, b}
+}
