@@ -1,0 +1,39 @@
+package fencing
+
+import (
+	"testing"
+
+	"github.com/fencekit/fencekit/internal/redistest"
+)
+
+// TestAcquireScriptIdempotentForOwner replays the acquire script with the same owner value,
+// as go-redis does when a connection drops after the script ran: the replay must return the
+// same token, not strand the lock or issue a second token.
+func TestAcquireScriptIdempotentForOwner(t *testing.T) {
+	r := redistest.New(t)
+	k := resourceKeys(r.Prefix, "res")
+	keys := []string{k.lock, k.fence}
+	run := func(owner string) (bool, int64) {
+		t.Helper()
+		res, err := acquireScript.Run(t.Context(), r.Client, keys, owner, 30000, "0").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, token, _, err := parseAcquire(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok, token
+	}
+	ok1, t1 := run("owner-a")
+	ok2, t2 := run("owner-a") // the retry
+	if !ok1 || !ok2 || t1 != t2 {
+		t.Fatalf("got (%v, %d) then (%v, %d), want the same token twice", ok1, t1, ok2, t2)
+	}
+	if ok, _ := run("owner-b"); ok {
+		t.Fatal("another owner got the lock")
+	}
+	if v := r.Client.Get(t.Context(), k.fence).Val(); v != "1" {
+		t.Fatalf("fence: got %s, want 1 (one token issued)", v)
+	}
+}
