@@ -47,6 +47,9 @@ type queue struct {
 type waiter struct {
 	turn chan struct{} // closed when the waiter reaches the front
 	wake chan struct{} // a release message arrived (capacity 1)
+	// taken is set before turn closes when the waiter ahead left with the lock: the
+	// resource is held, so the new front waiter waits for a wake-up before trying.
+	taken bool
 }
 
 func newHub(client redis.UniversalClient, enabled bool) *hub {
@@ -148,11 +151,12 @@ func (h *hub) join(ctx context.Context, ch string) (*queue, *waiter, error) {
 }
 
 // leave removes a waiter; the next one in line gets its turn. The last one out unsubscribes.
-func (h *hub) leave(ch string, q *queue, w *waiter) {
+func (h *hub) leave(ch string, q *queue, w *waiter, acquired bool) {
 	h.mu.Lock()
 	i := slices.Index(q.waiters, w)
 	q.waiters = slices.Delete(q.waiters, i, i+1)
 	if i == 0 && len(q.waiters) > 0 {
+		q.waiters[0].taken = acquired
 		close(q.waiters[0].turn)
 	}
 	empty := len(q.waiters) == 0
@@ -287,19 +291,20 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 	queue, standBack := l.hub.queued(k.channel)
 	if cfg.maxWait == 0 || !queue {
 		attempts++
-		lock, busy, err := l.attempt(parent, cfg, resource, k)
+		lock, holderTTL, err := l.attempt(parent, cfg, resource, k)
 		if err != nil || lock != nil {
 			return lock, attempts, err
 		}
 		if cfg.maxWait == 0 {
-			return nil, attempts, &busyError{resource: resource, retryAfter: busy}
+			return nil, attempts, &busyError{resource: resource, retryAfter: holderTTL}
 		}
 	}
 	q, w, err := l.hub.join(ctx, k.channel)
 	if err != nil {
 		return nil, attempts, err
 	}
-	defer l.hub.leave(k.channel, q, w)
+	var lock *Lock
+	defer func() { l.hub.leave(k.channel, q, w, lock != nil) }()
 
 	var busy time.Duration
 	ended := func() error {
@@ -342,16 +347,22 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 		t.Stop()
 	}
 	backoff := cfg.retryMin
+	// A waiter that took over from one that left with the lock waits for a wake-up first.
+	try := !w.taken
 	for {
 		if ctx.Err() != nil || l.hub.isClosed() {
 			return nil, attempts, ended()
 		}
-		attempts++
-		lock, holderTTL, err := l.attempt(parent, cfg, resource, k)
-		if err != nil || lock != nil {
-			return lock, attempts, err
+		if try {
+			attempts++
+			var holderTTL time.Duration
+			lock, holderTTL, err = l.attempt(parent, cfg, resource, k)
+			if err != nil || lock != nil {
+				return lock, attempts, err
+			}
+			busy = holderTTL
 		}
-		busy = holderTTL
+		try = true
 		d := jitter(backoff)
 		if busy > 0 && busy < d {
 			d = busy + time.Millisecond // Redis expires keys at millisecond precision
