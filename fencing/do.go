@@ -57,6 +57,7 @@ func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Co
 		case lost != nil:
 		case errors.Is(rerr, ErrNotHeld):
 			lost = rerr // the lease lapsed between two renewals
+			cfg.hooks.lost(work, Event{Op: OpRelease, Resource: lock.resource, Token: lock.token, Outcome: OutcomeNotHeld, Err: rerr, Held: time.Since(lock.acquired)})
 		case rerr != nil && err == nil:
 			err = rerr
 		}

@@ -1,0 +1,166 @@
+package tracing
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fencekit/fencekit/fencing"
+)
+
+// Hooks returns hooks that record a span and metrics for every operation of the Locker they
+// are given to, with [fencing.WithHooks]:
+//
+//	locker := fencing.New(rdb, fencing.WithHooks(tracing.Hooks(
+//		tracing.WithTracerProvider(tp), tracing.WithMeterProvider(mp))))
+//
+// Providers not given are the global ones, resolved when Hooks is called; the global
+// providers forward to those installed later with otel.SetTracerProvider and
+// otel.SetMeterProvider, so Hooks may run before the SDK is set up. Instrument-creation
+// errors go to [otel.Handle]. The hooks are safe for concurrent use; create them once per
+// Locker, or once for several.
+func Hooks(opts ...Option) fencing.Hooks {
+	var c config
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
+	}
+	if c.tp == nil {
+		c.tp = otel.GetTracerProvider()
+	}
+	if c.mp == nil {
+		c.mp = otel.GetMeterProvider()
+	}
+	r := &recorder{
+		tracer: c.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version)),
+		mode:   c.mode,
+		inst:   newInstruments(c.mp),
+	}
+	return fencing.Hooks{Start: r.start, End: r.end, Lost: r.lost}
+}
+
+// recorder turns hook calls into spans and measurements. It is immutable once built.
+type recorder struct {
+	tracer trace.Tracer
+	mode   ResourceMode
+	inst   *instruments
+}
+
+// spanKey is the context key under which a recorder keeps the span its start began, so that
+// its end finds that span even when other hooks have started spans after it.
+type spanKey struct{ r *recorder }
+
+// spanNames maps operations to span names; an acquire and a try-acquire share one.
+var spanNames = [...]string{
+	fencing.OpAcquire:    "fencing.acquire",
+	fencing.OpTryAcquire: "fencing.acquire",
+	fencing.OpRelease:    "fencing.release",
+	fencing.OpExtend:     "fencing.extend",
+	fencing.OpRenew:      "fencing.renew",
+}
+
+// startOptions holds each known operation's span start options, built once.
+var startOptions = func() [len(spanNames)][]trace.SpanStartOption {
+	var opts [len(spanNames)][]trace.SpanStartOption
+	for op := range opts {
+		opts[op] = spanStart(fencing.Op(op))
+	}
+	return opts
+}()
+
+func spanStart(op fencing.Op) []trace.SpanStartOption {
+	return []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(keyOperation.String(op.String())),
+	}
+}
+
+func (r *recorder) start(ctx context.Context, op fencing.Op, resource string) context.Context {
+	var name string
+	var opts []trace.SpanStartOption
+	if int(op) < len(spanNames) && spanNames[op] != "" {
+		name, opts = spanNames[op], startOptions[op]
+	} else { // an operation newer than this package
+		name, opts = "fencing."+op.String(), spanStart(op)
+	}
+	ctx, span := r.tracer.Start(ctx, name, opts...)
+	if span.IsRecording() {
+		if kv, ok := resourceID(r.mode, resource); ok {
+			span.SetAttributes(kv)
+		}
+	}
+	if op == fencing.OpAcquire {
+		r.inst.waiters.Add(ctx, 1)
+	}
+	return context.WithValue(ctx, spanKey{r}, span)
+}
+
+func (r *recorder) end(ctx context.Context, e fencing.Event) {
+	span, ok := ctx.Value(spanKey{r}).(trace.Span)
+	if !ok {
+		return // not a context our start returned
+	}
+	acquisition := e.Op == fencing.OpAcquire || e.Op == fencing.OpTryAcquire
+	switch {
+	case acquisition:
+		if e.Op == fencing.OpAcquire {
+			r.inst.waiters.Add(ctx, -1)
+		}
+		r.inst.acquisition(ctx, e)
+	case e.Op == fencing.OpRelease && e.Outcome == fencing.OutcomeOK:
+		// A release that finds the lock gone does not know how long it was held.
+		r.inst.hold(ctx, e.Held, false)
+	}
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
+	attrs := make([]attribute.KeyValue, 0, 5)
+	attrs = append(attrs, keyOutcome.String(string(e.Outcome)))
+	if e.Token > 0 {
+		attrs = append(attrs, keyToken.Int64(e.Token))
+	}
+	if acquisition {
+		attrs = append(attrs, keyAttempts.Int(e.Attempts), keyWait.Float64(e.Elapsed.Seconds()))
+	}
+	if e.Op == fencing.OpRelease && e.Held > 0 {
+		attrs = append(attrs, keyHold.Float64(e.Held.Seconds()))
+	}
+	if failed(e) {
+		attrs = append(attrs, keyErrorType.String(errorType(e.Err)))
+		span.SetStatus(codes.Error, description(r.mode, e.Resource, e.Err))
+	}
+	span.SetAttributes(attrs...)
+	span.End()
+}
+
+// failed reports whether e is an error for the span status: a busy resource is not.
+func failed(e fencing.Event) bool {
+	if e.Err == nil {
+		return false
+	}
+	switch e.Outcome {
+	case fencing.OutcomeError, fencing.OutcomeCancelled, fencing.OutcomeNotHeld:
+		return true
+	}
+	return false
+}
+
+// lost marks the span of the work that Do is about to cancel, and counts the loss.
+func (r *recorder) lost(ctx context.Context, e fencing.Event) {
+	r.inst.lost.Add(ctx, 1)
+	r.inst.hold(ctx, e.Held, true)
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	attrs := []attribute.KeyValue{keyLost.Bool(true), keyToken.Int64(e.Token)}
+	if kv, ok := resourceID(r.mode, e.Resource); ok {
+		attrs = append(attrs, kv)
+	}
+	span.SetAttributes(attrs...)
+}

@@ -1,0 +1,8 @@
+package tracing
+
+// ScopeName is the instrumentation scope of the spans and metrics this package records: its
+// import path.
+const ScopeName = "github.com/fencekit/fencekit/tracing"
+
+// Version is the instrumentation version recorded with ScopeName.
+const Version = "0.1.0"
