@@ -1,0 +1,94 @@
+// Package asynqfence runs Asynq task handlers under a fenced lock: one task per resource at a
+// time across every worker, with the lock's fencing token in the handler's context.
+//
+// Wrap one handler with [Wrap], or every handler of an [asynq.ServeMux] with [Middleware]:
+//
+//	locker := fencing.New(rdb)
+//	mux := asynq.NewServeMux()
+//	mux.Use(asynqfence.Middleware(locker, func(t *asynq.Task) (string, error) {
+//		switch t.Type() {
+//		case "invoice:send":
+//			var p InvoicePayload
+//			if err := json.Unmarshal(t.Payload(), &p); err != nil {
+//				return "", err
+//			}
+//			return "invoice:" + p.ID, nil
+//		}
+//		return "", nil // no lock: other task types, unknown ones included, pass through
+//	}))
+//	srv := asynq.NewServer(redisOpt, asynq.Config{
+//		IsFailure:      asynqfence.IsFailure(nil),  // busy is not a failure
+//		RetryDelayFunc: asynqfence.RetryDelay(nil), // come back when the lease would end
+//	})
+//	err := srv.Run(mux)
+//
+// # Which resource
+//
+// A [ResourceFunc] names the resource from the task's type and payload. An empty name means
+// the task needs no lock: its handler runs as it is, with no token in its context. A ServeMux
+// runs its middleware around its not-found handler too, so return "" for the task types you do
+// not lock, unknown ones included: they pass straight through, and Asynq fails an unknown type
+// as it always does. When the ResourceFunc returns an error, the handler does not run and the
+// task fails with [asynq.SkipRetry]: the same payload would fail the same way on every retry,
+// so the task is archived at once, where the Inspector and the web UI show it with the error.
+//
+// # When the resource is busy
+//
+// Each attempt tries the lock once (per-call [fencing.WithMaxWait](0)). When another owner
+// holds it, the handler does not run, and ProcessTask returns a busy error ([IsBusy] reports
+// it) that wraps the core's: it matches [fencing.ErrNotAcquired], and [fencing.RetryAfter]
+// reports the holder's remaining lease. Asynq has no way for a handler to say "come back
+// later, this is not a failure", so plug two helpers into [asynq.Config]:
+//
+//   - [IsFailure]: a busy task is not a failure, so Asynq neither increments its retry count
+//     nor counts it in the queue's processed and failed statistics;
+//   - [RetryDelay]: a busy task comes back after about the holder's remaining lease, with
+//     jitter, instead of after Asynq's exponential back-off.
+//
+// Without them a busy task counts as failed and uses up its retries.
+//
+// The trap: Asynq archives a task that has used up its retries before it consults IsFailure.
+// A task enqueued with asynq.MaxRetry(0), or one that has used its retries on real failures,
+// is archived (and counted as failed) the first time its resource is busy. Give fenced task
+// types at least one retry.
+//
+// Asynq's ErrorHandler still receives every busy error; filter them with [IsBusy].
+//
+// To drop duplicates rather than serialise them, use [WithDropDuplicates]: a task whose
+// resource is busy is revoked ([asynq.RevokeTask]), neither retried nor archived.
+//
+// Busy tasks cost a dequeue and a trip through the retry set each time, and may run in a
+// different order than they were enqueued. To wait for the lock inside the handler instead,
+// for a while, pass [WithLockOptions]([fencing.WithMaxWait](d)); the worker is then occupied
+// while it waits.
+//
+// # While the handler runs
+//
+// The handler runs inside [fencing.Locker.Do]. Its context carries the fencing token
+// ([fencing.TokenFromContext]); pass the token with every write. The lease is renewed in the
+// background every third of its TTL. Its TTL defaults to the time left until the task's
+// deadline (Asynq derives the handler's deadline from the task's Timeout and Deadline), but at
+// least 1s and at most [fencing.DefaultTTL] (30s); [WithTTL] sets it. The cap matters because
+// Asynq's default timeout is 30 minutes: a worker that crashes keeps its resources locked for
+// up to one TTL, and busy tasks come back after about one TTL. When the lock is lost,
+// the handler's context is cancelled with a cause matching [fencing.ErrNotHeld] (see
+// [context.Cause]); the handler should stop and return an error, which then matches
+// ErrNotHeld too, and Asynq retries the task as after any failure. A handler that returns
+// nil has succeeded, whatever happened to its lease meanwhile: the store has accepted or
+// rejected each of its writes, and running the task again would only repeat them. (Observe
+// lost leases with fencing.WithHooks, passed through [WithLockOptions].)
+//
+// Every acquisition gets a random owner value, so each attempt of a task is a different
+// owner even though Asynq keeps the task ID across retries: a second delivery of the same
+// task can neither release nor extend the first one's lock. The lock is released when the
+// handler returns, with a fresh context (the handler's may be done), as Asynq itself does for
+// its own bookkeeping after a task.
+//
+// # Limits
+//
+// A lease can lapse while its holder still runs (a paused process, a slow network, a Redis
+// failover), and Asynq delivers tasks at least once, so two attempts of one task can run at
+// the same time. The lock makes that rare; only a store that checks the token makes it
+// harmless: send the token with every write and have the store reject a token lower than
+// one it has already seen.
+package asynqfence

@@ -1,0 +1,123 @@
+package asynqfence_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/asynqfence"
+	"github.com/fencekit/fencekit/fencing"
+)
+
+func ExampleWrap() {
+	mr, _ := miniredis.Run() // a stand-in for your Redis
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locker := fencing.New(rdb)
+	defer locker.Close()
+
+	send := asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		token, _ := fencing.TokenFromContext(ctx)
+		fmt.Printf("sending invoice %s with token %d\n", t.Payload(), token)
+		return nil // a real handler passes the token with its writes
+	})
+	h := asynqfence.Wrap(send, locker, func(t *asynq.Task) (string, error) {
+		return "invoice:" + string(t.Payload()), nil
+	})
+
+	// Asynq's server calls ProcessTask with a context whose deadline is the task's.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for range 2 {
+		if err := h.ProcessTask(ctx, asynq.NewTask("invoice:send", []byte("42"))); err != nil {
+			fmt.Println(err)
+		}
+	}
+	// Output:
+	// sending invoice 42 with token 1
+	// sending invoice 42 with token 2
+}
+
+func ExampleMiddleware() {
+	mr, _ := miniredis.Run() // a stand-in for your Redis
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locker := fencing.New(rdb)
+	defer locker.Close()
+
+	mux := asynq.NewServeMux()
+	mux.HandleFunc("invoice:send", func(ctx context.Context, t *asynq.Task) error {
+		token, _ := fencing.TokenFromContext(ctx)
+		fmt.Printf("sending invoice %s with token %d\n", t.Payload(), token)
+		return nil
+	})
+	mux.Use(asynqfence.Middleware(locker, func(t *asynq.Task) (string, error) {
+		switch t.Type() {
+		case "invoice:send":
+			return "invoice:" + string(t.Payload()), nil
+		}
+		return "", nil // other task types, unknown ones included: no lock
+	}))
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := mux.ProcessTask(ctx, asynq.NewTask("invoice:send", []byte("42")))
+	fmt.Println("error:", err)
+	err = mux.ProcessTask(ctx, asynq.NewTask("no-such-type", nil))
+	fmt.Println("unknown type:", errors.Is(err, asynq.ErrHandlerNotFound))
+
+	// Another worker holds the invoice: the handler does not run.
+	held, _ := locker.TryAcquire(ctx, "invoice:42")
+	defer held.Release(ctx)
+	err = mux.ProcessTask(ctx, asynq.NewTask("invoice:send", []byte("42")))
+	fmt.Println("busy:", asynqfence.IsBusy(err))
+	// Output:
+	// sending invoice 42 with token 1
+	// error: <nil>
+	// unknown type: true
+	// busy: true
+}
+
+func ExampleRetryDelay() {
+	mr, _ := miniredis.Run() // a stand-in for your Redis
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locker := fencing.New(rdb)
+	defer locker.Close()
+
+	// The server's configuration: busy tasks are no failures, and come back when the
+	// holder's lease would end. Pass your own functions instead of nil to chain them.
+	cfg := asynq.Config{
+		IsFailure:      asynqfence.IsFailure(nil),
+		RetryDelayFunc: asynqfence.RetryDelay(nil),
+		ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
+			if asynqfence.IsBusy(err) {
+				return // not worth a report
+			}
+			// report err
+		}),
+	}
+
+	ctx := context.Background()
+	held, _ := locker.TryAcquire(ctx, "invoice:42", fencing.WithTTL(10*time.Second))
+	defer held.Release(ctx)
+	task := asynq.NewTask("invoice:send", []byte("42"))
+	h := asynqfence.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }), locker,
+		func(t *asynq.Task) (string, error) { return "invoice:" + string(t.Payload()), nil })
+	err := h.ProcessTask(ctx, task)
+
+	delay := cfg.RetryDelayFunc(0, err, task)
+	fmt.Println("failure:", cfg.IsFailure(err))
+	fmt.Println("retry in 10s to 12.5s:", delay >= 10*time.Second && delay <= 12500*time.Millisecond)
+	// Output:
+	// failure: false
+	// retry in 10s to 12.5s: true
+}

@@ -1,0 +1,127 @@
+package asynqfence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/fencekit/fencekit/fencing"
+)
+
+// A ResourceFunc returns the name of the resource a task must lock, derived from the task's
+// type and payload (and headers), or "" when the task needs no lock. It should be a pure
+// function of the task: when it returns an error, the task fails with [asynq.SkipRetry] and
+// is archived without retries. Names longer than [fencing.MaxResourceLen] bytes are
+// rejected (the task then fails with an error wrapping [fencing.ErrInvalid]).
+type ResourceFunc func(t *asynq.Task) (string, error)
+
+// Middleware returns middleware for [asynq.ServeMux.Use] that runs every handler of the mux
+// as [Wrap] does. The mux runs it around its not-found handler too: return "" from resource
+// for task types you do not lock, and they pass straight through.
+func Middleware(l *fencing.Locker, resource ResourceFunc, opts ...Option) asynq.MiddlewareFunc {
+	cfg := newConfig(l, resource, opts)
+	// The mux calls this for every task: it only pairs the handler with the shared config.
+	return func(next asynq.Handler) asynq.Handler { return &handler{next: next, cfg: cfg} }
+}
+
+// Wrap returns a handler that runs h while holding the lock on the task's resource, named
+// by resource, with the fencing token in h's context ([fencing.TokenFromContext]). The
+// returned handler is safe for concurrent use. Its ProcessTask returns:
+//   - nil when h ran and returned nil, even if the lease lapsed meanwhile or could not be
+//     released (it then runs out by itself): the task is done, and the fenced store has
+//     accepted or rejected each of its writes, so running it again would only repeat them;
+//   - h's error when h ran and failed, joined with [fencing.ErrNotHeld] when the lock was
+//     lost meanwhile (h's context was then cancelled with that cause);
+//   - a busy error ([IsBusy]) that matches [fencing.ErrNotAcquired] when another owner holds
+//     the lock (see [IsFailure] and [RetryDelay]), also wrapping [asynq.RevokeTask] under
+//     [WithDropDuplicates];
+//   - resource's error wrapped with [asynq.SkipRetry];
+//   - otherwise an error from the Locker, such as an unreachable Redis (an ordinary failure).
+//
+// When resource returns "", h runs without a lock. A nil Locker, resource or h, or an invalid
+// option, does not panic: every task then fails with an error wrapping [fencing.ErrInvalid].
+func Wrap(h asynq.Handler, l *fencing.Locker, resource ResourceFunc, opts ...Option) asynq.Handler {
+	return &handler{next: h, cfg: newConfig(l, resource, opts)}
+}
+
+func newConfig(l *fencing.Locker, resource ResourceFunc, opts []Option) *config {
+	cfg := &config{locker: l, resource: resource}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(cfg)
+		}
+	}
+	switch {
+	case cfg.err != nil:
+	case l == nil:
+		cfg.err = fmt.Errorf("asynqfence: nil Locker: %w", fencing.ErrInvalid)
+	case resource == nil:
+		cfg.err = fmt.Errorf("asynqfence: nil ResourceFunc: %w", fencing.ErrInvalid)
+	case cfg.ttl > 0:
+		cfg.fixed = cfg.lockOptions(cfg.ttl)
+	}
+	return cfg
+}
+
+type handler struct {
+	next asynq.Handler
+	cfg  *config
+}
+
+// ProcessTask implements [asynq.Handler]; see [Wrap].
+func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	switch {
+	case h.cfg.err != nil:
+		return h.cfg.err
+	case h.next == nil:
+		return fmt.Errorf("asynqfence: nil handler: %w", fencing.ErrInvalid)
+	case t == nil:
+		return fmt.Errorf("asynqfence: nil task: %w", fencing.ErrInvalid)
+	}
+	resource, err := h.cfg.resource(t)
+	switch {
+	case err != nil:
+		return fmt.Errorf("asynqfence: resource of task %q: %w (%w)", t.Type(), err, asynq.SkipRetry)
+	case resource == "":
+		return h.next.ProcessTask(ctx, t)
+	}
+	opts := h.cfg.fixed
+	if opts == nil {
+		opts = h.cfg.lockOptions(ttlFor(ctx))
+	}
+	ran, succeeded := false, false
+	err = h.cfg.locker.Do(ctx, resource, func(ctx context.Context) error {
+		ran = true
+		err := h.next.ProcessTask(ctx, t)
+		succeeded = err == nil
+		return err
+	}, opts...)
+	switch {
+	case succeeded:
+		// A lease that lapsed after the handler's last write, or a failed release, must not
+		// make Asynq run a finished task again: the store has ruled on every write.
+		return nil
+	case ran || err == nil:
+		return err
+	case errors.Is(err, fencing.ErrNotAcquired):
+		busy := &busyError{taskType: t.Type(), err: err}
+		if h.cfg.drop {
+			return fmt.Errorf("%w (%w)", busy, asynq.RevokeTask)
+		}
+		return busy
+	}
+	return fmt.Errorf("asynqfence: task %q: %w", t.Type(), err)
+}
+
+// ttlFor returns the lease length for a task whose handler context is ctx: the time left
+// until its deadline, clamped to [minDerivedTTL, maxDerivedTTL].
+func ttlFor(ctx context.Context) time.Duration {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return maxDerivedTTL
+	}
+	return min(max(time.Until(deadline), minDerivedTTL), maxDerivedTTL)
+}

@@ -1,0 +1,78 @@
+package asynqfence
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/fencekit/fencekit/fencing"
+)
+
+// Bounds of the lease length the adapter derives from a task's deadline.
+const (
+	minDerivedTTL = time.Second
+	maxDerivedTTL = fencing.DefaultTTL
+)
+
+// An Option configures [Middleware] or [Wrap].
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// config is what a Middleware or Wrap call shares between its tasks; it is not modified
+// after newConfig returns.
+type config struct {
+	locker   *fencing.Locker
+	resource ResourceFunc
+	ttl      time.Duration // 0: derived from the task's deadline
+	drop     bool
+	lockOpts []fencing.Option
+	fixed    []fencing.Option // the lock options when ttl is set
+	err      error            // the first invalid option or argument
+}
+
+// WithTTL sets the lease length of every acquisition; the lease is renewed every third of it
+// while the handler runs, and it is how long a crashed worker keeps the resource locked.
+// Default: the time left until the task's deadline, at least 1s and at most
+// [fencing.DefaultTTL] (30s); 30s when the context has no deadline. The Locker's own TTL
+// setting is not used. A d below [fencing.MinTTL] or above [fencing.MaxTTL] makes every
+// task fail with an error wrapping [fencing.ErrInvalid].
+func WithTTL(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if (d < fencing.MinTTL || d > fencing.MaxTTL) && c.err == nil {
+			c.err = fmt.Errorf("asynqfence: ttl %v out of range [%v, %v]: %w", d, fencing.MinTTL, fencing.MaxTTL, fencing.ErrInvalid)
+		}
+		c.ttl = d
+	})
+}
+
+// WithDropDuplicates makes a task whose resource is busy be dropped instead of retried: its
+// error wraps [asynq.RevokeTask] as well as the busy error, so Asynq marks the task done and
+// neither retries nor archives it (it counts as processed, not failed, in the queue's
+// statistics). Use it when a task that finds its resource busy duplicates work in progress.
+// Default: off; a busy task is retried (see [IsFailure] and [RetryDelay]).
+func WithDropDuplicates() Option {
+	return optionFunc(func(c *config) { c.drop = true })
+}
+
+// WithLockOptions adds per-call options to every acquisition, after the adapter's own
+// (fencing.WithMaxWait(0), and fencing.WithTTL from [WithTTL] or the task's deadline), so
+// they override them. For example, fencing.WithMaxWait(2*time.Second) waits up to two
+// seconds for a busy resource before reporting it busy, and fencing.WithHooks observes the
+// acquisitions. Several WithLockOptions add up. Default: none.
+func WithLockOptions(opts ...fencing.Option) Option {
+	return optionFunc(func(c *config) { c.lockOpts = append(c.lockOpts, opts...) })
+}
+
+// tryOnce makes every acquisition a single attempt unless WithLockOptions says otherwise.
+var tryOnce = fencing.WithMaxWait(0)
+
+// lockOptions returns the per-call options of one acquisition with the given TTL.
+func (c *config) lockOptions(ttl time.Duration) []fencing.Option {
+	opts := make([]fencing.Option, 0, 2+len(c.lockOpts))
+	opts = append(opts, tryOnce, fencing.WithTTL(ttl))
+	return append(opts, c.lockOpts...)
+}
