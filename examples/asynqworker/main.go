@@ -26,9 +26,12 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/asynqfence"
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/traceprint"
 )
 
 func main() {
@@ -79,6 +82,7 @@ type demo struct {
 	resume  chan struct{}
 	mux     *asynq.ServeMux
 	srv     *asynq.Server
+	trace   *traceprint.Tracing
 	client  *asynq.Client
 	insp    *asynq.Inspector
 	busy    atomic.Int64 // busy attempts, seen by the ErrorHandler
@@ -116,7 +120,13 @@ func setup(opts options) (*demo, error) {
 	_, _ = rand.Read(nonce[:])
 	d.prefix = "asynqworker:" + hex.EncodeToString(nonce[:]) + ":"
 	d.queue = "asynqworker-" + hex.EncodeToString(nonce[:])
-	d.locker = fencing.New(d.rdb, fencing.WithPrefix(d.prefix))
+	tr, err := traceprint.FromEnv(os.Stdout)
+	if err != nil {
+		d.close()
+		return nil, err
+	}
+	d.trace = tr
+	d.locker = fencing.New(d.rdb, fencing.WithPrefix(d.prefix), tr.Lock)
 	d.client = asynq.NewClientFromRedisClient(d.rdb)
 	d.insp = asynq.NewInspectorFromRedisClient(d.rdb)
 	d.worker = newWorker(d.ledger, d.stalled, d.resume)
@@ -124,6 +134,8 @@ func setup(opts options) (*demo, error) {
 	mux := asynq.NewServeMux()
 	d.mux = mux
 	mux.Handle(typeDeposit, d.worker)
+	// With FENCEKIT_TRACE=stdout every job gets a span; the lock's spans nest inside it.
+	mux.Use(jobSpan(tr.Provider.Tracer("github.com/fencekit/fencekit/examples/asynqworker")))
 	// A 1s lease keeps the demonstration quick: a busy deposit comes back after about the
 	// holder's remaining lease. The lease is renewed while a deposit runs.
 	mux.Use(asynqfence.Middleware(d.locker, accountOf, asynqfence.WithTTL(time.Second)))
@@ -155,6 +167,9 @@ func setup(opts options) (*demo, error) {
 func (d *demo) close() {
 	if d.srv != nil {
 		d.srv.Shutdown()
+	}
+	if d.trace != nil {
+		_ = d.trace.Shutdown(context.Background())
 	}
 	if d.locker != nil {
 		_ = d.locker.Close()
@@ -343,3 +358,18 @@ func (quietLogger) Info(...any)  {}
 func (quietLogger) Warn(...any)  {}
 func (quietLogger) Error(...any) {}
 func (quietLogger) Fatal(...any) {}
+
+// jobSpan starts a consumer span around every task, as an Asynq instrumentation would.
+func jobSpan(tracer trace.Tracer) asynq.MiddlewareFunc {
+	return func(next asynq.Handler) asynq.Handler {
+		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			ctx, span := tracer.Start(ctx, "asynq.process "+t.Type(), trace.WithSpanKind(trace.SpanKindConsumer))
+			defer span.End()
+			err := next.ProcessTask(ctx, t)
+			if err != nil && !asynqfence.IsBusy(err) {
+				span.SetStatus(codes.Error, err.Error())
+			}
+			return err
+		})
+	}
+}
