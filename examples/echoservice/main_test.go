@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/fencekit/fencekit/internal/redistest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// TestRunSelftest runs the program as `go run ./examples/echoservice -selftest` does, on
+// its embedded miniredis.
+func TestRunSelftest(t *testing.T) {
+	var out bytes.Buffer
+	noEnv := func(string) string { return "" }
+	if err := run(t.Context(), []string{"-selftest"}, noEnv, &out); err != nil {
+		t.Fatalf("run -selftest: %v\n%s", err, out.String())
+	}
+	report := out.String()
+	deposits := fmt.Sprintf("%[1]d sent: %[1]d × 200", 2*depositsPerAccount)
+	for _, want := range []string{"embedded miniredis", deposits, "0 stale writes refused", "0 locks left held", "\nOK\n"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("report lacks %q:\n%s", want, report)
+		}
+	}
+	t.Logf("\n%s", report)
+}
+
+// TestSelftest runs the self-test on the test Redis: miniredis, or the real server named by
+// FENCING_REDIS_ADDR.
+func TestSelftest(t *testing.T) {
+	r := redistest.New(t)
+	var out bytes.Buffer
+	if err := selftest(t.Context(), r.Client, r.Prefix, "test redis", &out); err != nil {
+		t.Fatalf("selftest: %v\n%s", err, out.String())
+	}
+	t.Logf("\n%s", out.String())
+}
+
+// TestRunServes starts the server on a free port, sends a deposit and reads the balance,
+// then stops it by cancelling the context.
+func TestRunServes(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"-addr", "127.0.0.1:0"}, func(string) string { return "" }, out) }()
+
+	addr := regexp.MustCompile(`http://\S+`)
+	var base string
+	deadline := time.Now().Add(10 * time.Second)
+	for base == "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server did not report its address; output: %q", out.String())
+		}
+		base = addr.FindString(out.String())
+		time.Sleep(5 * time.Millisecond) // polling interval
+	}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	defer hc.CloseIdleConnections()
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		body         string
+	}{
+		{http.MethodPost, "/accounts/a/deposit?amount=7", http.StatusOK, `"token":1`},
+		{http.MethodPost, "/accounts/a/withdraw?amount=9", http.StatusConflict, "insufficient funds"},
+		{http.MethodPost, "/accounts/a/withdraw?amount=x", http.StatusBadRequest, "positive integer"},
+		{http.MethodGet, "/accounts/a", http.StatusOK, `{"balance":7}`},
+	} {
+		req, _ := http.NewRequestWithContext(ctx, tc.method, base+tc.path, nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != tc.status || !strings.Contains(string(body), tc.body) {
+			t.Errorf("%s %s: got %d %s, want %d with %s", tc.method, tc.path, resp.StatusCode, body, tc.status, tc.body)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not stop")
+	}
+}
+
+func TestRunBadFlag(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"-nope"}, func(string) string { return "" }, &out); err == nil {
+		t.Error("got no error for an unknown flag")
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and one reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

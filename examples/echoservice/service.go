@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/fencekit/fencekit/fencing"
+	fencemw "github.com/fencekit/fencekit/middleware"
+)
+
+// work is how long a write "takes": the time between reading a balance and writing the new
+// one, during which the account must not change under the handler.
+const work = 2 * time.Millisecond
+
+// newService returns the Echo service: deposits wait up to ten seconds for the account's
+// lock, withdrawals try it once, and both lock "account:<id>".
+func newService(locker *fencing.Locker, store *ledger) (*echo.Echo, error) {
+	wait, err := fencemw.Config{
+		Locker:      locker,
+		Namespace:   "account",
+		MaxWait:     10 * time.Second,
+		TTL:         5 * time.Second,
+		TokenHeader: "Fencing-Token",
+	}.ToMiddleware()
+	if err != nil {
+		return nil, err
+	}
+	tryOnce, err := fencemw.Config{
+		Locker:      locker,
+		Namespace:   "account",
+		TTL:         5 * time.Second,
+		TokenHeader: "Fencing-Token",
+	}.ToMiddleware()
+	if err != nil {
+		return nil, err
+	}
+
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.Use(middleware.Recover())
+	e.GET("/accounts/:id", func(c echo.Context) error {
+		return c.JSON(http.StatusOK, map[string]int64{"balance": store.balance(c.Param("id"))})
+	})
+	e.POST("/accounts/:id/deposit", func(c echo.Context) error { return move(c, store, +1) }, wait)
+	e.POST("/accounts/:id/withdraw", func(c echo.Context) error { return move(c, store, -1) }, tryOnce)
+	return e, nil
+}
+
+// move adds sign × amount to the account: a read, some work, and a fenced write.
+func move(c echo.Context, store *ledger, sign int64) error {
+	amount, err := strconv.ParseInt(c.QueryParam("amount"), 10, 64)
+	if err != nil || amount <= 0 {
+		return echo.NewHTTPError(http.StatusBadRequest, "amount must be a positive integer")
+	}
+	token, _ := fencemw.TokenFromEcho(c)
+	id := c.Param("id")
+	ctx := c.Request().Context()
+
+	balance := store.balance(id) + sign*amount
+	if balance < 0 {
+		return echo.NewHTTPError(http.StatusConflict, "insufficient funds")
+	}
+	select {
+	case <-time.After(work):
+	case <-ctx.Done():
+		// The client left, or the lock was lost (the cause matches fencing.ErrNotHeld).
+		// NewHTTPError keeps the cause out of the body, even with e.Debug set.
+		return fencemw.NewHTTPError(http.StatusServiceUnavailable, context.Cause(ctx))
+	}
+	if err := store.set(id, token, balance); err != nil {
+		return fencemw.NewHTTPError(http.StatusConflict, err) // a newer holder wrote first
+	}
+	return c.JSON(http.StatusOK, map[string]int64{"balance": balance, "token": token})
+}

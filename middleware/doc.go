@@ -1,0 +1,67 @@
+// Package middleware runs Echo v4 handlers under a fenced Redis lock: one request at a time
+// per resource, with the lock's fencing token in the request's context.
+//
+// The package shares its name with Echo's own middleware package, so import it under an
+// alias:
+//
+//	import fencemw "github.com/fencekit/fencekit/middleware"
+//
+// # What a request goes through
+//
+// For every request the [Config.Skipper] does not skip, the middleware
+//
+//  1. extracts a key from the request (a path parameter by default; see [Config.KeyLookup]
+//     and [Config.KeyExtractor]) and validates it;
+//  2. names the resource "<namespace>:<key>", the namespace being the route path (c.Path())
+//     unless [Config.Namespace] is set, so a value the client controls cannot name the lock
+//     of another kind of resource;
+//  3. takes the lock with [fencing.Locker.Do], trying once unless [Config.MaxWait] allows
+//     it to wait;
+//  4. runs the handler with the token in the request's context ([fencing.TokenFromContext]
+//     or [TokenFromEcho]), in the Echo context under [Config.ContextKey], and, when
+//     [Config.TokenHeader] is set, in a response header;
+//  5. renews the lease while the handler runs and cancels the request's context, with a
+//     cause matching [fencing.ErrNotHeld], if the lock is lost;
+//  6. releases the lock when the handler returns, returns an error, or panics, and when
+//     the client goes away.
+//
+// # Responses
+//
+//	Situation                                  Status                     Handler
+//	no key, or an invalid one (no lock taken)  400 Bad Request            Config.ErrorHandler
+//	resource busy (after MaxWait, if any)      423 Locked + Retry-After   Config.DenyHandler
+//	Redis unreachable, Locker closed           503 Service Unavailable    Config.ErrorHandler
+//	handler returned an error                  the handler's error, unchanged
+//	handler panicked                           the panic goes on to Echo's Recover
+//	skipped request                            the handler runs without a lock
+//
+// Retry-After is the holder's remaining lease rounded up to whole seconds, at least 1; the
+// middleware sets it before calling the DenyHandler, so a DenyHandler that answers 409
+// instead keeps it. Error bodies are the status text only, {"message":"Locked"}: the
+// errors built by [NewHTTPError] (which the default handlers use) carry the cause in
+// HTTPError.Internal, for logs and errors.Is, and keep it out of the body even when
+// e.Debug is true: with the default handlers, resource names, Redis addresses and lock
+// values never reach a client.
+//
+// # Registration
+//
+// Register the middleware with e.Use, g.Use or on a route, never with e.Pre: path
+// parameters and c.Path() are only known after routing. Register it after Echo's Recover
+// middleware (so Recover is outside it): a panic in the handler releases the lock and
+// then continues up to Recover. Note that g.Use makes Echo route a group's unknown paths to
+// a catch-all route that runs the group's middleware; such a request has no key and is
+// answered 400 rather than 404. Registering per route avoids this.
+//
+// A middleware nested inside another for the same resource and Locker (say, on a group and
+// on one of its routes) does not take the lock twice: it runs the handler under the outer
+// lock and token.
+//
+// # Limits
+//
+// A lease can lapse while the handler runs (a long pause, a partition, an unreachable
+// Redis): the request's context is then cancelled, but a write already in flight may still
+// land. The store written to must check the fencing token and refuse tokens lower than the
+// highest it has seen; the lock alone does not make writes safe. The middleware does not
+// change the handler's result when the lock is lost after the handler succeeded, nor when
+// the release fails: the Locker's hooks ([fencing.WithHooks]) report both.
+package middleware

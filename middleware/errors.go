@@ -1,0 +1,67 @@
+package middleware
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/fencekit/fencekit/fencing"
+	"github.com/labstack/echo/v4"
+)
+
+// NewHTTPError returns an *echo.HTTPError with status code, the status text as its message
+// and err as its internal error. Echo's DefaultHTTPErrorHandler answers it with the body
+// {"message":"<status text>"} and nothing else, even when e.Debug is true (it otherwise adds
+// err.Error(), which would show resource names and Redis addresses): the message is a
+// json.Marshaler, which Echo sends as it is. err stays available to logs, errors.Is and
+// errors.As through HTTPError.Internal and Unwrap. Return the result as it is: Echo
+// recognises an HTTPError by a type assertion, so a wrapped one becomes a 500.
+func NewHTTPError(code int, err error) *echo.HTTPError {
+	return &echo.HTTPError{Code: code, Message: publicMessage(http.StatusText(code)), Internal: err}
+}
+
+// DefaultErrorHandler is the default [Config.ErrorHandler]. It returns an *echo.HTTPError
+// found in err's chain as it is (a KeyExtractor may return one), a 400 [NewHTTPError] when
+// err matches [fencing.ErrInvalid] (the request has no valid key), and a 503 one otherwise
+// (Redis unreachable, Locker closed).
+func DefaultErrorHandler(c echo.Context, err error) error {
+	var he *echo.HTTPError
+	switch {
+	case errors.As(err, &he):
+		return he
+	case errors.Is(err, fencing.ErrInvalid):
+		return NewHTTPError(http.StatusBadRequest, err)
+	}
+	return NewHTTPError(http.StatusServiceUnavailable, err)
+}
+
+// DefaultDenyHandler is the default [Config.DenyHandler]: a 423 Locked [NewHTTPError] with
+// err as its internal error. To answer 409 Conflict instead, use
+//
+//	func(c echo.Context, _ string, err error) error {
+//		return fencemw.NewHTTPError(http.StatusConflict, err)
+//	}
+func DefaultDenyHandler(c echo.Context, resource string, err error) error {
+	return NewHTTPError(http.StatusLocked, err)
+}
+
+// publicMessage is an HTTPError message that marshals to {"message":"..."} by itself, so
+// Echo's error handler does not add the error's text in debug mode.
+type publicMessage string
+
+// MarshalJSON returns {"message":"<m>"}.
+func (m publicMessage) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Message string `json:"message"`
+	}{string(m)})
+}
+
+// retryAfter returns the Retry-After value for a busy error: the holder's remaining lease
+// in whole seconds, rounded up, and at least 1.
+func retryAfter(err error) string {
+	d, _ := fencing.RetryAfter(err)
+	secs := int64((d + time.Second - 1) / time.Second)
+	return strconv.FormatInt(max(secs, 1), 10)
+}

@@ -1,0 +1,101 @@
+package middleware_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/fencing"
+	fencemw "github.com/fencekit/fencekit/middleware"
+)
+
+func Example() {
+	// A stand-in for your Redis.
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), DisableIdentity: true})
+	defer client.Close()
+
+	locker := fencing.New(client)
+	defer locker.Close()
+
+	e := echo.New()
+	e.Use(middleware.Recover())
+	e.PUT("/orders/:id", func(c echo.Context) error {
+		// Pass the token with every write; the store refuses tokens lower than it has seen.
+		token, _ := fencemw.TokenFromEcho(c)
+		return c.String(http.StatusOK, fmt.Sprintf("order %s saved with token %d\n", c.Param("id"), token))
+	}, fencemw.Fence(locker)) // locks "/orders/:id" + the id, one request at a time
+
+	for range 2 {
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, httptest.NewRequest(http.MethodPut, "/orders/42", nil))
+		fmt.Print(rec.Code, " ", rec.Body.String())
+	}
+	// Output:
+	// 200 order 42 saved with token 1
+	// 200 order 42 saved with token 2
+}
+
+func ExampleConfig_ToMiddleware() {
+	// A stand-in for your Redis.
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), DisableIdentity: true})
+	defer client.Close()
+
+	locker := fencing.New(client)
+	defer locker.Close()
+
+	fence, err := fencemw.Config{
+		Locker:      locker,
+		Skipper:     fencemw.SkipSafeMethods, // GET and HEAD run unlocked
+		KeyLookup:   "header:X-Account",
+		Namespace:   "account", // the lock is "account:<X-Account>", also for a worker
+		TTL:         10 * time.Second,
+		MaxWait:     100 * time.Millisecond,
+		TokenHeader: "Fencing-Token",
+	}.ToMiddleware()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	e := echo.New()
+	e.Use(middleware.Recover())
+	g := e.Group("/transfers", fence)
+	g.POST("", func(c echo.Context) error { return c.NoContent(http.StatusCreated) })
+
+	send := func() {
+		req := httptest.NewRequest(http.MethodPost, "/transfers", nil)
+		req.Header.Set("X-Account", "acme")
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, req)
+		line := fmt.Sprint(rec.Code)
+		for _, h := range []string{"Fencing-Token", echo.HeaderRetryAfter} {
+			if v := rec.Header().Get(h); v != "" {
+				line += " " + h + ": " + v
+			}
+		}
+		fmt.Println(strings.TrimSpace(line + " " + rec.Body.String()))
+	}
+	send()
+
+	// Another process holds the account's lock for 5 seconds.
+	lock, _ := locker.TryAcquire(context.Background(), "account:acme", fencing.WithTTL(5*time.Second))
+	send()
+	_ = lock.Release(context.Background())
+	send()
+	// Output:
+	// 201 Fencing-Token: 1
+	// 423 Retry-After: 5 {"message":"Locked"}
+	// 201 Fencing-Token: 3
+}
