@@ -33,15 +33,12 @@ func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Co
 		return err
 	}
 	work, cancel := context.WithCancelCause(ContextWithToken(ctx, lock.token))
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() { lock.keepAlive(work, cfg, stop, cancel) })
+	r := lock.keepAlive(work, cfg, cancel)
 
 	returned := false
 	defer func() {
 		// Runs when fn returns and when it panics; a panic goes on after the release.
-		close(stop)
-		wg.Wait()
+		r.stop()
 		lost := context.Cause(work)
 		cancel(nil)
 		if !errors.Is(lost, ErrNotHeld) {
@@ -73,46 +70,95 @@ func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Co
 // errLeaseLapsed is the cause when no renewal succeeded before the lease's local end.
 var errLeaseLapsed = fmt.Errorf("%w: lease ran out before a renewal succeeded", ErrNotHeld)
 
-// keepAlive renews the lease every ttl/3 until stop closes, and cancels the work with an
+// renewer renews a lease from a timer: no goroutine runs between renewals.
+type renewer struct {
+	lock     *Lock
+	work     context.Context
+	cfg      *config
+	cancel   context.CancelCauseFunc
+	ttl      time.Duration
+	interval time.Duration // between successful renewals: a third of the TTL
+	retry    time.Duration // after a transient error
+
+	mu      sync.Mutex
+	stopped bool
+	timer   *time.Timer
+	running sync.WaitGroup // a renewal in progress
+}
+
+// keepAlive starts renewing the lease every ttl/3 until stop, and cancels the work with an
 // ErrNotHeld cause when the lock is lost or its validity runs out.
-func (k *Lock) keepAlive(work context.Context, cfg *config, stop <-chan struct{}, cancel context.CancelCauseFunc) {
+func (k *Lock) keepAlive(work context.Context, cfg *config, cancel context.CancelCauseFunc) *renewer {
 	ttl := time.Duration(millis(cfg.ttl)) * time.Millisecond
-	interval := max(ttl/3, time.Millisecond)
-	retry := max(ttl/20, time.Millisecond)
-	next := time.Now().Add(interval)
-	t := time.NewTimer(time.Until(next))
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-		deadline := k.deadline()
-		if !time.Now().Before(deadline) {
-			k.lose(work, cfg, cancel, errLeaseLapsed)
-			return
-		}
-		// The renewal may take no longer than the lease has left.
-		rctx, rcancel := context.WithDeadline(context.WithoutCancel(work), deadline)
-		err := k.extend(rctx, ttl, OpRenew)
-		rcancel()
-		switch {
-		case err == nil:
-			t.Reset(interval)
-		case errors.Is(err, ErrNotHeld):
-			k.lose(work, cfg, cancel, fmt.Errorf("%w: %w", ErrNotHeld, errors.New("renewal found the lock taken or expired")))
-			return
-		default:
-			// Transient: retry soon while the lease lasts.
-			wait := time.Until(k.deadline())
-			if wait <= 0 {
-				k.lose(work, cfg, cancel, errLeaseLapsed)
-				return
-			}
-			t.Reset(min(retry, wait))
-		}
+	r := &renewer{
+		lock: k, work: work, cfg: cfg, cancel: cancel, ttl: ttl,
+		interval: max(ttl/3, time.Millisecond),
+		retry:    max(ttl/20, time.Millisecond),
 	}
+	r.mu.Lock()
+	r.timer = time.AfterFunc(r.interval, r.run)
+	r.mu.Unlock()
+	return r
+}
+
+// stop ends the renewals and waits for one in progress.
+func (r *renewer) stop() {
+	r.mu.Lock()
+	r.stopped = true
+	r.timer.Stop()
+	r.mu.Unlock()
+	r.running.Wait()
+}
+
+// run is one renewal; it schedules the next unless the lock is lost.
+func (r *renewer) run() {
+	r.mu.Lock()
+	if r.stopped {
+		r.mu.Unlock()
+		return
+	}
+	r.running.Add(1)
+	r.mu.Unlock()
+	defer r.running.Done()
+
+	next, ok := r.renew()
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	if !r.stopped {
+		r.timer.Reset(next)
+	}
+	r.mu.Unlock()
+}
+
+// renew extends the lease once and returns when to renew next, or false when the work was
+// cancelled because the lock is lost.
+func (r *renewer) renew() (time.Duration, bool) {
+	k := r.lock
+	deadline := k.deadline()
+	if !time.Now().Before(deadline) {
+		k.lose(r.work, r.cfg, r.cancel, errLeaseLapsed)
+		return 0, false
+	}
+	// The renewal may take no longer than the lease has left.
+	rctx, rcancel := context.WithDeadline(context.WithoutCancel(r.work), deadline)
+	err := k.extend(rctx, r.ttl, OpRenew)
+	rcancel()
+	switch {
+	case err == nil:
+		return r.interval, true
+	case errors.Is(err, ErrNotHeld):
+		k.lose(r.work, r.cfg, r.cancel, fmt.Errorf("%w: %w", ErrNotHeld, errors.New("renewal found the lock taken or expired")))
+		return 0, false
+	}
+	// Transient: retry soon while the lease lasts.
+	wait := time.Until(k.deadline())
+	if wait <= 0 {
+		k.lose(r.work, r.cfg, r.cancel, errLeaseLapsed)
+		return 0, false
+	}
+	return min(r.retry, wait), true
 }
 
 // lose reports the loss to the hooks, then cancels the work.
