@@ -52,7 +52,7 @@ func (k *Lock) Release(ctx context.Context) error {
 	}
 	ctx = k.hooks.start(ctx, OpRelease, k.resource)
 	begin := time.Now()
-	n, err := releaseScript.Run(ctx, k.locker.client, []string{k.keys.lock}, k.owner, k.locker.hub.channelFor(k.keys)).Int64()
+	n, err := releaseScript.Run(ctx, k.locker.client, []string{k.keys.lock}, k.owner, k.locker.hub.channelFor(k.keys), k.locker.hub.id).Int64()
 	switch {
 	case err != nil:
 		err = fmt.Errorf("fencing: release %q: %w", k.resource, err)

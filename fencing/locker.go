@@ -247,7 +247,7 @@ func (l *Locker) runAcquire(ctx context.Context, cfg *config, k keys, owner stri
 func (l *Locker) releaseOwner(ctx context.Context, k keys, owner string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	_ = releaseScript.Run(rctx, l.client, []string{k.lock}, owner+":", l.hub.channelFor(k)).Err()
+	_ = releaseScript.Run(rctx, l.client, []string{k.lock}, owner+":", l.hub.channelFor(k), l.hub.id).Err()
 }
 
 // releaseTimeout bounds releases made with a fresh context.

@@ -21,6 +21,7 @@ import (
 // (the waiter sleeps no longer than the TTL the busy reply reported) and, in case a message
 // is lost or the subscription drops, a back-off with jitter.
 type hub struct {
+	id      string // random; the payload of this Locker's release messages
 	client  redis.UniversalClient
 	enabled bool // false on a Ring, or when the Locker is unusable: waiters poll
 
@@ -53,8 +54,9 @@ type waiter struct {
 }
 
 func newHub(client redis.UniversalClient, enabled bool) *hub {
+	id, _ := newOwner() // on a broken random source, "" only costs spurious wake-ups
 	return &hub{
-		client: client, enabled: enabled, done: make(chan struct{}),
+		id: id, client: client, enabled: enabled, done: make(chan struct{}),
 		queues: make(map[string]*queue), courtesy: make(map[string]time.Time),
 	}
 }
@@ -219,6 +221,9 @@ func (h *hub) read(msgs <-chan any, done chan<- struct{}) {
 		var ch string
 		switch m := m.(type) {
 		case *redis.Message:
+			if m.Payload == h.id {
+				continue // our own release: its waiter was woken directly
+			}
 			ch = m.Channel
 		case *redis.Subscription:
 			if m.Kind != "subscribe" {
