@@ -42,6 +42,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/traceprint"
 )
 
 // keyPrefix keeps the example's keys apart from other users of the Redis.
@@ -83,12 +84,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		return fmt.Errorf("redis at %s: %w", redisAddr, err)
 	}
 
-	if *self {
-		return selftest(ctx, client, keyPrefix, backend, out)
+	tr, err := traceprint.FromEnv(out)
+	if err != nil {
+		return err
 	}
-	locker := fencing.New(client, fencing.WithPrefix(keyPrefix))
+	defer tr.Shutdown(context.WithoutCancel(ctx))
+	if *self {
+		return selftest(ctx, client, keyPrefix, backend, tr, out)
+	}
+	locker := fencing.New(client, fencing.WithPrefix(keyPrefix), tr.Lock)
 	defer locker.Close()
-	e, err := newService(locker, newLedger())
+	e, err := newService(locker, newLedger(), tr.Provider)
 	if err != nil {
 		return err
 	}

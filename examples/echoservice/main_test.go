@@ -12,9 +12,15 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
+	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/traceprint"
+	"github.com/fencekit/fencekit/tracing"
 )
 
 func TestMain(m *testing.M) {
@@ -44,10 +50,37 @@ func TestRunSelftest(t *testing.T) {
 func TestSelftest(t *testing.T) {
 	r := redistest.New(t)
 	var out bytes.Buffer
-	if err := selftest(t.Context(), r.Client, r.Prefix, "test redis", &out); err != nil {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	tr := &traceprint.Tracing{
+		Provider: tp,
+		Lock:     fencing.WithHooks(tracing.Hooks(tracing.WithTracerProvider(tp))),
+		Shutdown: tp.Shutdown,
+	}
+	if err := selftest(t.Context(), r.Client, r.Prefix, "test redis", tr, &out); err != nil {
 		t.Fatalf("selftest: %v\n%s", err, out.String())
 	}
 	t.Logf("\n%s", out.String())
+
+	// The lock's spans sit inside the request spans, with no wiring beyond the Locker.
+	servers := map[trace.SpanID]bool{}
+	for _, s := range rec.Ended() {
+		if s.SpanKind() == trace.SpanKindServer {
+			servers[s.SpanContext().SpanID()] = true
+		}
+	}
+	nested := 0
+	for _, s := range rec.Ended() {
+		if s.Name() == "fencing.acquire" {
+			if !servers[s.Parent().SpanID()] {
+				t.Fatalf("span %s has no request span as its parent", s.Name())
+			}
+			nested++
+		}
+	}
+	if nested == 0 {
+		t.Fatal("no fencing.acquire spans recorded")
+	}
 }
 
 // TestRunServes starts the server on a free port, sends a deposit and reads the balance,

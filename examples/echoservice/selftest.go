@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/traceprint"
 )
 
 // The self-test's load: per account, deposits of depositAmount; on the first account,
@@ -33,11 +34,11 @@ const (
 // that no update was lost (the balances add up), that the store refused no write and that
 // no lock is left held. It writes a report to out and
 // returns an error when a check fails.
-func selftest(ctx context.Context, client redis.UniversalClient, prefix, backend string, out io.Writer) error {
-	locker := fencing.New(client, fencing.WithPrefix(prefix))
+func selftest(ctx context.Context, client redis.UniversalClient, prefix, backend string, tr *traceprint.Tracing, out io.Writer) error {
+	locker := fencing.New(client, fencing.WithPrefix(prefix), tr.Lock)
 	defer locker.Close()
 	store := newLedger()
-	e, err := newService(locker, store)
+	e, err := newService(locker, store, tr.Provider)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fencing"
 	fencemw "github.com/fencekit/fencekit/middleware"
@@ -19,7 +20,10 @@ const work = 2 * time.Millisecond
 
 // newService returns the Echo service: deposits wait up to ten seconds for the account's
 // lock, withdrawals try it once, and both lock "account:<id>".
-func newService(locker *fencing.Locker, store *ledger) (*echo.Echo, error) {
+//
+// Every request gets a server span from tp, under which the lock's spans nest (with
+// FENCEKIT_TRACE=stdout they are printed; otherwise tp traces nothing).
+func newService(locker *fencing.Locker, store *ledger, tp trace.TracerProvider) (*echo.Echo, error) {
 	wait, err := fencemw.Config{
 		Locker:      locker,
 		Namespace:   "account",
@@ -43,6 +47,7 @@ func newService(locker *fencing.Locker, store *ledger) (*echo.Echo, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.Use(middleware.Recover())
+	e.Use(requestSpan(tp.Tracer("github.com/fencekit/fencekit/examples/echoservice")))
 	e.GET("/accounts/:id", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]int64{"balance": store.balance(c.Param("id"))})
 	})
@@ -76,4 +81,18 @@ func move(c echo.Context, store *ledger, sign int64) error {
 		return fencemw.NewHTTPError(http.StatusConflict, err) // a newer holder wrote first
 	}
 	return c.JSON(http.StatusOK, map[string]int64{"balance": balance, "token": token})
+}
+
+// requestSpan starts a server span around every request, as otelecho would, and puts it in
+// the request's context.
+func requestSpan(tracer trace.Tracer) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			req := c.Request()
+			ctx, span := tracer.Start(req.Context(), req.Method+" "+c.Path(), trace.WithSpanKind(trace.SpanKindServer))
+			defer span.End()
+			c.SetRequest(req.WithContext(ctx))
+			return next(c)
+		}
+	}
 }
