@@ -179,3 +179,27 @@ func BenchmarkContention(b *testing.B) {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// BenchmarkRoundTrip times a PING sent back to back and one sent after the 1ms sleep that
+// BenchmarkContention's holders make: on a VM the second pays for waking idle CPUs, and a
+// hand-off pays it on every release.
+func BenchmarkRoundTrip(b *testing.B) {
+	r := redistest.New(b)
+	ctx := context.Background()
+	for _, idle := range []time.Duration{0, time.Millisecond} {
+		b.Run(fmt.Sprintf("after-sleep=%v", idle), func(b *testing.B) {
+			var total time.Duration
+			for b.Loop() {
+				if idle > 0 {
+					time.Sleep(idle)
+				}
+				t0 := time.Now()
+				if err := r.Client.Ping(ctx).Err(); err != nil {
+					b.Fatal(err)
+				}
+				total += time.Since(t0)
+			}
+			b.ReportMetric(float64(total.Microseconds())/float64(b.N), "ping-µs")
+		})
+	}
+}
