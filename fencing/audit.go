@@ -35,7 +35,8 @@ type ServerReport struct {
 }
 
 // A NodeReport describes one Redis server's settings. A field the check could not read has
-// its zero value, except MaxMemory and Replicas, which are then -1.
+// its zero value, except MaxMemory and Replicas, which are then -1. A server whose
+// settings could not be read at all counts as one whose tokens can regress.
 type NodeReport struct {
 	// Addr is the server's address as the client knows it.
 	Addr string
@@ -104,6 +105,10 @@ func (l *Locker) CheckServer(ctx context.Context) (ServerReport, error) {
 		n, err := readNode(ctx, c, addr)
 		if err == nil {
 			assess(&n, &l.cfg)
+		} else {
+			// Unknown settings: assume the worst.
+			n.TokensCanRegress = true
+			n.Warnings = append(n.Warnings, "settings unknown: "+replyText(err))
 		}
 		mu.Lock()
 		defer mu.Unlock()

@@ -84,8 +84,8 @@ func TestCheckServerMiniredis(t *testing.T) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
 	}
-	if len(rep.Nodes) != 1 || rep.Nodes[0].Addr != m.Addr() || rep.Nodes[0].EvictionPolicy != "" {
-		t.Fatalf("got nodes %+v, want one unread node %s", rep.Nodes, m.Addr())
+	if len(rep.Nodes) != 1 || rep.Nodes[0].Addr != m.Addr() || rep.Nodes[0].EvictionPolicy != "" || !rep.TokensCanRegress || len(rep.Warnings) != 2 {
+		t.Fatalf("got %+v, want one unread node %s that may regress, with two warnings (replication, settings)", rep, m.Addr())
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -83,7 +84,9 @@ type renewer struct {
 	mu      sync.Mutex
 	stopped bool
 	timer   *time.Timer
-	running sync.WaitGroup // a renewal in progress
+	lapse   *time.Timer    // fires at the lease's local end, even while a renewal is stuck
+	running sync.WaitGroup // a renewal or lapse check in progress
+	lost    atomic.Bool    // the work was cancelled
 }
 
 // keepAlive starts renewing the lease every ttl/3 until stop, and cancels the work with an
@@ -97,6 +100,7 @@ func (k *Lock) keepAlive(work context.Context, cfg *config, cancel context.Cance
 	}
 	r.mu.Lock()
 	r.timer = time.AfterFunc(r.interval, r.run)
+	r.lapse = time.AfterFunc(time.Until(k.deadline()), r.lapsed)
 	r.mu.Unlock()
 	return r
 }
@@ -106,6 +110,7 @@ func (r *renewer) stop() {
 	r.mu.Lock()
 	r.stopped = true
 	r.timer.Stop()
+	r.lapse.Stop()
 	r.mu.Unlock()
 	r.running.Wait()
 }
@@ -122,7 +127,7 @@ func (r *renewer) run() {
 	defer r.running.Done()
 
 	next, ok := r.renew()
-	if !ok {
+	if !ok || r.lost.Load() {
 		return
 	}
 	r.mu.Lock()
@@ -132,13 +137,44 @@ func (r *renewer) run() {
 	r.mu.Unlock()
 }
 
+// lapsed runs at the lease's local end: unless a renewal moved the end meanwhile, it
+// cancels the work, without waiting for a renewal that an unresponsive server holds up
+// (go-redis bounds socket reads by ReadTimeout, not by the context, unless
+// ContextTimeoutEnabled is set).
+func (r *renewer) lapsed() {
+	r.mu.Lock()
+	if r.stopped {
+		r.mu.Unlock()
+		return
+	}
+	r.running.Add(1)
+	r.mu.Unlock()
+	defer r.running.Done()
+	if wait := time.Until(r.lock.deadline()); wait > 0 {
+		r.mu.Lock()
+		if !r.stopped {
+			r.lapse.Reset(wait)
+		}
+		r.mu.Unlock()
+		return
+	}
+	r.lose(errLeaseLapsed)
+}
+
+// lose cancels the work once.
+func (r *renewer) lose(cause error) {
+	if r.lost.CompareAndSwap(false, true) {
+		r.lock.lose(r.work, r.cfg, r.cancel, cause)
+	}
+}
+
 // renew extends the lease once and returns when to renew next, or false when the work was
 // cancelled because the lock is lost.
 func (r *renewer) renew() (time.Duration, bool) {
 	k := r.lock
 	deadline := k.deadline()
 	if !time.Now().Before(deadline) {
-		k.lose(r.work, r.cfg, r.cancel, errLeaseLapsed)
+		r.lose(errLeaseLapsed)
 		return 0, false
 	}
 	// The renewal may take no longer than the lease has left.
@@ -149,13 +185,13 @@ func (r *renewer) renew() (time.Duration, bool) {
 	case err == nil:
 		return r.interval, true
 	case errors.Is(err, ErrNotHeld):
-		k.lose(r.work, r.cfg, r.cancel, fmt.Errorf("%w: %w", ErrNotHeld, errors.New("renewal found the lock taken or expired")))
+		r.lose(fmt.Errorf("%w: %w", ErrNotHeld, errors.New("renewal found the lock taken or expired")))
 		return 0, false
 	}
 	// Transient: retry soon while the lease lasts.
 	wait := time.Until(k.deadline())
 	if wait <= 0 {
-		k.lose(r.work, r.cfg, r.cancel, errLeaseLapsed)
+		r.lose(errLeaseLapsed)
 		return 0, false
 	}
 	return min(r.retry, wait), true

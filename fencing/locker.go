@@ -210,36 +210,26 @@ func (l *Locker) runAcquire(ctx context.Context, cfg *config, k keys, owner stri
 	default:
 		return nil, invalidf("WithReplicas needs a *redis.Client or *redis.ClusterClient, not %T", l.client)
 	}
-	for _, eval := range []bool{false, true} {
-		pipe := node.Pipeline()
-		var cmd *redis.Cmd
-		if eval {
-			cmd = pipe.Eval(ctx, acquireSrc, keys, owner, ms, floor)
-		} else {
-			cmd = pipe.EvalSha(ctx, acquireScript.Hash(), keys, owner, ms, floor)
-		}
-		acks := redis.NewIntCmd(ctx, "wait", cfg.replicas, cfg.replicaTO.Milliseconds())
-		_ = pipe.Process(ctx, acks)
-		_, _ = pipe.Exec(ctx)
-		res, err := cmd.Result()
-		if !eval && err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if ok, _, _, perr := parseAcquire(res); perr == nil && ok {
-			n, err := acks.Result()
-			if err != nil {
-				return nil, fmt.Errorf("%w: WAIT: %w", ErrNotReplicated, err)
-			}
-			if n < int64(cfg.replicas) {
-				return nil, fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, n, cfg.replicas, cfg.replicaTO)
-			}
-		}
-		return res, nil
+	// EVAL, not EVALSHA: a NOSCRIPT reply inside the pipeline would cost a second WAIT.
+	pipe := node.Pipeline()
+	cmd := pipe.Eval(ctx, acquireSrc, keys, owner, ms, floor)
+	acks := redis.NewIntCmd(ctx, "wait", cfg.replicas, cfg.replicaTO.Milliseconds())
+	_ = pipe.Process(ctx, acks)
+	_, _ = pipe.Exec(ctx)
+	res, err := cmd.Result()
+	if err != nil {
+		return nil, err
 	}
-	return nil, errors.New("NOSCRIPT after EVAL") // not reached: EVAL never answers NOSCRIPT
+	if ok, _, _, perr := parseAcquire(res); perr == nil && ok {
+		n, err := acks.Result()
+		if err != nil {
+			return nil, fmt.Errorf("%w: WAIT: %w", ErrNotReplicated, err)
+		}
+		if n < int64(cfg.replicas) {
+			return nil, fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, n, cfg.replicas, cfg.replicaTO)
+		}
+	}
+	return res, nil
 }
 
 // releaseOwner deletes the lock if owner holds it, with a fresh, short context: the

@@ -1,0 +1,202 @@
+package faults_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/redisproc"
+)
+
+var policies = []string{"noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"}
+
+// TestCheckServerSettings runs CheckServer on a real server under every eviction policy
+// and every persistence mode.
+func TestCheckServerSettings(t *testing.T) {
+	redisproc.Require(t)
+	t.Parallel()
+	s := redisproc.Start(t)
+	l := newLocker(t, s.Client(t))
+	ctx := context.Background()
+	for _, p := range policies {
+		do(t, s, "CONFIG", "SET", "maxmemory-policy", p)
+		rep, err := l.CheckServer(ctx)
+		unsafe := strings.HasPrefix(p, "allkeys-")
+		if errors.Is(err, fencing.ErrUnsafeServer) != unsafe || (!unsafe && err != nil) {
+			t.Errorf("%s: got %v, want ErrUnsafeServer %v", p, err, unsafe)
+		}
+		if len(rep.Nodes) != 1 || rep.Nodes[0].EvictionPolicy != p || rep.Nodes[0].Addr != s.Addr() {
+			t.Errorf("%s: got nodes %+v", p, rep.Nodes)
+			continue
+		}
+		figure(t, "check-server-policy", "%-15s refused=%v tokens_can_regress=%v warnings=%d", p, unsafe, rep.TokensCanRegress, len(rep.Warnings))
+	}
+	do(t, s, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+	steps := []struct {
+		set     []string
+		want    string
+		regress bool
+	}{
+		{nil, "none", true},
+		{[]string{"save", "3600 1 300 100"}, "rdb", true},
+		{[]string{"appendonly", "yes", "appendfsync", "no"}, "aof-no", true},
+		{[]string{"appendfsync", "everysec"}, "aof-everysec", true},
+		{[]string{"appendfsync", "always"}, "aof-always", false},
+	}
+	for _, step := range steps {
+		if step.set != nil {
+			do(t, s, append([]any{"CONFIG", "SET"}, toAny(step.set)...)...)
+		}
+		rep, err := l.CheckServer(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", step.want, err)
+		}
+		n := rep.Nodes[0]
+		if n.Persistence != step.want || rep.TokensCanRegress != step.regress || n.Replicas != 0 || n.Role != "master" {
+			t.Errorf("%v: got persistence %q regress %v replicas %d role %q, want %q %v 0 master; warnings %q",
+				step.set, n.Persistence, rep.TokensCanRegress, n.Replicas, n.Role, step.want, step.regress, rep.Warnings)
+		}
+		figure(t, "check-server-persistence", "%-12s tokens_can_regress=%v warnings=%q", n.Persistence, rep.TokensCanRegress, rep.Warnings)
+	}
+	rep, err := newLocker(t, s.Client(t), fencing.WithServerTimeFloor()).CheckServer(ctx)
+	if err != nil || rep.TokensCanRegress {
+		t.Errorf("with the time floor: %v, regress %v", err, rep.TokensCanRegress)
+	}
+}
+
+func toAny(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
+
+// TestCheckServerACL runs CheckServer as ACL users without CONFIG: with +info it reads
+// INFO instead (and still refuses allkeys-*); with neither it returns a clear error that
+// names the missing permissions and wraps Redis's NOPERM, while the minimal user can still
+// take locks.
+func TestCheckServerACL(t *testing.T) {
+	redisproc.Require(t)
+	t.Parallel()
+	s := redisproc.Start(t)
+	do(t, s, "ACL", "SETUSER", "noconfig", "on", ">pw", "~*", "&*", "+@all", "-config")
+	do(t, s, "ACL", "SETUSER", "locker", "on", ">pw", "resetkeys", "~fk:*", "resetchannels", "&fk:*", "-@all",
+		"+hello", "+ping", "+eval", "+evalsha", "+get", "+set", "+incr", "+del", "+pexpire", "+pttl", "+publish", "+subscribe", "+unsubscribe", "+time")
+	as := func(user string) *redis.Client {
+		return s.Client(t, func(o *redis.Options) { o.Username, o.Password = user, "pw" })
+	}
+	ctx := context.Background()
+
+	rep, err := newLocker(t, as("noconfig")).CheckServer(ctx)
+	if err != nil || rep.Nodes[0].Persistence != "no-aof" || rep.Nodes[0].EvictionPolicy != "noeviction" {
+		t.Fatalf("without CONFIG: got %v, %+v", err, rep.Nodes)
+	}
+	if !slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.Contains(w, "CONFIG GET failed") }) {
+		t.Errorf("without CONFIG: no warning about it in %q", rep.Warnings)
+	}
+	figure(t, "check-server-acl-no-config", "read from INFO: policy=%s persistence=%s tokens_can_regress=%v warnings=%d", rep.Nodes[0].EvictionPolicy, rep.Nodes[0].Persistence, rep.TokensCanRegress, len(rep.Warnings))
+	do(t, s, "CONFIG", "SET", "maxmemory-policy", "allkeys-lfu")
+	if _, err := newLocker(t, as("noconfig")).CheckServer(ctx); !errors.Is(err, fencing.ErrUnsafeServer) {
+		t.Errorf("without CONFIG, allkeys-lfu: got %v, want ErrUnsafeServer", err)
+	}
+	do(t, s, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+
+	minimal := newLocker(t, as("locker"))
+	_, err = minimal.CheckServer(ctx)
+	var reply redis.Error
+	if err == nil || errors.Is(err, fencing.ErrUnsafeServer) || !strings.Contains(err.Error(), "+config|get or +info") || !errors.As(err, &reply) || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("minimal user: got %v, want an error naming +config|get or +info and wrapping NOPERM", err)
+	}
+	if lock, err := minimal.TryAcquire(ctx, "res"); err != nil {
+		t.Fatalf("minimal user cannot lock: %v", err)
+	} else if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	figure(t, "check-server-acl-minimal", "error (not ErrUnsafeServer): %q; locking still works", firstLine(err))
+}
+
+// TestCheckServerReplication checks the replica-related verdicts on a primary with a
+// replica (and appendfsync always, to isolate them) and on the replica itself.
+func TestCheckServerReplication(t *testing.T) {
+	redisproc.Require(t)
+	t.Parallel()
+	p := redisproc.Start(t, redisproc.Args("--appendonly", "yes", "--appendfsync", "always"))
+	r := redisproc.Start(t, redisproc.ReplicaOf(p))
+	ctx := context.Background()
+	cases := []struct {
+		name    string
+		opts    []fencing.Option
+		regress bool
+	}{
+		{"async", nil, true},
+		{"with-replicas", []fencing.Option{fencing.WithReplicas(1, time.Second)}, false},
+		{"time-floor", []fencing.Option{fencing.WithServerTimeFloor()}, false},
+	}
+	for _, tc := range cases {
+		rep, err := newLocker(t, p.Client(t), tc.opts...).CheckServer(ctx)
+		if err != nil || rep.Nodes[0].Replicas != 1 || rep.TokensCanRegress != tc.regress {
+			t.Errorf("%s: got %v, replicas %d, regress %v; want 1 replica, regress %v (%q)", tc.name, err, rep.Nodes[0].Replicas, rep.TokensCanRegress, tc.regress, rep.Warnings)
+		}
+		figure(t, "check-server-replication", "%-13s replicas=%d tokens_can_regress=%v warnings=%d", tc.name, rep.Nodes[0].Replicas, rep.TokensCanRegress, len(rep.Warnings))
+	}
+	rep, err := newLocker(t, r.Client(t)).CheckServer(ctx)
+	if err != nil || rep.Nodes[0].Role != "slave" || !slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.Contains(w, "READONLY") }) {
+		t.Errorf("on the replica: got %v, %+v", err, rep)
+	}
+}
+
+// TestEvictionMatrix fills memory under several maxmemory policies with a fence counter
+// (no TTL) and a held lock (TTL 10 min) in place, and records what survives and what the
+// next acquisition gets. CheckServer refuses the allkeys-* policies beforehand.
+func TestEvictionMatrix(t *testing.T) {
+	redisproc.Require(t)
+	t.Parallel()
+	for _, policy := range []string{"noeviction", "allkeys-lru", "allkeys-random", "volatile-lru", "volatile-ttl"} {
+		t.Run(policy, func(t *testing.T) {
+			s := redisproc.Start(t, redisproc.Args("--maxmemory-policy", policy))
+			c := s.Client(t)
+			l := newLocker(t, c)
+			ctx := context.Background()
+			_, checkErr := l.CheckServer(ctx)
+			if errors.Is(checkErr, fencing.ErrUnsafeServer) != strings.HasPrefix(policy, "allkeys-") {
+				t.Errorf("CheckServer: %v", checkErr)
+			}
+			last := acquireRelease(t, l, "res", 5)
+			if _, err := l.TryAcquire(ctx, "held", fencing.WithTTL(10*time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			used, _ := strconv.ParseInt(info(t, s, "memory")["used_memory"], 10, 64)
+			do(t, s, "CONFIG", "SET", "maxmemory", strconv.FormatInt(used+(2<<20), 10))
+			written, oom := fill(t, c, 6000)
+			fenceKept := c.Exists(ctx, fenceKey(t, "res")).Val() == 1
+			lockKept := c.Exists(ctx, lockKey(t, "held")).Val() == 1
+			next := "OOM"
+			lock, err := l.TryAcquire(ctx, "res")
+			switch {
+			case err == nil:
+				next = strconv.FormatInt(lock.Token(), 10)
+				if lock.Token() <= last {
+					next += " (regressed)"
+				}
+			case !mentions(err, "OOM"):
+				t.Fatalf("next acquisition: %v", err)
+			}
+			switch {
+			case policy == "noeviction" && (!fenceKept || !lockKept || next != "OOM"):
+				t.Errorf("noeviction: fence kept %v, lock kept %v, next %s; want true, true, OOM", fenceKept, lockKept, next)
+			case strings.HasPrefix(policy, "volatile-") && (!fenceKept || lockKept):
+				t.Errorf("%s: fence kept %v, lock kept %v; want the counter kept and the lock (the only key with a TTL) evicted", policy, fenceKept, lockKept)
+			}
+			figure(t, "eviction-matrix", "%-15s refused_by_check=%v filled=%dKiB oom=%v fence_counter_kept=%v held_lock_kept=%v next_token=%s (last %d)",
+				policy, errors.Is(checkErr, fencing.ErrUnsafeServer), written, oom, fenceKept, lockKept, next, last)
+		})
+	}
+}

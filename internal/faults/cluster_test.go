@@ -1,0 +1,212 @@
+package faults_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/redisproc"
+)
+
+// TestCluster runs the Locker on a *redis.ClusterClient against a real three-primary
+// Redis Cluster: awkward resource names never meet CROSSSLOT and their keys live on the
+// node that serves their slot; a waiting Acquire wakes on a release published from
+// another node; Do renews on the cluster; WithReplicas works through the key's primary;
+// and CheckServer checks every primary.
+func TestCluster(t *testing.T) {
+	redisproc.Require(t)
+	t.Parallel()
+	cl := redisproc.StartCluster(t, 3)
+	cc := cl.Client(t)
+	ctx := context.Background()
+	l := newLocker(t, cc)
+	top := t // l's keys use the test's prefix, not a subtest's
+
+	t.Run("names", func(t *testing.T) {
+		names := []string{"order-42", "{", "}", "{}", "}{", "}abc", "{x}", "a{}b", "a{b}c", "{{}}", "\xff\x00binary", "line\nbreak", "x:fence", "ew", strings.Repeat("n", 1000)}
+		nodes := map[string]int{}
+		for _, name := range names {
+			lock, err := l.TryAcquire(ctx, name, fencing.WithTTL(time.Minute))
+			if err != nil {
+				t.Errorf("%q: TryAcquire: %v", name, err)
+				continue
+			}
+			node := cl.NodeFor(lockKey(top, name))
+			nodes[node.Addr()]++
+			if v, err := node.Do(ctx, "GET", fenceKey(top, name)).Text(); err != nil || v != "1" {
+				t.Errorf("%q: fence key on %s: %q, %v", name, node.Addr(), v, err)
+			}
+			if err := lock.Extend(ctx, time.Minute); err != nil {
+				t.Errorf("%q: Extend: %v", name, err)
+			}
+			if _, err := lock.TTL(ctx); err != nil {
+				t.Errorf("%q: TTL: %v", name, err)
+			}
+			if err := lock.Release(ctx); err != nil {
+				t.Errorf("%q: Release: %v", name, err)
+			}
+			if lock, err := l.TryAcquire(ctx, name); err != nil || lock.Token() != 2 {
+				t.Errorf("%q: second TryAcquire: %v, %v; want token 2", name, lock, err)
+			} else {
+				_ = lock.Release(ctx)
+			}
+		}
+		if _, err := l.TryAcquire(ctx, ""); !errors.Is(err, fencing.ErrInvalid) {
+			t.Errorf("empty name: got %v, want ErrInvalid", err)
+		}
+		if t.Failed() {
+			return
+		}
+		figure(t, "cluster-names", "names=%d crossslot_errors=0 other_errors=0 keys_per_node=%v", len(names), nodeCounts(cl, nodes))
+	})
+
+	t.Run("wake-on-release", func(t *testing.T) {
+		// One waiter Locker keeps one subscription connection, on the node of the first
+		// channel it subscribed to; a later resource served by another node is then woken
+		// by a PUBLISH that crosses the cluster bus.
+		holder := newLocker(t, cc)
+		waiter := newLocker(t, cc, fencing.WithRetryBackoff(5*time.Second, 10*time.Second))
+		first := "{shared}"
+		firstNode := cl.NodeFor(lockKey(t, first)).Addr()
+		second := ""
+		for i := range 100 {
+			if name := fmt.Sprintf("other-%d", i); cl.NodeFor(lockKey(t, name)).Addr() != firstNode {
+				second = name
+				break
+			}
+		}
+		if second == "" {
+			t.Fatal("no resource name found on another node")
+		}
+		for _, name := range []string{first, second} {
+			lock, err := holder.TryAcquire(ctx, name, fencing.WithTTL(30*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				lock *fencing.Lock
+				err  error
+				at   time.Time
+			}
+			done := make(chan result, 1)
+			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			go func() {
+				lock, err := waiter.Acquire(wctx, name)
+				done <- result{lock, err, time.Now()}
+			}()
+			channel := keyBase(t, name) + "released"
+			var subNode string
+			waitUntil(t, 10*time.Second, "the waiter's subscription", func() bool { subNode = subscribedOn(cl, channel); return subNode != "" })
+			// The back-off is 5-10 s: only the release message wakes the waiter sooner.
+			released := time.Now()
+			if err := lock.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r := <-done
+			cancel()
+			if r.err != nil {
+				t.Fatalf("%q: waiter: %v", name, r.err)
+			}
+			latency := r.at.Sub(released)
+			if latency > 3*time.Second {
+				t.Errorf("%q: the waiter took %v after the release: not woken by the message", name, latency)
+			}
+			_ = r.lock.Release(ctx)
+			pubNode := cl.NodeFor(lockKey(t, name)).Addr()
+			if name == second && subNode == pubNode {
+				t.Errorf("%q: subscribed on %s, the node that publishes: the cross-node case was not exercised", name, subNode)
+			}
+			figure(t, "cluster-wake", "resource %q: release published on %s, waiter subscribed on %s; woke after %v (back-off 5-10s)", name, pubNode, subNode, latency.Round(time.Millisecond))
+		}
+	})
+
+	t.Run("do-renews", func(t *testing.T) {
+		var renewals atomic.Int32
+		hl := newLocker(t, cc, fencing.WithHooks(fencing.Hooks{End: func(_ context.Context, e fencing.Event) {
+			if e.Op == fencing.OpRenew && e.Outcome == fencing.OutcomeOK {
+				renewals.Add(1)
+			}
+		}}))
+		err := hl.Do(ctx, "{job}", func(ctx context.Context) error {
+			deadline := time.Now().Add(10 * time.Second)
+			for renewals.Load() < 3 && ctx.Err() == nil && time.Now().Before(deadline) {
+				select {
+				case <-ctx.Done():
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			return ctx.Err()
+		}, fencing.WithTTL(300*time.Millisecond))
+		if err != nil || renewals.Load() < 3 {
+			t.Fatalf("Do on the cluster: %v after %d renewals", err, renewals.Load())
+		}
+	})
+
+	t.Run("with-replicas", func(t *testing.T) {
+		begin := time.Now()
+		_, err := l.TryAcquire(ctx, "{rep}", fencing.WithReplicas(1, 100*time.Millisecond))
+		if !errors.Is(err, fencing.ErrNotReplicated) {
+			t.Fatalf("WithReplicas on primaries without replicas: got %v, want ErrNotReplicated", err)
+		}
+		node := cl.NodeFor(lockKey(top, "{rep}"))
+		if n := node.Do(ctx, "EXISTS", lockKey(top, "{rep}")).Val(); n != int64(0) {
+			t.Fatal("the unreplicated lock is still held")
+		}
+		if v := node.Do(ctx, "GET", fenceKey(top, "{rep}")).Val(); v != "1" {
+			t.Fatalf("fence counter %v, want 1: the script did not run on the key's primary", v)
+		}
+		figure(t, "cluster-with-replicas", "no replicas: ErrNotReplicated after %v, lock left 0", time.Since(begin).Round(time.Millisecond))
+	})
+
+	t.Run("check-server", func(t *testing.T) {
+		rep, err := l.CheckServer(ctx)
+		if err != nil || len(rep.Nodes) != 3 {
+			t.Fatalf("got %v with %d nodes, want no error and 3 nodes", err, len(rep.Nodes))
+		}
+		victim := cl.Nodes()[1]
+		do(t, victim, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+		defer do(t, victim, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+		rep, err = l.CheckServer(ctx)
+		if !errors.Is(err, fencing.ErrUnsafeServer) || !strings.Contains(err.Error(), victim.Addr()) {
+			t.Fatalf("one primary with allkeys-lru: got %v, want ErrUnsafeServer naming %s", err, victim.Addr())
+		}
+		unsafe := 0
+		for _, n := range rep.Nodes {
+			if n.Unsafe {
+				unsafe++
+			}
+		}
+		figure(t, "cluster-check-server", "primaries_checked=%d; one set to allkeys-lru: ErrUnsafeServer, unsafe_nodes=%d, tokens_can_regress=%v", len(rep.Nodes), unsafe, rep.TokensCanRegress)
+	})
+}
+
+// subscribedOn returns the address of the node where a client subscribes to channel (a
+// classic subscription lives on one node), or "".
+func subscribedOn(cl *redisproc.Cluster, channel string) string {
+	for _, node := range cl.Nodes() {
+		v, err := node.Do(context.Background(), "PUBSUB", "NUMSUB", channel).Result()
+		if err != nil {
+			continue
+		}
+		if v, ok := v.([]any); ok && len(v) == 2 {
+			if n, _ := v[1].(int64); n > 0 {
+				return node.Addr()
+			}
+		}
+	}
+	return ""
+}
+
+// nodeCounts lists keys per node in the cluster's slot order.
+func nodeCounts(cl *redisproc.Cluster, counts map[string]int) string {
+	parts := make([]string, 0, len(counts))
+	for _, n := range cl.Nodes() {
+		parts = append(parts, fmt.Sprintf("%s:%d", n.Addr(), counts[n.Addr()]))
+	}
+	return strings.Join(parts, ",")
+}

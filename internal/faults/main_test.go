@@ -1,0 +1,16 @@
+package faults_test
+
+import (
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	// Re-executed as the lock holder of TestPausedHolder: run it and exit.
+	if os.Getenv(holderEnv) != "" {
+		os.Exit(holderMain())
+	}
+	goleak.VerifyTestMain(m)
+}

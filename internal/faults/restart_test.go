@@ -1,0 +1,125 @@
+package faults_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/redisproc"
+)
+
+// TestRestartWithAOF kills Redis with SIGKILL and restarts it, again and again, with the
+// append-only file on. With appendfsync always, the fence counter and a held lock survive
+// every crash, so tokens keep increasing. With everysec the losses are only measured: a
+// process crash loses nothing that reached write(2), but while a background fsync is slow
+// (a busy disk) Redis postpones the write(2) for up to 2 s and still answers the clients,
+// so a crash then loses acknowledged acquisitions (redis.log says "Asynchronous AOF fsync
+// is taking too long").
+func TestRestartWithAOF(t *testing.T) {
+	redisproc.Require(t)
+	t.Parallel()
+	const restarts = 8
+	for _, fsync := range []string{"always", "everysec"} {
+		t.Run(fsync, func(t *testing.T) {
+			s := redisproc.Start(t, redisproc.Args("--appendonly", "yes", "--appendfsync", fsync))
+			l := newLocker(t, s.Client(t), fencing.WithTTL(2*time.Second))
+			ctx := context.Background()
+			last := acquireRelease(t, l, "res", 3)
+			strict := fsync == "always"
+			report := t.Errorf
+			if !strict {
+				report = t.Logf
+			}
+			regressions, heldSurvived := 0, 0
+			for i := range restarts {
+				heldName := "held-" + strconv.Itoa(i)
+				held, err := l.TryAcquire(ctx, heldName, fencing.WithTTL(time.Minute))
+				if err != nil {
+					t.Fatalf("restart %d: acquire held: %v", i, err)
+				}
+				s.Kill()
+				s.Restart()
+				if _, err := l.TryAcquire(ctx, heldName); errors.Is(err, fencing.ErrNotAcquired) {
+					heldSurvived++
+				} else {
+					report("appendfsync %s, restart %d: a held lock did not survive the crash: %v", fsync, i, err)
+				}
+				_ = held.Release(ctx)
+				// A lost release leaves "res" held until its TTL: wait for it.
+				actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				lock, err := l.Acquire(actx, "res")
+				cancel()
+				if err != nil {
+					t.Fatalf("appendfsync %s, restart %d: acquire: %v", fsync, i, err)
+				}
+				if lock.Token() <= last {
+					regressions++
+					report("appendfsync %s, restart %d: token %d after %d", fsync, i, lock.Token(), last)
+				}
+				last = lock.Token()
+				_ = lock.Release(ctx)
+				last = max(last, acquireRelease(t, l, "res", 2))
+			}
+			logText, _ := os.ReadFile(filepath.Join(s.Dir(), "redis.log"))
+			slow := strings.Count(string(logText), "Asynchronous AOF fsync is taking too long")
+			figure(t, "restart-aof-"+fsync, "kill -9 restarts=%d regressions=%d held_lock_survived=%d/%d last_token=%d slow_fsync_log_lines=%d", restarts, regressions, heldSurvived, restarts, last, slow)
+		})
+	}
+}
+
+// TestRestartWithoutPersistence shows the counter going back when Redis restarts empty, or
+// from an older RDB snapshot, and WithServerTimeFloor keeping tokens increasing through both.
+func TestRestartWithoutPersistence(t *testing.T) {
+	redisproc.Require(t)
+	t.Parallel()
+	cases := []struct {
+		name     string
+		snapshot bool // SAVE after the first acquisitions: the restart loads that snapshot
+	}{
+		{"empty", false},
+		{"older-snapshot", true},
+	}
+	for _, tc := range cases {
+		for _, floor := range []bool{false, true} {
+			name := tc.name
+			var opts []fencing.Option
+			if floor {
+				name += "-time-floor"
+				opts = append(opts, fencing.WithServerTimeFloor())
+			}
+			t.Run(name, func(t *testing.T) {
+				s := redisproc.Start(t) // --save "" --appendonly no
+				l := newLocker(t, s.Client(t), opts...)
+				before := acquireRelease(t, l, "res", 4)
+				if tc.snapshot {
+					do(t, s, "SAVE")
+					before = acquireRelease(t, l, "res", 4)
+				}
+				s.Kill()
+				s.Restart()
+				lock, err := l.TryAcquire(context.Background(), "res")
+				if err != nil {
+					t.Fatal(err)
+				}
+				after := lock.Token()
+				_ = lock.Release(context.Background())
+				regressed := after <= before
+				switch {
+				case floor && regressed:
+					t.Fatalf("with the time floor: token %d after %d", after, before)
+				case !floor && !tc.snapshot && after != 1:
+					t.Fatalf("without persistence: got token %d after the restart, want the regression to 1", after)
+				case !floor && tc.snapshot && after != 5:
+					t.Fatalf("from the snapshot: got token %d after the restart, want the regression to 5", after)
+				}
+				figure(t, "restart-"+name, "last_token_before=%d first_token_after=%d regressed=%v", before, after, regressed)
+			})
+		}
+	}
+}
