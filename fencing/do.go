@@ -23,7 +23,9 @@ import (
 // Do returns fn's error. When the lock was lost, the error also matches ErrNotHeld. When
 // the lock cannot be taken, Do returns Acquire's error and does not call fn. The lock is
 // released with a fresh context (the caller's may be done), so a cancelled caller does not
-// leave it held until its TTL. No goroutine started by Do outlives it.
+// leave it held until its TTL. No goroutine started by Do outlives it: Do returns once a
+// renewal in progress has returned, which against a hung server takes up to the client's
+// ReadTimeout (fn's context is cancelled on time regardless).
 func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Context) error, opts ...Option) (err error) {
 	if fn == nil {
 		return invalidf("nil function")
