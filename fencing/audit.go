@@ -13,11 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrUnsafeServer means a Redis server's settings let it lose a resource's fence counter
-// and lock keys at any time: its maxmemory-policy is one of the allkeys-* policies, which may
-// evict keys that have no TTL once memory is full. [Locker.CheckServer] returns it.
-var ErrUnsafeServer = errors.New("fencing: unsafe server settings")
-
 // A ServerReport describes the settings of the Redis servers behind a [Locker] and what they
 // mean for its tokens. [Locker.CheckServer] returns it.
 type ServerReport struct {

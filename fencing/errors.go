@@ -24,4 +24,9 @@ var (
 	// ErrNotReplicated means fewer replicas than required by [WithReplicas] acknowledged an
 	// acquisition in time. The lock was released before the error was returned.
 	ErrNotReplicated = errors.New("fencing: acquisition not replicated")
+
+	// ErrUnsafeServer means a Redis server's settings let it lose a resource's fence counter
+	// and lock keys at any time: its maxmemory-policy is one of the allkeys-* policies, which
+	// may evict keys that have no TTL once memory is full. [Locker.CheckServer] returns it.
+	ErrUnsafeServer = errors.New("fencing: unsafe server settings")
 )
