@@ -31,7 +31,7 @@ func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Co
 		return invalidf("nil function")
 	}
 	cfg := l.cfg.with(opts)
-	lock, err := l.Acquire(ctx, resource, opts...)
+	lock, err := l.acquire(ctx, cfg, resource)
 	if err != nil {
 		return err
 	}

@@ -100,7 +100,11 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...Option
 // cancellation, the lock is released. A Redis error ends the wait at once and is returned
 // as it is (it does not match ErrNotAcquired).
 func (l *Locker) Acquire(ctx context.Context, resource string, opts ...Option) (*Lock, error) {
-	cfg := l.cfg.with(opts)
+	return l.acquire(ctx, l.cfg.with(opts), resource)
+}
+
+// acquire is Acquire with the call's settings resolved.
+func (l *Locker) acquire(ctx context.Context, cfg *config, resource string) (*Lock, error) {
 	if err := l.check(ctx, cfg, resource); err != nil {
 		return nil, err
 	}
