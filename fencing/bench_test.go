@@ -93,27 +93,31 @@ func runParallel(b *testing.B, g int, op func(ctx context.Context, id string) er
 }
 
 // BenchmarkContention measures hand-off under contention: workers goroutines take locks on
-// resources resources and hold each for time.Sleep(1ms). It reports critical sections per
-// second as a fraction of the ideal, where the ideal is every resource held back to back
-// (up to one per worker) for the hold the sleeps actually took (a 1ms sleep lasts ~1.1ms on
-// a VM with a coarse timer), and the p50, p99 and worst wait for a lock. "poll5ms" is the
-// baseline a plain loop of TryAcquire and a 5ms sleep achieves on the same Redis in the same
-// run; "lockers=8" gives every worker a Locker of its own, as if each were a process.
+// resources resources and hold each for 1ms (time.Sleep, or a spin with hold=spin). It
+// reports critical sections per second as a fraction of the ideal, where the ideal is every
+// resource held back to back (up to one per worker) for the hold actually taken (a 1ms sleep
+// lasts ~1.2ms on a VM with a coarse timer), and the p50, p99 and worst wait for a lock.
+// "poll5ms" is the baseline a plain loop of TryAcquire and a 5ms sleep achieves on the same
+// Redis in the same run; "lockers=8" gives every worker a Locker of its own, as if each were
+// a process.
 //
 //	FENCING_REDIS_ADDR=127.0.0.1:6379 go test -run '^$' -bench Contention -benchtime 3000x ./fencing/
 func BenchmarkContention(b *testing.B) {
-	const hold = time.Millisecond
+	const holdTime = time.Millisecond
 	cases := []struct {
 		mode                        string
 		workers, resources, lockers int
+		spin                        bool // hold by spinning, so the CPUs never go idle
 	}{
-		{"wake", 8, 1, 1}, {"poll5ms", 8, 1, 1},
-		{"wake", 8, 1, 8}, // one Locker per worker, as if each were a process of its own
-		{"wake", 10, 100, 1}, {"poll5ms", 10, 100, 1},
+		{"wake", 8, 1, 1, false}, {"poll5ms", 8, 1, 1, false},
+		{"wake", 8, 1, 8, false}, // one Locker per worker, as if each were a process of its own
+		{"wake", 10, 100, 1, false}, {"poll5ms", 10, 100, 1, false},
+		{"wake", 8, 1, 1, true}, {"poll5ms", 8, 1, 1, true},
 	}
 	for _, c := range cases {
 		mode := c.mode
-		b.Run(fmt.Sprintf("%s/workers=%d/resources=%d/lockers=%d", mode, c.workers, c.resources, c.lockers), func(b *testing.B) {
+		hold := map[bool]string{false: "sleep", true: "spin"}[c.spin]
+		b.Run(fmt.Sprintf("%s/workers=%d/resources=%d/lockers=%d/hold=%s", mode, c.workers, c.resources, c.lockers, hold), func(b *testing.B) {
 			r := redistest.New(b)
 			lockers := make([]*fencing.Locker, c.lockers)
 			for i := range lockers {
@@ -150,7 +154,12 @@ func BenchmarkContention(b *testing.B) {
 						}
 						waits[w] = append(waits[w], time.Since(t0))
 						h0 := time.Now()
-						time.Sleep(hold)
+						if c.spin {
+							for time.Since(h0) < holdTime {
+							}
+						} else {
+							time.Sleep(holdTime)
+						}
 						held.Add(int64(time.Since(h0)))
 						if err := lock.Release(ctx); err != nil {
 							b.Error(err)
