@@ -138,8 +138,13 @@ func (l *Locker) check(ctx context.Context, cfg *config, resource string) error 
 	return nil
 }
 
+// lateReply is attempt's "holder TTL" when the acquire succeeded but its reply came back
+// after the lease could have run out.
+const lateReply time.Duration = -1
+
 // attempt runs the acquire script once. It returns the lock, or nil and the holder's
-// remaining TTL when another owner holds it, or an error.
+// remaining TTL when another owner holds it (lateReply when the lease lapsed in transit),
+// or an error.
 func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k keys) (*Lock, time.Duration, error) {
 	owner, err := newOwner()
 	if err != nil {
@@ -189,7 +194,7 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 		// The reply came back after the lease could have run out: the lock may already
 		// belong to someone else. Count it as busy; Acquire tries again.
 		l.releaseOwner(ctx, k, owner)
-		return nil, 0, nil
+		return nil, lateReply, nil
 	}
 	return lock, 0, nil
 }
@@ -298,6 +303,9 @@ type busyError struct {
 }
 
 func (e *busyError) Error() string {
+	if e.retryAfter == lateReply {
+		return fmt.Sprintf("fencing: not acquired: %q: Redis replied after the lease could have run out", e.resource)
+	}
 	return fmt.Sprintf("fencing: not acquired: %q is held by another owner", e.resource)
 }
 

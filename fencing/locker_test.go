@@ -68,7 +68,8 @@ func TestTryAcquireRelease(t *testing.T) {
 
 func TestTokensIncreaseAcrossExpiryAndIdle(t *testing.T) {
 	r := redistest.New(t)
-	l := newLocker(t, r, fencing.WithTTL(50*time.Millisecond))
+	// Leases long enough that a slow reply on a loaded machine still comes back within them.
+	l := newLocker(t, r, fencing.WithTTL(250*time.Millisecond))
 	ctx := t.Context()
 	var last int64
 	for i := range 5 {
@@ -81,21 +82,21 @@ func TestTokensIncreaseAcrossExpiryAndIdle(t *testing.T) {
 		case 0:
 			_ = lock.Release(ctx)
 		case 1:
-			r.Advance(80 * time.Millisecond) // expiry
+			r.Advance(300 * time.Millisecond) // expiry
 		case 2:
 			_ = lock.Release(ctx)
-			r.Advance(150 * time.Millisecond) // idle
+			r.Advance(600 * time.Millisecond) // idle
 		}
 	}
 }
 
 func TestStaleReleaseAndExtend(t *testing.T) {
 	r := redistest.New(t)
-	l := newLocker(t, r, fencing.WithTTL(50*time.Millisecond))
+	l := newLocker(t, r, fencing.WithTTL(250*time.Millisecond))
 	ctx := t.Context()
 
 	old := mustAcquire(t, l, "res")
-	r.Advance(80 * time.Millisecond)
+	r.Advance(300 * time.Millisecond)
 	if err := old.Extend(ctx, time.Second); !errors.Is(err, fencing.ErrNotHeld) {
 		t.Fatalf("Extend after expiry: got %v, want ErrNotHeld", err)
 	}
@@ -415,21 +416,46 @@ func TestServerTimeFloor(t *testing.T) {
 	}
 }
 
-// cancelAfterHook cancels a context right after the acquire script has run on the server,
-// so the acquisition races with the cancellation.
-type cancelAfterHook struct{ cancel context.CancelFunc }
+// afterAcquireHook calls fn right after the acquire script has run on the server, before
+// its reply reaches the Locker.
+type afterAcquireHook struct{ fn func() }
 
-func (h cancelAfterHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h cancelAfterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h afterAcquireHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h afterAcquireHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
-func (h cancelAfterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h afterAcquireHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		if name := cmd.Name(); err == nil && (name == "evalsha" || name == "eval") && len(cmd.Args()) > 2 && cmd.Args()[2] == 2 {
-			h.cancel() // a script with two keys: the acquire script
+			h.fn() // a script with two keys: the acquire script
 		}
 		return err
+	}
+}
+
+func TestLateReplyCountsAsBusy(t *testing.T) {
+	r := redistest.New(t)
+	c := r.NewClient(t)
+	const ttl = 10 * time.Millisecond
+	c.AddHook(afterAcquireHook{func() { time.Sleep(3 * ttl) }})
+	l := fencing.New(c, fencing.WithPrefix(r.Prefix), fencing.WithTTL(ttl))
+	defer l.Close()
+	lock, err := l.TryAcquire(t.Context(), "res")
+	if !errors.Is(err, fencing.ErrNotAcquired) || lock != nil {
+		t.Fatalf("got %v, %v; want ErrNotAcquired: the lease may have run out before the reply came", lock, err)
+	}
+	if !strings.Contains(err.Error(), "replied after the lease could have run out") {
+		t.Errorf("error %q does not say why", err)
+	}
+	if d, ok := fencing.RetryAfter(err); ok {
+		t.Errorf("RetryAfter: got %v, want none (nobody else holds the lock)", d)
+	}
+	if n := r.Client.Exists(context.Background(), r.Prefix+"{res}:lock").Val(); n != 0 {
+		t.Fatal("the late acquisition's lock was left in place")
+	}
+	if v := r.Client.Get(context.Background(), r.Prefix+"{res}:fence").Val(); v != "1" {
+		t.Fatalf("fence: got %q, want 1: the script did run", v)
 	}
 }
 
@@ -437,7 +463,7 @@ func TestAcquireRacingCancellationReleases(t *testing.T) {
 	r := redistest.New(t)
 	c := r.NewClient(t)
 	ctx, cancel := context.WithCancel(t.Context())
-	c.AddHook(cancelAfterHook{cancel})
+	c.AddHook(afterAcquireHook{cancel})
 	l := fencing.New(c, fencing.WithPrefix(r.Prefix))
 	defer l.Close()
 	_, err := l.Acquire(ctx, "res")

@@ -289,11 +289,11 @@ func TestFailedOperationSpans(t *testing.T) {
 		{
 			name: "release after the lock expired",
 			run: func(t *testing.T, tel *telemetry) error {
-				lock, err := newLocker(t, r, tel.hooks()).TryAcquire(ctx, "short", fencing.WithTTL(20*time.Millisecond))
+				lock, err := newLocker(t, r, tel.hooks()).TryAcquire(ctx, "short")
 				if err != nil {
 					t.Fatalf("TryAcquire: %v", err)
 				}
-				r.Advance(50 * time.Millisecond)
+				expire(t, r, "short")
 				return lock.Release(ctx)
 			},
 			span: "fencing.release", outcome: "not_held", errType: "not_held",
@@ -301,11 +301,11 @@ func TestFailedOperationSpans(t *testing.T) {
 		{
 			name: "extend after the lock was taken over",
 			run: func(t *testing.T, tel *telemetry) error {
-				lock, err := newLocker(t, r, tel.hooks()).TryAcquire(ctx, "taken", fencing.WithTTL(20*time.Millisecond))
+				lock, err := newLocker(t, r, tel.hooks()).TryAcquire(ctx, "taken")
 				if err != nil {
 					t.Fatalf("TryAcquire: %v", err)
 				}
-				r.Advance(50 * time.Millisecond)
+				expire(t, r, "taken")
 				holdLock(t, r, "taken")
 				return lock.Extend(ctx, time.Second)
 			},
@@ -353,6 +353,16 @@ func holdLock(t *testing.T, r *redistest.Redis, resource string) {
 	t.Helper()
 	if _, err := newLocker(t, r).TryAcquire(t.Context(), resource, fencing.WithTTL(time.Minute)); err != nil {
 		t.Fatalf("holding %q: %v", resource, err)
+	}
+}
+
+// expire deletes the lock key of resource, as its TTL running out would. (A short TTL would
+// make the test depend on timing: on a loaded machine the acquire's reply can come back after
+// such a lease could have run out, and the acquire then counts as busy.)
+func expire(t *testing.T, r *redistest.Redis, resource string) {
+	t.Helper()
+	if err := r.Client.Del(t.Context(), r.Prefix+"{"+resource+"}:lock").Err(); err != nil {
+		t.Fatalf("expiring %q: %v", resource, err)
 	}
 }
 
@@ -453,7 +463,7 @@ func TestRedisSpansNestUnderOurs(t *testing.T) {
 func TestDoUnderRequestSpan(t *testing.T) {
 	r := redistest.New(t)
 	tel := newTelemetry(t)
-	l := newLocker(t, r, tel.hooks(), fencing.WithTTL(60*time.Millisecond))
+	l := newLocker(t, r, tel.hooks(), fencing.WithTTL(300*time.Millisecond))
 	ctx, parent := tel.parent(t.Context(), "job orders:sync")
 
 	err := l.Do(ctx, "orders", func(ctx context.Context) error {
@@ -574,7 +584,7 @@ func TestResourceAttributeModes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := redistest.New(t)
 			tel := newTelemetry(t)
-			l := newLocker(t, r, tel.hooks(tracing.WithResourceAttribute(tt.mode)), fencing.WithTTL(100*time.Millisecond))
+			l := newLocker(t, r, tel.hooks(tracing.WithResourceAttribute(tt.mode)), fencing.WithTTL(time.Second))
 			ctx, job := tel.parent(t.Context(), "job")
 			lock, err := l.TryAcquire(ctx, secret)
 			if err != nil {

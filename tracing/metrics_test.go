@@ -101,7 +101,7 @@ func equalMaps[V comparable](a, b map[string]V) bool {
 func TestMetricsScenario(t *testing.T) {
 	r := redistest.New(t)
 	tel := newTelemetry(t)
-	l := newLocker(t, r, tel.hooks(), fencing.WithTTL(100*time.Millisecond))
+	l := newLocker(t, r, tel.hooks(), fencing.WithTTL(time.Second))
 	ctx := t.Context()
 
 	a, err := l.TryAcquire(ctx, "res-a")
