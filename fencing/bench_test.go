@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,10 +23,11 @@ import (
 // Redis in the same run: a raw SET NX PX and a DEL, also two round trips. "floor" and
 // "fencing" measure each alone (with allocations); "ratio" alternates the two in one loop,
 // so both see the same load, and reports the fencing throughput as a fraction of the
-// floor's. Run it against a real Redis (FENCING_REDIS_ADDR); on miniredis the figures mean
-// little.
+// floor's. On a real Redis, "floor" and "fencing" also report server-µs/op, the time the
+// server spent executing commands. Run it against a real Redis (FENCING_REDIS_ADDR); on
+// miniredis the figures mean little.
 //
-//	FENCING_REDIS_ADDR=127.0.0.1:6379 go test -run '^$' -bench AcquireRelease -benchtime 2s -count 3 ./fencing/
+//	FENCING_REDIS_ADDR=127.0.0.1:6379 go test -run '^$' -bench AcquireRelease -benchtime 3000x -count 3 -benchmem ./fencing/
 func BenchmarkAcquireRelease(b *testing.B) {
 	r := redistest.New(b)
 	l := fencing.New(r.Client, fencing.WithPrefix(r.Prefix))
@@ -45,8 +47,14 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		return lock.Release(ctx)
 	}
 	for _, g := range []int{1, 16} {
-		b.Run(fmt.Sprintf("floor/goroutines=%d", g), func(b *testing.B) { runParallel(b, g, floor) })
-		b.Run(fmt.Sprintf("fencing/goroutines=%d", g), func(b *testing.B) { runParallel(b, g, fenced) })
+		b.Run(fmt.Sprintf("floor/goroutines=%d", g), func(b *testing.B) {
+			defer serverTime(b, r)()
+			runParallel(b, g, floor)
+		})
+		b.Run(fmt.Sprintf("fencing/goroutines=%d", g), func(b *testing.B) {
+			defer serverTime(b, r)()
+			runParallel(b, g, fenced)
+		})
 		b.Run(fmt.Sprintf("ratio/goroutines=%d", g), func(b *testing.B) {
 			var floorNS, fencedNS atomic.Int64
 			runParallel(b, g, func(ctx context.Context, id string) error {
@@ -65,6 +73,53 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			b.ReportMetric(float64(floorNS.Load())/float64(fencedNS.Load()), "of-floor")
 		})
 	}
+}
+
+// serverTime reports, on a real Redis, the time the server spent executing commands per
+// operation ("server-µs/op"), from the change in INFO commandstats between the call and the
+// returned function's. Other clients of the server count too; keep it otherwise idle.
+func serverTime(b *testing.B, r *redistest.Redis) func() {
+	if r.Mini != nil {
+		return func() {}
+	}
+	before, err := commandMicros(r)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		after, err := commandMicros(r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(after-before)/float64(b.N), "server-µs/op")
+	}
+}
+
+// commandMicros sums the usec fields of INFO commandstats: the microseconds the server has
+// spent executing commands since its statistics were last reset.
+func commandMicros(r *redistest.Redis) (int64, error) {
+	info, err := r.Client.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for line := range strings.Lines(info) {
+		// cmdstat_set:calls=20002,usec=13092,usec_per_call=0.65,...
+		_, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(line, "cmdstat_") {
+			continue
+		}
+		for field := range strings.SplitSeq(stats, ",") {
+			if v, ok := strings.CutPrefix(field, "usec="); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("commandstats %q: %w", line, err)
+				}
+				total += n
+			}
+		}
+	}
+	return total, nil
 }
 
 // runParallel runs op b.N times over g goroutines, each with its own id.

@@ -342,8 +342,9 @@ func TestTokenPrecision(t *testing.T) {
 	l := newLocker(t, r)
 	ctx := t.Context()
 	fence := r.Prefix + "{big}:fence"
-	r.Client.Set(ctx, fence, "9007199254740992", 0) // 2^53
-	for _, want := range []int64{9007199254740993, 9007199254740994} {
+	r.Client.Set(ctx, fence, "9007199254740990", 0) // 2^53 - 2
+	// Both sides of 2^53, where a Lua number stops holding every integer.
+	for _, want := range []int64{9007199254740991, 9007199254740992, 9007199254740993, 9007199254740994} {
 		lock := mustAcquire(t, l, "big")
 		if lock.Token() != want {
 			t.Fatalf("got token %d, want %d", lock.Token(), want)
