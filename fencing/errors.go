@@ -6,7 +6,9 @@ import "errors"
 // and an error that ends a wait also matches the context's error.
 var (
 	// ErrNotAcquired means the resource is held by another owner. Acquire returns it, joined
-	// with ctx.Err(), when its context ends before the lock could be taken.
+	// with ctx.Err(), when its context ends before the lock could be taken. TryAcquire also
+	// returns it when Redis granted the lock but the reply came back after the lease could
+	// have run out: the lock is then freed, as it may already belong to someone else.
 	ErrNotAcquired = errors.New("fencing: not acquired")
 
 	// ErrNotHeld means this acquisition no longer owns the lock: it was released, it expired,
