@@ -23,7 +23,8 @@
 // which is random and unique per acquisition. [Locker.Do] runs a function under the lock,
 // renews the lease in the background, and cancels the function's context as soon as the lock
 // is lost. Waiting acquisitions wake when the holder releases (pub/sub), when its TTL runs
-// out, or after a back-off.
+// out, or after a back-off; a release hands the lock straight to the next waiter of the same
+// Locker when no other Locker waits.
 //
 // # What is not guaranteed
 //

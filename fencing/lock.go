@@ -42,7 +42,9 @@ func (k *Lock) Resource() string {
 }
 
 // Release frees the lock if this acquisition still holds it, and wakes the resource's
-// waiters. It returns an error wrapping [ErrNotHeld] and changes nothing when the lock has
+// waiters. When a waiter of the same Locker is next in line and no other Locker waits for the
+// resource, Release hands the lock to that waiter, with a new token, in the same round trip.
+// It returns an error wrapping [ErrNotHeld] and changes nothing when the lock has
 // expired or belongs to a newer acquisition. Other errors come from Redis; the lock then
 // stays held until its TTL runs out. A retried release (go-redis retries after a dropped
 // connection) may report ErrNotHeld for a lock its first attempt did free.
@@ -52,16 +54,26 @@ func (k *Lock) Release(ctx context.Context) error {
 	}
 	ctx = k.hooks.start(ctx, OpRelease, k.resource)
 	begin := time.Now()
-	n, err := releaseScript.Run(ctx, k.locker.client, []string{k.keys.lock}, k.owner, k.locker.hub.channelFor(k.keys), k.locker.hub.id).Int64()
+	hub := k.locker.hub
+	var n int64
+	var err error
+	handed := false
+	if w := hub.offer(k.keys.channel); w != nil {
+		handed, n, err = k.handOff(ctx, w)
+	} else {
+		n, err = releaseScript.Run(ctx, k.locker.client, []string{k.keys.lock}, k.owner, hub.channelFor(k.keys), hub.id).Int64()
+	}
 	switch {
 	case err != nil:
 		err = fmt.Errorf("fencing: release %q: %w", k.resource, err)
-	case n == 0:
+	case n == 0 && !handed:
 		err = fmt.Errorf("fencing: release %q: %w", k.resource, ErrNotHeld)
+	case handed:
+		k.validUntil.Store(0)
 	default:
 		k.validUntil.Store(0)
 		// Waiters of this Locker need not wait for the release message to come back.
-		k.locker.hub.released(k.keys.channel, int(n-1), time.Since(begin))
+		hub.released(k.keys.channel, int(n-1), time.Since(begin))
 	}
 	k.hooks.end(ctx, k.event(OpRelease, begin, err))
 	return err

@@ -41,7 +41,8 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 		l.cfg.err = invalidf("nil redis client")
 	}
 	_, ring := client.(*redis.Ring)
-	l.hub = newHub(client, !ring && l.cfg.err == nil)
+	_, cluster := client.(*redis.ClusterClient)
+	l.hub = newHub(client, !ring && l.cfg.err == nil, !cluster)
 	return l
 }
 
@@ -253,6 +254,16 @@ func (l *Locker) releaseOwner(ctx context.Context, k keys, owner string) {
 // releaseTimeout bounds releases made with a fresh context.
 const releaseTimeout = 5 * time.Second
 
+// parseToken decodes a token that a script returned as a string.
+func parseToken(v any) (int64, error) {
+	s, _ := v.(string)
+	token, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || token <= 0 {
+		return 0, fmt.Errorf("bad token %q in reply", s)
+	}
+	return token, nil
+}
+
 // parseAcquire decodes the acquire script's reply.
 func parseAcquire(res any) (ok bool, token, pttl int64, err error) {
 	arr, _ := res.([]any)
@@ -264,10 +275,9 @@ func parseAcquire(res any) (ok bool, token, pttl int64, err error) {
 		pttl, _ = arr[1].(int64)
 		return false, 0, pttl, nil
 	}
-	s, _ := arr[1].(string)
-	token, err = strconv.ParseInt(s, 10, 64)
-	if err != nil || token <= 0 {
-		return false, 0, 0, fmt.Errorf("bad token %q in reply", s)
+	token, err = parseToken(arr[1])
+	if err != nil {
+		return false, 0, 0, err
 	}
 	if len(arr) > 2 {
 		pttl, _ = arr[2].(int64)

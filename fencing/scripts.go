@@ -22,6 +22,10 @@ var (
 	extendSrc    string
 	extendScript = redis.NewScript(extendSrc)
 
+	//go:embed handoff.lua
+	handoffSrc    string
+	handoffScript = redis.NewScript(handoffSrc)
+
 	//go:embed ttl.lua
 	ttlSrc    string
 	ttlScript = redis.NewScript(ttlSrc)

@@ -24,6 +24,9 @@ type hub struct {
 	id      string // random; the payload of this Locker's release messages
 	client  redis.UniversalClient
 	enabled bool // false on a Ring, or when the Locker is unusable: waiters poll
+	// counted is true when PUBSUB NUMSUB on the server that runs a release counts this
+	// Locker's own subscription: not on a Cluster, where it counts one node's subscribers.
+	counted bool
 
 	closed atomic.Bool
 	done   chan struct{} // closed by close
@@ -46,17 +49,19 @@ type queue struct {
 }
 
 type waiter struct {
-	turn chan struct{} // closed when the waiter reaches the front
-	wake chan struct{} // a release message arrived (capacity 1)
+	cfg   *config       // the waiting call's settings
+	turn  chan struct{} // closed when the waiter reaches the front
+	wake  chan struct{} // a release message arrived (capacity 1)
+	grant chan *Lock    // the lock, handed over by a release of this Locker (capacity 1)
 	// taken is set before turn closes when the waiter ahead left with the lock: the
 	// resource is held, so the new front waiter waits for a wake-up before trying.
 	taken bool
 }
 
-func newHub(client redis.UniversalClient, enabled bool) *hub {
+func newHub(client redis.UniversalClient, enabled, counted bool) *hub {
 	id, _ := newOwner() // on a broken random source, "" only costs spurious wake-ups
 	return &hub{
-		id: id, client: client, enabled: enabled, done: make(chan struct{}),
+		id: id, client: client, enabled: enabled, counted: enabled && counted, done: make(chan struct{}),
 		queues: make(map[string]*queue), courtesy: make(map[string]time.Time),
 	}
 }
@@ -127,8 +132,8 @@ func (h *hub) queued(ch string) (bool, time.Duration) {
 }
 
 // join appends a waiter to the channel's queue, subscribing when the queue is new.
-func (h *hub) join(ctx context.Context, ch string) (*queue, *waiter, error) {
-	w := &waiter{turn: make(chan struct{}), wake: make(chan struct{}, 1)}
+func (h *hub) join(ctx context.Context, ch string, cfg *config) (*queue, *waiter, error) {
+	w := &waiter{cfg: cfg, turn: make(chan struct{}), wake: make(chan struct{}, 1), grant: make(chan *Lock, 1)}
 	h.mu.Lock()
 	if h.closed.Load() {
 		h.mu.Unlock()
@@ -153,12 +158,20 @@ func (h *hub) join(ctx context.Context, ch string) (*queue, *waiter, error) {
 }
 
 // leave removes a waiter; the next one in line gets its turn. The last one out unsubscribes.
+// A lock handed to the waiter that it did not take (its context ended meanwhile) is
+// released, which hands it on to the next waiter or wakes it.
 func (h *hub) leave(ch string, q *queue, w *waiter, acquired bool) {
 	h.mu.Lock()
 	i := slices.Index(q.waiters, w)
 	q.waiters = slices.Delete(q.waiters, i, i+1)
+	// Deliveries happen under h.mu to a queued waiter only, so none can follow this.
+	var handed *Lock
+	select {
+	case handed = <-w.grant:
+	default:
+	}
 	if i == 0 && len(q.waiters) > 0 {
-		q.waiters[0].taken = acquired
+		q.waiters[0].taken = acquired || handed != nil
 		close(q.waiters[0].turn)
 	}
 	empty := len(q.waiters) == 0
@@ -167,6 +180,11 @@ func (h *hub) leave(ch string, q *queue, w *waiter, acquired bool) {
 		h.nq.Add(-1)
 	}
 	h.mu.Unlock()
+	if handed != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		_ = handed.Release(ctx)
+		cancel()
+	}
 	if empty && h.enabled {
 		h.unsubscribe(ch)
 	}
@@ -304,7 +322,7 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 			return nil, attempts, &busyError{resource: resource, retryAfter: holderTTL}
 		}
 	}
-	q, w, err := l.hub.join(ctx, k.channel)
+	q, w, err := l.hub.join(ctx, k.channel, cfg)
 	if err != nil {
 		return nil, attempts, err
 	}
@@ -329,6 +347,16 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 	case <-l.hub.done:
 		return nil, attempts, ended()
 	}
+	// take returns a lock handed over by a release of this Locker, unless the caller's
+	// context has ended: the deferred leave then releases it.
+	take := func(handed *Lock) (*Lock, int, error) {
+		if parent.Err() != nil {
+			w.grant <- handed // for leave; empty, as only this waiter's lock could be handed on
+			return nil, attempts, ended()
+		}
+		lock = handed
+		return lock, attempts, nil
+	}
 	if l.hub.enabled {
 		// Attempt only once release messages can reach us, or a release between the
 		// attempt and the subscription would go unnoticed until the back-off.
@@ -344,6 +372,9 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 	if standBack > 0 {
 		t := time.NewTimer(standBack)
 		select {
+		case handed := <-w.grant:
+			t.Stop()
+			return take(handed)
 		case <-w.wake:
 		case <-t.C:
 		case <-ctx.Done():
@@ -357,6 +388,11 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 	for {
 		if ctx.Err() != nil || l.hub.isClosed() {
 			return nil, attempts, ended()
+		}
+		select {
+		case handed := <-w.grant:
+			return take(handed)
+		default:
 		}
 		if try {
 			attempts++
@@ -375,6 +411,9 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 		backoff = min(2*backoff, cfg.retryMax)
 		t := time.NewTimer(d)
 		select {
+		case handed := <-w.grant:
+			t.Stop()
+			return take(handed)
 		case <-w.wake:
 			backoff = cfg.retryMin
 		case <-t.C:

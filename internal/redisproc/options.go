@@ -3,7 +3,7 @@ package redisproc
 import "time"
 
 // defaultTimeout bounds every wait unless Timeout says otherwise.
-const defaultTimeout = 10 * time.Second
+const defaultTimeout = 30 * time.Second
 
 // Option configures a server started by Start or StartCluster.
 type Option func(*config)
