@@ -355,3 +355,25 @@ func TestParseHandOff(t *testing.T) {
 		}
 	}
 }
+
+// TestNoHandOffOnClusterOrRing: PUBSUB NUMSUB on a Cluster node counts that node's
+// subscribers only, so it cannot tell whether other Lockers wait; a Ring has no waking at all.
+func TestNoHandOffOnClusterOrRing(t *testing.T) {
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer cluster.Close()
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer ring.Close()
+	single := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer single.Close()
+	for _, tt := range []struct {
+		name   string
+		client redis.UniversalClient
+		want   bool
+	}{{"cluster", cluster, false}, {"ring", ring, false}, {"client", single, true}} {
+		l := New(tt.client)
+		if l.hub.counted != tt.want {
+			t.Errorf("%s: hand-off enabled %v, want %v", tt.name, l.hub.counted, tt.want)
+		}
+		_ = l.Close()
+	}
+}
