@@ -2,8 +2,11 @@ package fencing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Hand-off: when a Lock is released while a waiter of the same Locker is at the front of the
@@ -21,7 +24,7 @@ import (
 // where NUMSUB counts one node's subscribers), and the waiter's acquisition needs nothing the
 // hand-off does not do (replica acknowledgements, the server-time floor).
 func (h *hub) offer(ch string) *waiter {
-	if !h.counted || h.nq.Load() == 0 {
+	if !h.handOff.Load() || h.nq.Load() == 0 {
 		return nil
 	}
 	h.mu.Lock()
@@ -57,7 +60,9 @@ func (h *hub) deliver(ch string, w *waiter, lock *Lock) bool {
 
 // handOff runs the hand-off script for k and w. It reports whether the lock went to w, and
 // otherwise the release script's result: 0 when k no longer held the lock, or 1 plus the
-// number of subscribers the release message reached.
+// number of subscribers the release message reached. When Redis refuses the script (an ACL
+// that denies PUBSUB, a server without it), it turns hand-offs off for the Locker and
+// releases with the plain release script instead.
 func (k *Lock) handOff(ctx context.Context, w *waiter) (bool, int64, error) {
 	l := k.locker
 	owner, err := newOwner()
@@ -68,6 +73,14 @@ func (k *Lock) handOff(ctx context.Context, w *waiter) (bool, int64, error) {
 	sent := time.Now()
 	res, err := handoffScript.Run(ctx, l.client, []string{k.keys.lock, k.keys.fence},
 		k.owner, k.keys.channel, l.hub.id, owner, ms).Result()
+	var refused redis.Error
+	if errors.As(err, &refused) {
+		// The script stopped at a call Redis refused, before the SET that hands the lock
+		// over (its last call on that path): release with the plain script instead.
+		l.hub.handOff.Store(false)
+		n, err := l.release(ctx, k.keys, k.owner)
+		return false, n, err
+	}
 	if err != nil {
 		// The script may have run and given the lock to the waiter's owner value, which
 		// nobody will learn: free it rather than strand it until its TTL.

@@ -20,7 +20,14 @@ type scriptLog struct {
 	runs     map[string]int
 	handoffs []any
 	after    func(name string) // called after each script, before its reply reaches the caller
+	refuse   bool              // answer the hand-off script with an error, unrun
 }
+
+// refusal is an error reply from Redis, as go-redis reports one.
+type refusal string
+
+func (e refusal) Error() string { return string(e) }
+func (refusal) RedisError()     {}
 
 func (s *scriptLog) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (s *scriptLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -30,8 +37,18 @@ func (s *scriptLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	scripts := map[string]*redis.Script{"acquire": acquireScript, "release": releaseScript, "handoff": handoffScript}
 	sources := map[string]string{"acquire": acquireSrc, "release": releaseSrc, "handoff": handoffSrc}
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
 		args := cmd.Args()
+		s.mu.Lock()
+		refuse := s.refuse && len(args) > 1 && (args[1] == handoffScript.Hash() || args[1] == handoffSrc)
+		s.mu.Unlock()
+		if refuse {
+			s.mu.Lock()
+			s.runs["refused"]++
+			s.mu.Unlock()
+			cmd.SetErr(refusal("NOPERM this user has no permissions to run the 'pubsub|numsub' command"))
+			return cmd.Err()
+		}
+		err := next(ctx, cmd)
 		if len(args) < 2 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") || err != nil {
 			return err
 		}
@@ -371,9 +388,85 @@ func TestNoHandOffOnClusterOrRing(t *testing.T) {
 		want   bool
 	}{{"cluster", cluster, false}, {"ring", ring, false}, {"client", single, true}} {
 		l := New(tt.client)
-		if l.hub.counted != tt.want {
-			t.Errorf("%s: hand-off enabled %v, want %v", tt.name, l.hub.counted, tt.want)
+		if got := l.hub.handOff.Load(); got != tt.want {
+			t.Errorf("%s: hand-off enabled %v, want %v", tt.name, got, tt.want)
 		}
 		_ = l.Close()
+	}
+}
+
+// TestRefusedHandOffFallsBack: when Redis refuses the hand-off script (here, as an ACL that
+// denies PUBSUB would), Release still releases, the waiter is still woken, and the Locker
+// stops trying hand-offs.
+func TestRefusedHandOffFallsBack(t *testing.T) {
+	r := redistest.New(t)
+	ctx := t.Context()
+	l, log := lockerWithLog(t, r)
+	log.mu.Lock()
+	log.refuse = true
+	log.mu.Unlock()
+	for round := range 2 {
+		held, err := l.TryAcquire(ctx, "res")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := acquireInBackground(ctx, l, "res")
+		waitQueued(t, l, "res", 1)
+		if err := held.Release(ctx); err != nil {
+			t.Fatalf("round %d: Release: %v", round, err)
+		}
+		res := receive(t, got, 2*time.Second) // woken directly, well before the 5s back-off
+		if res.err != nil {
+			t.Fatalf("round %d: Acquire: %v", round, res.err)
+		}
+		if err := res.lock.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := log.count("refused"); n != 1 {
+		t.Errorf("hand-off script sent %d times, want once: the first refusal turns hand-offs off", n)
+	}
+}
+
+// TestHandOffUnderACLWithoutPubSub runs on a real Redis as a user that may not run PUBSUB.
+func TestHandOffUnderACLWithoutPubSub(t *testing.T) {
+	if !redistest.Real() {
+		t.Skip("ACL users need a real Redis (FENCING_REDIS_ADDR)")
+	}
+	r := redistest.New(t)
+	ctx := t.Context()
+	user := "fktest-" + strings.TrimSuffix(strings.ReplaceAll(r.Prefix, ":", "-"), "-")
+	if err := r.Client.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-pubsub").Err(); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+	t.Cleanup(func() { r.Client.Do(context.Background(), "ACL", "DELUSER", user) })
+	opts := r.Options()
+	opts.Username, opts.Password = user, "pw"
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	l := New(c, WithPrefix(r.Prefix), WithRetryBackoff(5*time.Second, 10*time.Second))
+	t.Cleanup(func() { _ = l.Close() })
+
+	held, err := l.TryAcquire(ctx, "res")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireInBackground(ctx, l, "res")
+	waitQueued(t, l, "res", 1)
+	if err := held.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	res := receive(t, got, 2*time.Second)
+	if res.err != nil {
+		t.Fatalf("Acquire: %v", res.err)
+	}
+	if res.lock.Token() != held.Token()+1 {
+		t.Fatalf("got token %d, want %d", res.lock.Token(), held.Token()+1)
+	}
+	if l.hub.handOff.Load() {
+		t.Error("hand-offs still on after Redis refused PUBSUB")
+	}
+	if err := res.lock.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

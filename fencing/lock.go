@@ -61,7 +61,7 @@ func (k *Lock) Release(ctx context.Context) error {
 	if w := hub.offer(k.keys.channel); w != nil {
 		handed, n, err = k.handOff(ctx, w)
 	} else {
-		n, err = releaseScript.Run(ctx, k.locker.client, []string{k.keys.lock}, k.owner, hub.channelFor(k.keys), hub.id).Int64()
+		n, err = k.locker.release(ctx, k.keys, k.owner)
 	}
 	switch {
 	case err != nil:

@@ -248,7 +248,14 @@ func (l *Locker) runAcquire(ctx context.Context, cfg *config, k keys, owner stri
 func (l *Locker) releaseOwner(ctx context.Context, k keys, owner string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	_ = releaseScript.Run(rctx, l.client, []string{k.lock}, owner+":", l.hub.channelFor(k), l.hub.id).Err()
+	_, _ = l.release(rctx, k, owner+":")
+}
+
+// release runs the release script for an owner value followed by ':'. It returns 0 when that
+// owner does not hold the lock, otherwise 1 plus the number of subscribers the release
+// message reached.
+func (l *Locker) release(ctx context.Context, k keys, prefix string) (int64, error) {
+	return releaseScript.Run(ctx, l.client, []string{k.lock}, prefix, l.hub.channelFor(k), l.hub.id).Int64()
 }
 
 // releaseTimeout bounds releases made with a fresh context.

@@ -24,9 +24,11 @@ type hub struct {
 	id      string // random; the payload of this Locker's release messages
 	client  redis.UniversalClient
 	enabled bool // false on a Ring, or when the Locker is unusable: waiters poll
-	// counted is true when PUBSUB NUMSUB on the server that runs a release counts this
-	// Locker's own subscription: not on a Cluster, where it counts one node's subscribers.
-	counted bool
+	// handOff is true while a release may hand the lock to a waiter of this Locker (see
+	// handoff.go): PUBSUB NUMSUB on the server that runs a release counts this Locker's own
+	// subscription (not on a Cluster, where it counts one node's subscribers), and the
+	// server has not refused the hand-off script (an ACL without PUBSUB, say).
+	handOff atomic.Bool
 
 	closed atomic.Bool
 	done   chan struct{} // closed by close
@@ -60,10 +62,12 @@ type waiter struct {
 
 func newHub(client redis.UniversalClient, enabled, counted bool) *hub {
 	id, _ := newOwner() // on a broken random source, "" only costs spurious wake-ups
-	return &hub{
-		id: id, client: client, enabled: enabled, counted: enabled && counted, done: make(chan struct{}),
+	h := &hub{
+		id: id, client: client, enabled: enabled, done: make(chan struct{}),
 		queues: make(map[string]*queue), courtesy: make(map[string]time.Time),
 	}
+	h.handOff.Store(enabled && counted)
+	return h
 }
 
 // channelFor returns the channel a release publishes on, or "" when nobody can subscribe.
