@@ -125,6 +125,16 @@ func waitQueued(t *testing.T, l *Locker, resource string, n int) {
 	}
 }
 
+// hold takes the lock on "res" for the test.
+func hold(t *testing.T, l *Locker) *Lock {
+	t.Helper()
+	lock, err := l.TryAcquire(t.Context(), "res")
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	return lock
+}
+
 type result struct {
 	lock *Lock
 	err  error
@@ -156,10 +166,7 @@ func TestReleaseHandsOffToLocalWaiter(t *testing.T) {
 	l, log := lockerWithLog(t, r)
 	k := resourceKeys(r.Prefix, "res")
 
-	held, err := l.TryAcquire(ctx, "res")
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := hold(t, l)
 	got := acquireInBackground(ctx, l, "res", WithTTL(7*time.Second))
 	waitQueued(t, l, "res", 1)
 	// The waiter tries once more when the subscription is confirmed; with a 5s back-off it
@@ -209,10 +216,7 @@ func TestNoHandOffWhileOtherLockersListen(t *testing.T) {
 	other := New(r.Client, WithPrefix(r.Prefix)) // another process, as far as Redis can tell
 	t.Cleanup(func() { _ = other.Close() })
 
-	held, err := l.TryAcquire(ctx, "res")
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := hold(t, l)
 	local := acquireInBackground(ctx, l, "res")
 	remote := acquireInBackground(ctx, other, "res")
 	waitQueued(t, l, "res", 1)
@@ -256,10 +260,7 @@ func TestNoHandOffForTimeFloorWaiter(t *testing.T) {
 	r := redistest.New(t)
 	ctx := t.Context()
 	l, log := lockerWithLog(t, r)
-	held, err := l.TryAcquire(ctx, "res")
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := hold(t, l)
 	got := acquireInBackground(ctx, l, "res", WithServerTimeFloor())
 	waitQueued(t, l, "res", 1)
 	if err := held.Release(ctx); err != nil {
@@ -285,10 +286,7 @@ func TestUndeliveredHandOffIsReleased(t *testing.T) {
 	ctx := t.Context()
 	l, _ := lockerWithLog(t, r)
 	k := resourceKeys(r.Prefix, "res")
-	held, err := l.TryAcquire(ctx, "res")
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := hold(t, l)
 	cfg := l.cfg
 	q, w, err := l.hub.join(ctx, k.channel, &cfg) // a waiter that never looks at its grant
 	if err != nil {
@@ -319,10 +317,7 @@ func TestHandOffRacingCancellation(t *testing.T) {
 	r := redistest.New(t)
 	l, log := lockerWithLog(t, r)
 	k := resourceKeys(r.Prefix, "res")
-	held, err := l.TryAcquire(t.Context(), "res")
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := hold(t, l)
 	wctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	log.mu.Lock()
@@ -406,10 +401,7 @@ func TestRefusedHandOffFallsBack(t *testing.T) {
 	log.refuse = true
 	log.mu.Unlock()
 	for round := range 2 {
-		held, err := l.TryAcquire(ctx, "res")
-		if err != nil {
-			t.Fatal(err)
-		}
+		held := hold(t, l)
 		got := acquireInBackground(ctx, l, "res")
 		waitQueued(t, l, "res", 1)
 		if err := held.Release(ctx); err != nil {
@@ -447,10 +439,7 @@ func TestHandOffUnderACLWithoutPubSub(t *testing.T) {
 	l := New(c, WithPrefix(r.Prefix), WithRetryBackoff(5*time.Second, 10*time.Second))
 	t.Cleanup(func() { _ = l.Close() })
 
-	held, err := l.TryAcquire(ctx, "res")
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := hold(t, l)
 	got := acquireInBackground(ctx, l, "res")
 	waitQueued(t, l, "res", 1)
 	if err := held.Release(ctx); err != nil {
