@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -60,9 +61,9 @@ func (h *hub) deliver(ch string, w *waiter, lock *Lock) bool {
 
 // handOff runs the hand-off script for k and w. It reports whether the lock went to w, and
 // otherwise the release script's result: 0 when k no longer held the lock, or 1 plus the
-// number of subscribers the release message reached. When Redis refuses the script (an ACL
-// that denies PUBSUB, a server without it), it turns hand-offs off for the Locker and
-// releases with the plain release script instead.
+// number of subscribers the release message reached. When Redis answers the script with an
+// error, it releases with the plain release script instead; when the error says the server
+// will never run it (an ACL that denies PUBSUB), it also turns hand-offs off for the Locker.
 func (k *Lock) handOff(ctx context.Context, w *waiter) (bool, int64, error) {
 	l := k.locker
 	owner, err := newOwner()
@@ -75,9 +76,13 @@ func (k *Lock) handOff(ctx context.Context, w *waiter) (bool, int64, error) {
 		k.owner, k.keys.channel, l.hub.id, owner, ms).Result()
 	var refused redis.Error
 	if errors.As(err, &refused) {
-		// The script stopped at a call Redis refused, before the SET that hands the lock
-		// over (its last call on that path): release with the plain script instead.
-		l.hub.handOff.Store(false)
+		// Redis answered with an error: the script stopped before the SET that hands the
+		// lock over (its last call on that path), or did not run (BUSY, LOADING, READONLY).
+		// Release with the plain script instead, and stop trying hand-offs if this server
+		// will never allow them.
+		if neverAllowed(refused.Error()) {
+			l.hub.handOff.Store(false)
+		}
 		n, err := l.release(ctx, k.keys, k.owner)
 		return false, n, err
 	}
@@ -113,6 +118,17 @@ func (k *Lock) handOff(ctx context.Context, w *waiter) (bool, int64, error) {
 		return false, 1, nil
 	}
 	return true, 1, nil
+}
+
+// neverAllowed reports whether a script error says the server will not run the hand-off
+// script for this client: an ACL denies a command (Redis 7.0 and 7.2 word it differently),
+// or the server does not know one.
+func neverAllowed(msg string) bool {
+	return strings.HasPrefix(msg, "NOPERM") ||
+		strings.Contains(msg, "can't run this command") ||
+		strings.Contains(msg, "no permissions") ||
+		strings.Contains(msg, "unknown command") ||
+		strings.Contains(msg, "unknown subcommand")
 }
 
 // parseHandOff decodes the hand-off script's reply.

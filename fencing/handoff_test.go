@@ -20,7 +20,7 @@ type scriptLog struct {
 	runs     map[string]int
 	handoffs []any
 	after    func(name string) // called after each script, before its reply reaches the caller
-	refuse   bool              // answer the hand-off script with an error, unrun
+	refuse   string            // if set, answer the hand-off script with this error, unrun
 }
 
 // refusal is an error reply from Redis, as go-redis reports one.
@@ -39,13 +39,14 @@ func (s *scriptLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
 		s.mu.Lock()
-		refuse := s.refuse && len(args) > 1 && (args[1] == handoffScript.Hash() || args[1] == handoffSrc)
+		refuse := s.refuse != "" && len(args) > 1 && (args[1] == handoffScript.Hash() || args[1] == handoffSrc)
+		msg := s.refuse
 		s.mu.Unlock()
 		if refuse {
 			s.mu.Lock()
 			s.runs["refused"]++
 			s.mu.Unlock()
-			cmd.SetErr(refusal("NOPERM this user has no permissions to run the 'pubsub|numsub' command"))
+			cmd.SetErr(refusal(msg))
 			return cmd.Err()
 		}
 		err := next(ctx, cmd)
@@ -390,33 +391,43 @@ func TestNoHandOffOnClusterOrRing(t *testing.T) {
 	}
 }
 
-// TestRefusedHandOffFallsBack: when Redis refuses the hand-off script (here, as an ACL that
-// denies PUBSUB would), Release still releases, the waiter is still woken, and the Locker
-// stops trying hand-offs.
+// TestRefusedHandOffFallsBack: when Redis answers the hand-off script with an error, Release
+// still releases and the waiter is still woken. A refusal that will last (an ACL that denies
+// PUBSUB) turns hand-offs off for the Locker; a passing one (BUSY) does not.
 func TestRefusedHandOffFallsBack(t *testing.T) {
-	r := redistest.New(t)
-	ctx := t.Context()
-	l, log := lockerWithLog(t, r)
-	log.mu.Lock()
-	log.refuse = true
-	log.mu.Unlock()
-	for round := range 2 {
-		held := hold(t, l)
-		got := acquireInBackground(ctx, l, "res")
-		waitQueued(t, l, "res", 1)
-		if err := held.Release(ctx); err != nil {
-			t.Fatalf("round %d: Release: %v", round, err)
-		}
-		res := receive(t, got, 2*time.Second) // woken directly, well before the 5s back-off
-		if res.err != nil {
-			t.Fatalf("round %d: Acquire: %v", round, res.err)
-		}
-		if err := res.lock.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := log.count("refused"); n != 1 {
-		t.Errorf("hand-off script sent %d times, want once: the first refusal turns hand-offs off", n)
+	for _, tt := range []struct {
+		reply string
+		sent  int // hand-off scripts sent over two releases
+	}{
+		{"NOPERM User fk has no permissions to run the 'pubsub|numsub' command", 1},
+		{"BUSY Redis is busy running a script.", 2},
+	} {
+		t.Run(strings.Fields(tt.reply)[0], func(t *testing.T) {
+			r := redistest.New(t)
+			ctx := t.Context()
+			l, log := lockerWithLog(t, r)
+			log.mu.Lock()
+			log.refuse = tt.reply
+			log.mu.Unlock()
+			for round := range 2 {
+				held := hold(t, l)
+				got := acquireInBackground(ctx, l, "res")
+				waitQueued(t, l, "res", 1)
+				if err := held.Release(ctx); err != nil {
+					t.Fatalf("round %d: Release: %v", round, err)
+				}
+				res := receive(t, got, 2*time.Second) // woken directly, well before the 5s back-off
+				if res.err != nil {
+					t.Fatalf("round %d: Acquire: %v", round, res.err)
+				}
+				if err := res.lock.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := log.count("refused"); n != tt.sent {
+				t.Errorf("hand-off script sent %d times, want %d", n, tt.sent)
+			}
+		})
 	}
 }
 
@@ -457,5 +468,21 @@ func TestHandOffUnderACLWithoutPubSub(t *testing.T) {
 	}
 	if err := res.lock.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestNeverAllowed(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"ERR The user executing the script can't run this command or subcommand script: 75…, on @user_script:1.": true,
+		"NOPERM User fk has no permissions to run the 'pubsub|numsub' command script: 75…":                       true,
+		"ERR unknown command 'pubsub', with args beginning with: script: 75…":                                    true,
+		"ERR unknown subcommand 'numsub'. Try PUBSUB HELP.":                                                      true,
+		"BUSY Redis is busy running a script.":                                                                   false,
+		"LOADING Redis is loading the dataset in memory":                                                         false,
+		"READONLY You can't write against a read only replica.":                                                  false,
+	} {
+		if got := neverAllowed(msg); got != want {
+			t.Errorf("neverAllowed(%q) = %v, want %v", msg, got, want)
+		}
 	}
 }
