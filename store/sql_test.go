@@ -60,6 +60,16 @@ func postgres(t *testing.T) *sql.DB {
 // suffix) and drops it when the test ends. Its columns: an id, a value, the history
 // of tokens that wrote (appended by the tests' SET lists) and, if withFence, the
 // fence_token column as documented.
+// mustTable returns NewTable(name, opts...), failing the test on an error.
+func mustTable(t *testing.T, name string, opts ...Option) *Table {
+	t.Helper()
+	table, err := NewTable(name, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return table
+}
+
 func testTable(t *testing.T, db *sql.DB, withFence bool) string {
 	t.Helper()
 	name := fmt.Sprintf("fk_store_%d_%x", os.Getpid(), rand.Uint64())
@@ -125,10 +135,7 @@ func TestTable_Update_sequence(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			name := testTable(t, db, true)
-			table, err := NewTable(name)
-			if err != nil {
-				t.Fatal(err)
-			}
+			table := mustTable(t, name)
 			ctx := t.Context()
 			if _, err := db.ExecContext(ctx, "INSERT INTO "+name+" (id) VALUES (1)"); err != nil {
 				t.Fatal(err)
@@ -160,11 +167,8 @@ func TestTable_Update_sequence(t *testing.T) {
 func TestTable_Update_missingRow(t *testing.T) {
 	db := postgres(t)
 	name := testTable(t, db, true)
-	table, err := NewTable(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = table.Update(t.Context(), db, int64(42), 5, setVal, "v", int64(5))
+	table := mustTable(t, name)
+	err := table.Update(t.Context(), db, int64(42), 5, setVal, "v", int64(5))
 	if !errors.Is(err, ErrNotFound) || errors.Is(err, ErrStaleToken) {
 		t.Errorf("Update of a missing row = %v, want ErrNotFound and not ErrStaleToken", err)
 	}
@@ -185,10 +189,7 @@ func TestTable_schema(t *testing.T) {
 	if _, err := db.ExecContext(ctx, "ALTER TABLE "+name+" ADD COLUMN fence_token BIGINT NOT NULL DEFAULT 0"); err != nil {
 		t.Fatal(err)
 	}
-	table, err := NewTable(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	table := mustTable(t, name)
 	if m, err := table.Mark(ctx, db, int64(1)); err != nil || m != 0 {
 		t.Errorf("Mark after migration = %d, %v; want 0", m, err)
 	}
@@ -212,10 +213,7 @@ func TestTable_options(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+name) })
-	table, err := NewTable(name, WithIDColumn("key"), WithTokenColumn(`"Fence"`), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	table := mustTable(t, name, WithIDColumn("key"), WithTokenColumn(`"Fence"`), nil)
 	if err := table.Upsert(ctx, db, "a", 3, []string{"body"}, "x"); err != nil {
 		t.Fatalf("Upsert = %v", err)
 	}
@@ -232,10 +230,7 @@ func TestTable_Upsert(t *testing.T) {
 	db := postgres(t)
 	ctx := t.Context()
 	name := testTable(t, db, true)
-	table, err := NewTable(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	table := mustTable(t, name)
 	steps := []struct {
 		token     int64
 		wantStale bool
@@ -274,10 +269,7 @@ func TestTable_transaction(t *testing.T) {
 	db := postgres(t)
 	ctx := t.Context()
 	name := testTable(t, db, true)
-	table, err := NewTable(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	table := mustTable(t, name)
 	if _, err := db.ExecContext(ctx, "INSERT INTO "+name+" (id, fence_token) VALUES (1, 5)"); err != nil {
 		t.Fatal(err)
 	}
@@ -305,14 +297,8 @@ func TestTable_badInput(t *testing.T) {
 	if _, err := db.ExecContext(ctx, "INSERT INTO "+name+" (id) VALUES (1)"); err != nil {
 		t.Fatal(err)
 	}
-	table, err := NewTable(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mysql, err := NewTable(name, WithQuestionMarks())
-	if err != nil {
-		t.Fatal(err)
-	}
+	table := mustTable(t, name)
+	mysql := mustTable(t, name, WithQuestionMarks())
 	var nilTable *Table
 	tests := []struct {
 		name   string
@@ -457,10 +443,7 @@ func TestTable_Update_concurrent(t *testing.T) {
 	db := postgres(t)
 	ctx := t.Context()
 	name := testTable(t, db, true)
-	table, err := NewTable(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	table := mustTable(t, name)
 	if _, err := db.ExecContext(ctx, "INSERT INTO "+name+" (id) VALUES (1)"); err != nil {
 		t.Fatal(err)
 	}
@@ -510,10 +493,7 @@ func TestTable_Upsert_concurrent(t *testing.T) {
 	db := postgres(t)
 	ctx := t.Context()
 	name := testTable(t, db, true)
-	table, err := NewTable(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	table := mustTable(t, name)
 	// The row does not exist yet: the first writers race to insert it.
 	ws := schedule(t, n)
 	errs := make([]error, len(ws))
