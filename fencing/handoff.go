@@ -60,8 +60,8 @@ func (h *hub) deliver(ch string, w *waiter, lock *Lock) bool {
 }
 
 // handOff runs the hand-off script for k and w. It reports whether the lock went to w, and
-// otherwise the release script's result: 0 when k no longer held the lock, or 1 plus the
-// number of subscribers the release message reached. When Redis answers the script with an
+// the release script's result: 0 when k no longer held the lock, otherwise 1 plus the number
+// of subscribers the release message reached (none when the lock went to w). When Redis answers the script with an
 // error, it releases with the plain release script instead; when the error says the server
 // will never run it (an ACL that denies PUBSUB), it also turns hand-offs off for the Locker.
 func (k *Lock) handOff(ctx context.Context, w *waiter) (bool, int64, error) {

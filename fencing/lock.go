@@ -66,14 +66,14 @@ func (k *Lock) Release(ctx context.Context) error {
 	switch {
 	case err != nil:
 		err = fmt.Errorf("fencing: release %q: %w", k.resource, err)
-	case n == 0 && !handed:
+	case n == 0:
 		err = fmt.Errorf("fencing: release %q: %w", k.resource, ErrNotHeld)
-	case handed:
-		k.validUntil.Store(0)
 	default:
 		k.validUntil.Store(0)
-		// Waiters of this Locker need not wait for the release message to come back.
-		hub.released(k.keys.channel, int(n-1), time.Since(begin))
+		if !handed {
+			// Waiters of this Locker need not wait for the release message to come back.
+			hub.released(k.keys.channel, int(n-1), time.Since(begin))
+		}
 	}
 	k.hooks.end(ctx, k.event(OpRelease, begin, err))
 	return err

@@ -64,10 +64,9 @@ func (l *Locker) Close() error {
 
 // TryAcquire makes one attempt to take the lock on resource. It returns the lock and its
 // fencing token, or an error wrapping [ErrNotAcquired] when another owner holds it (the
-// error also carries the holder's remaining TTL; see [RetryAfter]) or when the reply came back
-// too late to trust the lease. Any other error (Redis
-// unreachable, invalid input wrapping [ErrInvalid], a context already done) means nothing is
-// held. A context that is already done sends nothing to Redis. Options override the
+// error also carries the holder's remaining TTL; see [RetryAfter]) or when the reply came
+// back too late to trust the lease. Any other error (Redis unreachable, invalid input
+// wrapping [ErrInvalid], a context already done) means nothing is held. A context that is already done sends nothing to Redis. Options override the
 // Locker's settings for this call, such as [WithTTL].
 func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...Option) (*Lock, error) {
 	cfg := l.cfg.with(opts)
