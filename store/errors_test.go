@@ -45,3 +45,28 @@ func wantStale(t testing.TB, err error, resource string, token, maxMark int64) i
 	}
 	return stale.Mark
 }
+
+// markStep is one write in a token sequence: the token, whether it must be refused as
+// stale, and the high-water mark expected afterwards.
+type markStep struct {
+	token     int64
+	wantStale bool
+	wantMark  int64
+}
+
+// markSequence is a named sequence of writes to one record.
+type markSequence struct {
+	name  string
+	steps []markStep
+}
+
+// commonSequences are the token sequences every store must handle alike; each store's test
+// adds the cases particular to how it compares tokens.
+func commonSequences() []markSequence {
+	return []markSequence{
+		{"fresh record admits any token", []markStep{{1, false, 1}}},
+		{"higher token", []markStep{{3, false, 3}, {4, false, 4}}},
+		{"equal token writes again", []markStep{{3, false, 3}, {3, false, 3}}},
+		{"lower token refused", []markStep{{5, false, 5}, {4, true, 5}, {5, false, 5}}},
+	}
+}

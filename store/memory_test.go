@@ -9,23 +9,11 @@ import (
 )
 
 func TestMemory_Write_sequence(t *testing.T) {
-	type step struct {
-		token     int64
-		wantStale bool
-		wantMark  int64
-	}
-	tests := []struct {
-		name  string
-		steps []step
-	}{
-		{"fresh record admits any token", []step{{1, false, 1}}},
-		{"higher token", []step{{3, false, 3}, {4, false, 4}}},
-		{"equal token writes again", []step{{3, false, 3}, {3, false, 3}}},
-		{"lower token refused", []step{{5, false, 5}, {4, true, 5}, {5, false, 5}}},
-		{"gaps are fine", []step{{2, false, 2}, {100, false, 100}, {99, true, 100}}},
-		{"int64 max", []step{{math.MaxInt64 - 1, false, math.MaxInt64 - 1}, {math.MaxInt64, false, math.MaxInt64}, {math.MaxInt64 - 1, true, math.MaxInt64}}},
-		{"above 2^53", []step{{1<<53 + 1, false, 1<<53 + 1}, {1 << 53, true, 1<<53 + 1}}},
-	}
+	tests := append(commonSequences(), []markSequence{
+		{"gaps are fine", []markStep{{2, false, 2}, {100, false, 100}, {99, true, 100}}},
+		{"int64 max", []markStep{{math.MaxInt64 - 1, false, math.MaxInt64 - 1}, {math.MaxInt64, false, math.MaxInt64}, {math.MaxInt64 - 1, true, math.MaxInt64}}},
+		{"above 2^53", []markStep{{1<<53 + 1, false, 1<<53 + 1}, {1 << 53, true, 1<<53 + 1}}},
+	}...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

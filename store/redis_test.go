@@ -19,26 +19,14 @@ import (
 )
 
 func TestRedis_Write_sequence(t *testing.T) {
-	type step struct {
-		token     int64
-		wantStale bool
-		wantMark  int64
-	}
-	tests := []struct {
-		name  string
-		steps []step
-	}{
-		{"fresh record admits any token", []step{{1, false, 1}}},
-		{"higher token", []step{{3, false, 3}, {4, false, 4}}},
-		{"equal token writes again", []step{{3, false, 3}, {3, false, 3}}},
-		{"lower token refused", []step{{5, false, 5}, {4, true, 5}, {5, false, 5}}},
-		{"longer decimal is larger", []step{{9, false, 9}, {10, false, 10}, {9, true, 10}}},
-		{"shorter decimal is smaller", []step{{100, false, 100}, {99, true, 100}, {20, true, 100}}},
+	tests := append(commonSequences(), []markSequence{
+		{"longer decimal is larger", []markStep{{9, false, 9}, {10, false, 10}, {9, true, 10}}},
+		{"shorter decimal is smaller", []markStep{{100, false, 100}, {99, true, 100}, {20, true, 100}}},
 		// As doubles, 2^53 and 2^53+1 are equal: a Lua-number comparison would admit.
-		{"above 2^53", []step{{9007199254740993, false, 9007199254740993}, {9007199254740992, true, 9007199254740993}}},
-		{"above 2^53 ascending", []step{{9007199254740992, false, 9007199254740992}, {9007199254740993, false, 9007199254740993}}},
-		{"int64 max", []step{{math.MaxInt64 - 1, false, math.MaxInt64 - 1}, {math.MaxInt64, false, math.MaxInt64}, {math.MaxInt64, false, math.MaxInt64}, {math.MaxInt64 - 1, true, math.MaxInt64}, {1, true, math.MaxInt64}}},
-	}
+		{"above 2^53", []markStep{{9007199254740993, false, 9007199254740993}, {9007199254740992, true, 9007199254740993}}},
+		{"above 2^53 ascending", []markStep{{9007199254740992, false, 9007199254740992}, {9007199254740993, false, 9007199254740993}}},
+		{"int64 max", []markStep{{math.MaxInt64 - 1, false, math.MaxInt64 - 1}, {math.MaxInt64, false, math.MaxInt64}, {math.MaxInt64, false, math.MaxInt64}, {math.MaxInt64 - 1, true, math.MaxInt64}, {1, true, math.MaxInt64}}},
+	}...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

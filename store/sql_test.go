@@ -231,11 +231,7 @@ func TestTable_Upsert(t *testing.T) {
 	ctx := t.Context()
 	name := testTable(t, db, true)
 	table := mustTable(t, name)
-	steps := []struct {
-		token     int64
-		wantStale bool
-		wantMark  int64
-	}{
+	steps := []markStep{
 		{5, false, 5}, // inserts
 		{5, false, 5}, // the same holder writes again
 		{4, true, 5},
