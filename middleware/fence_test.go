@@ -377,13 +377,7 @@ func TestFence_releasesOnDisconnect(t *testing.T) {
 	cause := make(chan error, 1)
 	v.e.PUT("/items/:id", func(c echo.Context) error {
 		ctx := c.Request().Context()
-		close(entered)
-		select {
-		case <-ctx.Done():
-			cause <- context.Cause(ctx)
-		case <-time.After(10 * time.Second):
-			cause <- errors.New("the request's context was not cancelled")
-		}
+		awaitCancel(ctx, entered, cause)
 		return ctx.Err()
 	}, v.mw(Config{}))
 	srv := httptest.NewServer(v.e)
@@ -416,14 +410,7 @@ func TestFence_lockLostCancelsContext(t *testing.T) {
 		entered := make(chan struct{})
 		cause := make(chan error, 1)
 		v.e.PUT("/items/:id", func(c echo.Context) error {
-			ctx := c.Request().Context()
-			close(entered)
-			select {
-			case <-ctx.Done():
-				cause <- context.Cause(ctx)
-			case <-time.After(10 * time.Second):
-				cause <- errors.New("the request's context was not cancelled")
-			}
+			awaitCancel(c.Request().Context(), entered, cause)
 			return echo.ErrTeapot
 		}, v.mw(Config{TTL: 300 * time.Millisecond}))
 		done := make(chan int, 1)
@@ -718,5 +705,17 @@ func TestFence_groupUnknownPath(t *testing.T) {
 		if rec := v.serve(http.MethodPut, tc.target); rec.Code != tc.want {
 			t.Errorf("PUT %s: got status %d, want %d", tc.target, rec.Code, tc.want)
 		}
+	}
+}
+
+// awaitCancel closes entered, then waits for ctx to end and sends its cause, or an error
+// after 10s.
+func awaitCancel(ctx context.Context, entered chan<- struct{}, cause chan<- error) {
+	close(entered)
+	select {
+	case <-ctx.Done():
+		cause <- context.Cause(ctx)
+	case <-time.After(10 * time.Second):
+		cause <- errors.New("the request's context was not cancelled")
 	}
 }
