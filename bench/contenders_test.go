@@ -1,0 +1,129 @@
+package bench_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/fencing"
+)
+
+const (
+	// retryDelay is the peers' fixed delay between two attempts to take a busy lock.
+	retryDelay = time.Millisecond
+	// leaseTTL is every library's lease: fencekit's default, which a 1 ms hold never nears.
+	leaseTTL = fencing.DefaultTTL
+)
+
+// A contender is one way of taking the lock, as one library offers it.
+type contender struct {
+	// name names the rows.
+	name string
+	// newProcess sets the library up for one process on its own client; every key it
+	// creates starts with prefix.
+	newProcess func(client redis.UniversalClient, prefix string) process
+}
+
+// A process is one contender set up on one client, used by that process's goroutines.
+type process struct {
+	// section takes the lock on resource, waiting as long as it must (ctx permitting), calls
+	// hold while holding it, and releases it.
+	section func(ctx context.Context, resource string, hold func()) error
+	// close frees what newProcess set up, but not the client.
+	close func()
+}
+
+// contenders, by name.
+var (
+	// fencekitAcquire takes the lock with Locker.Acquire and gives it back with Lock.Release:
+	// one Locker per process.
+	fencekitAcquire = contender{"fencekit", func(client redis.UniversalClient, prefix string) process {
+		l := fencing.New(client, fencing.WithPrefix(prefix))
+		return process{
+			section: func(ctx context.Context, resource string, hold func()) error {
+				lock, err := l.Acquire(ctx, resource)
+				if err != nil {
+					return fmt.Errorf("Acquire: %w", err)
+				}
+				hold()
+				if err := lock.Release(ctx); err != nil {
+					return fmt.Errorf("Release: %w", err)
+				}
+				return nil
+			},
+			close: func() { _ = l.Close() },
+		}
+	}}
+
+	// fencekitDo runs the hold inside Locker.Do, which also starts and stops a renewer.
+	fencekitDo = contender{"fencekit-do", func(client redis.UniversalClient, prefix string) process {
+		l := fencing.New(client, fencing.WithPrefix(prefix))
+		return process{
+			section: func(ctx context.Context, resource string, hold func()) error {
+				return l.Do(ctx, resource, func(context.Context) error {
+					hold()
+					return nil
+				})
+			},
+			close: func() { _ = l.Close() },
+		}
+	}}
+
+	// bsmRedislock is github.com/bsm/redislock's Obtain with a linear retry every retryDelay.
+	// Obtain retries until ctx ends.
+	bsmRedislock = contender{"redislock", func(client redis.UniversalClient, prefix string) process {
+		c := redislock.New(client)
+		opt := &redislock.Options{RetryStrategy: redislock.LinearBackoff(retryDelay)}
+		return process{
+			section: func(ctx context.Context, resource string, hold func()) error {
+				lock, err := c.Obtain(ctx, prefix+"redislock:"+resource, leaseTTL, opt)
+				if err != nil {
+					return fmt.Errorf("Obtain: %w", err)
+				}
+				hold()
+				if err := lock.Release(ctx); err != nil {
+					return fmt.Errorf("Release: %w", err)
+				}
+				return nil
+			},
+			close: func() {},
+		}
+	}}
+
+	// redsyncMutex is github.com/go-redsync/redsync/v4 with one go-redis v9 pool (a quorum
+	// of one), a fixed retryDelay between attempts and no practical limit on their number.
+	// A Mutex keeps the value it locked with, so every section makes a new one.
+	redsyncMutex = contender{"redsync", func(client redis.UniversalClient, prefix string) process {
+		rs := redsync.New(goredis.NewPool(client))
+		opts := []redsync.Option{
+			redsync.WithExpiry(leaseTTL),
+			redsync.WithRetryDelay(retryDelay),
+			redsync.WithTries(math.MaxInt32),
+		}
+		return process{
+			section: func(ctx context.Context, resource string, hold func()) error {
+				m := rs.NewMutex(prefix+"redsync:"+resource, opts...)
+				if err := m.LockContext(ctx); err != nil {
+					return fmt.Errorf("LockContext: %w", err)
+				}
+				hold()
+				ok, err := m.UnlockContext(ctx)
+				if err == nil && !ok {
+					err = errors.New("lock was not held")
+				}
+				if err != nil {
+					return fmt.Errorf("UnlockContext: %w", err)
+				}
+				return nil
+			},
+			close: func() {},
+		}
+	}}
+)

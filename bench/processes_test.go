@@ -1,0 +1,150 @@
+package bench_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+const (
+	// holdTime is how long every critical section sleeps while holding the lock.
+	holdTime = time.Millisecond
+	// waitLimit bounds each row's run, every wait for the lock included.
+	waitLimit = 5 * time.Minute
+)
+
+// rows are the setups every family runs, in order. goroutines is per process.
+var rows = []struct {
+	contender             contender
+	processes, goroutines int
+}{
+	{fencekitAcquire, 1, 8},
+	{fencekitAcquire, 2, 4},
+	{fencekitAcquire, 8, 1},
+	{fencekitAcquire, 32, 1},
+	{fencekitDo, 1, 8},
+	{fencekitDo, 8, 1},
+	{bsmRedislock, 8, 1},
+	{redsyncMutex, 8, 1},
+}
+
+// BenchmarkProcesses measures contention on one resource across processes: goroutines
+// take the lock, sleep 1 ms (holdTime) while holding it and release it, b.N critical
+// sections in all. Each process is a client of its own, and for fencekit a Locker of its
+// own. The rows run fencekit at 1, 2 and 8 processes of 8 goroutines in all, and at 32
+// processes of one goroutine each; fencekit's Locker.Do at 1 and 8; and, at 8 processes,
+// bsm/redislock and redsync, each retrying every 1 ms.
+//
+// The "standalone" family runs against the Redis named by FENCING_REDIS_ADDR, which must be
+// private and otherwise idle (its INFO stats are read); the "cluster" family against a
+// local three-primary Redis Cluster that it starts. Each row reports:
+//
+//   - of-ideal: critical sections per second as a fraction of the ideal, the lock held back
+//     to back for the hold actually taken (hold-ms; a 1 ms sleep lasts longer on a VM);
+//   - p50-wait-ms, p99-wait-ms, max-wait-ms: how long a goroutine waited for the lock;
+//   - least-share: the sections of the least-served process over an even share;
+//   - cmds/section: commands the Redis primaries processed per section (INFO stats
+//     total_commands_processed; commands inside scripts count).
+//
+// See README.md for the commands.
+func BenchmarkProcesses(b *testing.B) {
+	b.Run("standalone", func(b *testing.B) { runRows(b, standalone(b)) })
+	b.Run("cluster", func(b *testing.B) { runRows(b, cluster(b)) })
+}
+
+// runRows runs every row against t.
+func runRows(b *testing.B, t *target) {
+	for _, r := range rows {
+		b.Run(fmt.Sprintf("%s/processes=%d", r.contender.name, r.processes), func(b *testing.B) {
+			contend(b, t, r.contender, r.processes, r.goroutines)
+		})
+	}
+}
+
+// resourceSeq numbers the resources, one per run of a row.
+var resourceSeq atomic.Int64
+
+// contend runs b.N critical sections on one resource of t, from processes processes of
+// goroutines goroutines each, and reports the row's figures.
+func contend(b *testing.B, t *target, c contender, processes, goroutines int) {
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	resource := "r" + strconv.FormatInt(resourceSeq.Add(1), 10)
+	procs := make([]process, processes)
+	for i := range procs {
+		client := t.newClient()
+		defer client.Close()
+		// Connect (and, on a cluster, load the slots) before the commands are counted.
+		if err := client.Ping(ctx).Err(); err != nil {
+			b.Fatalf("ping: %v", err)
+		}
+		procs[i] = c.newProcess(client, t.prefix)
+		defer procs[i].close()
+	}
+
+	workers := processes * goroutines
+	waits := make([][]time.Duration, workers) // one wait per section, per worker
+	var done, held atomic.Int64               // sections started; total hold, ns
+	var inside atomic.Int32                   // holders right now
+	commands := t.commandCounter(b)
+	b.ResetTimer()
+	begin := time.Now()
+	var wg sync.WaitGroup
+	for w := range workers {
+		p := procs[w/goroutines]
+		wg.Go(func() {
+			for done.Add(1) <= int64(b.N) {
+				t0 := time.Now()
+				err := p.section(ctx, resource, func() {
+					waits[w] = append(waits[w], time.Since(t0))
+					if inside.Add(1) != 1 {
+						b.Error("two holders at once")
+					}
+					h0 := time.Now()
+					time.Sleep(holdTime)
+					held.Add(int64(time.Since(h0)))
+					inside.Add(-1)
+				})
+				if err != nil {
+					b.Errorf("%s: %v", c.name, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(begin)
+	b.StopTimer()
+	cmds := commands()
+
+	all := slices.Concat(waits...)
+	if len(all) == 0 {
+		return
+	}
+	slices.Sort(all)
+	n := float64(len(all))
+	least := len(all)
+	for p := range processes {
+		served := 0
+		for _, ws := range waits[p*goroutines : (p+1)*goroutines] {
+			served += len(ws)
+		}
+		least = min(least, served)
+	}
+	meanHold := time.Duration(held.Load() / int64(len(all)))
+	ideal := 1 / meanHold.Seconds() // sections per second with the lock held back to back
+	b.ReportMetric(n/elapsed.Seconds()/ideal, "of-ideal")
+	b.ReportMetric(ms(all[len(all)/2]), "p50-wait-ms")
+	b.ReportMetric(ms(all[len(all)*99/100]), "p99-wait-ms")
+	b.ReportMetric(ms(all[len(all)-1]), "max-wait-ms")
+	b.ReportMetric(float64(least)/(n/float64(processes)), "least-share")
+	b.ReportMetric(float64(cmds)/n, "cmds/section")
+	b.ReportMetric(ms(meanHold), "hold-ms")
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
