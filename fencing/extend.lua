@@ -1,11 +1,10 @@
--- Reset a lock's TTL if this acquisition still owns it.
+-- Reset a lock's TTL if this acquisition still holds it.
 -- KEYS[1]: the lock key.
--- ARGV[1]: the owner value followed by ':' (the lock value's prefix).
+-- ARGV[1]: the lock value of this acquisition, "<owner>:<token>".
 -- ARGV[2]: the new lease length in milliseconds (a positive integer; never 0, since
 --          PEXPIRE 0 would delete the key).
 -- Returns 1 when extended, 0 when another owner (or nobody) holds the lock.
-local held = redis.call('GET', KEYS[1])
-if held and string.sub(held, 1, #ARGV[1]) == ARGV[1] then
+if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end

@@ -8,16 +8,20 @@ import (
 // MaxResourceLen is the longest resource name, in bytes, that a Locker accepts.
 const MaxResourceLen = 4096
 
-// keys holds the Redis names one resource uses. All three share one hash tag, so they fall
-// in the same Redis Cluster slot.
+// keys holds the Redis names one resource uses. All share one hash tag, so they fall in the
+// same Redis Cluster slot.
 type keys struct {
-	lock, fence, channel string
+	lock    string // "<owner>:<token>", with the lease as its TTL
+	fence   string // the token counter
+	queue   string // the waiting Lockers' ids, in order (see grant.lua)
+	channel string // grants to waiters are announced here
 }
 
 // resourceKeys returns the keys of resource under prefix.
 //
-// A name without '{' or '}' is used as it is: <prefix>{R}:lock, <prefix>{R}:fence and the
-// release channel <prefix>{R}:released. Any other name is encoded as unpadded base64url,
+// A name without '{' or '}' is used as it is: <prefix>{R}:lock, <prefix>{R}:fence,
+// <prefix>{R}:queue, the waiting Lockers' keys <prefix>{R}:w:<id> and the channel
+// <prefix>{R}:grant. Any other name is encoded as unpadded base64url,
 // which never contains a brace, with a ":b64" marker after the tag:
 // <prefix>{base64url(R)}:b64:lock. The marker keeps the two forms apart: a plain key has
 // ":lock" right after the first '}', an encoded one ":b64:lock". The tag is never empty
@@ -28,7 +32,18 @@ func resourceKeys(prefix, resource string) keys {
 		tag, kind = base64.RawURLEncoding.EncodeToString([]byte(resource)), ":b64"
 	}
 	base := prefix + "{" + tag + "}" + kind + ":"
-	return keys{lock: base + "lock", fence: base + "fence", channel: base + "released"}
+	return keys{lock: base + "lock", fence: base + "fence", queue: base + "queue", channel: base + "grant"}
+}
+
+// channelKeys returns the keys of the resource whose channel is ch.
+func channelKeys(ch string) keys {
+	base := strings.TrimSuffix(ch, "grant")
+	return keys{lock: base + "lock", fence: base + "fence", queue: base + "queue", channel: ch}
+}
+
+// script returns the keys the scripts take: KEYS[1], KEYS[2] and KEYS[3] of grant.lua.
+func (k keys) script() []string {
+	return []string{k.lock, k.fence, k.queue}
 }
 
 // validResource returns an error wrapping ErrInvalid when resource cannot be locked.

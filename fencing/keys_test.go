@@ -54,13 +54,13 @@ func TestResourceKeys(t *testing.T) {
 
 func checkKeys(t *testing.T, prefix, name string) keys {
 	k := resourceKeys(prefix, name)
-	for _, key := range []string{k.lock, k.fence, k.channel} {
+	for _, key := range []string{k.lock, k.fence, k.queue, k.channel} {
 		if !strings.HasPrefix(key, prefix) {
 			t.Fatalf("%q: key %q lacks the prefix", name, key)
 		}
 	}
-	if s := keySlot(k.lock); keySlot(k.fence) != s || keySlot(k.channel) != s {
-		t.Fatalf("%q: keys in slots %d, %d, %d: a script would fail with CROSSSLOT", name, s, keySlot(k.fence), keySlot(k.channel))
+	if s := keySlot(k.lock); keySlot(k.fence) != s || keySlot(k.queue) != s || keySlot(k.channel) != s || keySlot(k.queue+":w:x") != s {
+		t.Fatalf("%q: keys in slots %d, %d, %d, %d: a script would fail with CROSSSLOT", name, s, keySlot(k.fence), keySlot(k.queue), keySlot(k.channel))
 	}
 	if !strings.ContainsAny(name, "{}") && k.lock != prefix+"{"+name+"}:lock" {
 		t.Fatalf("%q: plain name not used as it is: %q", name, k.lock)
@@ -83,8 +83,8 @@ func FuzzResourceKeys(f *testing.F) {
 		if a == b {
 			return
 		}
-		for _, x := range []string{ka.lock, ka.fence, ka.channel} {
-			for _, y := range []string{kb.lock, kb.fence, kb.channel} {
+		for _, x := range []string{ka.lock, ka.fence, ka.queue, ka.channel} {
+			for _, y := range []string{kb.lock, kb.fence, kb.queue, kb.channel} {
 				if x == y {
 					t.Fatalf("names %q and %q share the key %q", a, b, x)
 				}
@@ -101,11 +101,11 @@ func FuzzParseAcquire(f *testing.F) {
 	f.Add(int64(1), "-3", int64(0))
 	f.Add(int64(1), "9223372036854775808", int64(0))
 	f.Fuzz(func(t *testing.T, flag int64, token string, pttl int64) {
-		ok, tok, _, err := parseAcquire([]any{flag, token, pttl})
-		if ok && (err != nil || tok <= 0) {
-			t.Fatalf("accepted token %d (%v) from %q", tok, err, token)
+		a, err := parseAcquire([]any{flag, token, pttl})
+		if err == nil && a.flag == flagAcquired && a.token <= 0 {
+			t.Fatalf("accepted token %d from %q", a.token, token)
 		}
-		_, _, _, _ = parseAcquire([]any{flag})
-		_, _, _, _ = parseAcquire(token)
+		_, _ = parseAcquire([]any{flag})
+		_, _ = parseAcquire(token)
 	})
 }

@@ -16,7 +16,7 @@ type Lock struct {
 	hooks    hookList
 	resource string
 	keys     keys
-	owner    string // the random owner value followed by ':'
+	value    string // the lock key's value while this acquisition holds it: "<owner>:<token>"
 	token    int64
 	acquired time.Time // when the acquire script was sent (monotonic)
 
@@ -41,10 +41,9 @@ func (k *Lock) Resource() string {
 	return k.resource
 }
 
-// Release frees the lock if this acquisition still holds it, and wakes the resource's
-// waiters. When a waiter of the same Locker is next in line and no other Locker waits for the
-// resource, Release hands the lock to that waiter, with a new token, in the same round trip.
-// It returns an error wrapping [ErrNotHeld] and changes nothing when the lock has
+// Release frees the lock if this acquisition still holds it. When waiters are queued for the
+// resource, the lock goes straight to the longest-waiting one, with a new token, in the same
+// round trip. It returns an error wrapping [ErrNotHeld] and changes nothing when the lock has
 // expired or belongs to a newer acquisition. Other errors come from Redis; the lock then
 // stays held until its TTL runs out. A retried release (go-redis retries after a dropped
 // connection) may report ErrNotHeld for a lock its first attempt did free.
@@ -54,26 +53,20 @@ func (k *Lock) Release(ctx context.Context) error {
 	}
 	ctx = k.hooks.start(ctx, OpRelease, k.resource)
 	begin := time.Now()
-	hub := k.locker.hub
-	var n int64
-	var err error
-	handed := false
-	if w := hub.offer(k.keys.channel); w != nil {
-		handed, n, err = k.handOff(ctx, w)
-	} else {
-		n, err = k.locker.release(ctx, k.keys, k.owner)
-	}
+	released, err := k.locker.release(ctx, k.keys, k.value)
 	switch {
 	case err != nil:
 		err = fmt.Errorf("fencing: release %q: %w", k.resource, err)
-	case n == 0:
+	case !released:
 		err = fmt.Errorf("fencing: release %q: %w", k.resource, ErrNotHeld)
+		if k.valid() {
+			// Held by the local clock, gone in Redis: perhaps this is a retry whose first
+			// run granted the lock to this Locker's own waiters without a message. They
+			// check now instead of at their next poll.
+			k.locker.hub.kick(k.keys.channel)
+		}
 	default:
 		k.validUntil.Store(0)
-		if !handed {
-			// Waiters of this Locker need not wait for the release message to come back.
-			hub.released(k.keys.channel, int(n-1), time.Since(begin))
-		}
 	}
 	k.hooks.end(ctx, k.event(OpRelease, begin, err))
 	return err
@@ -97,7 +90,7 @@ func (k *Lock) extend(ctx context.Context, ttl time.Duration, op Op) error {
 	ctx = k.hooks.start(ctx, op, k.resource)
 	begin := time.Now()
 	ms := millis(ttl)
-	n, err := extendScript.Run(ctx, k.locker.client, []string{k.keys.lock}, k.owner, ms).Int64()
+	n, err := extendScript.Run(ctx, k.locker.client, []string{k.keys.lock}, k.value, ms).Int64()
 	switch {
 	case err != nil:
 		err = fmt.Errorf("fencing: extend %q: %w", k.resource, err)
@@ -110,13 +103,36 @@ func (k *Lock) extend(ctx context.Context, ttl time.Duration, op Op) error {
 	return err
 }
 
+// confirm resets a lock granted from the queue to the lease cfg asks for, and with
+// WithReplicas waits for the replicas to acknowledge it: the WAIT follows a write of this
+// connection's, so it also covers the grant that came before.
+func (l *Locker) confirm(ctx context.Context, cfg *config, k *Lock) error {
+	if cfg.replicas == 0 {
+		return k.extend(ctx, cfg.ttl, OpExtend)
+	}
+	ms := millis(cfg.ttl)
+	begin := time.Now()
+	res, err := l.replicated(ctx, cfg, k.keys, extendSrc, []any{k.value, ms}, func(res any) bool {
+		n, _ := res.(int64)
+		return n == 1
+	})
+	if err != nil {
+		return err
+	}
+	if n, _ := res.(int64); n != 1 {
+		return ErrNotHeld
+	}
+	k.setValidUntil(begin, time.Duration(ms)*time.Millisecond)
+	return nil
+}
+
 // TTL returns the lock's remaining lease as Redis counts it, or an error wrapping
 // [ErrNotHeld] when this acquisition no longer holds the lock.
 func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if k == nil {
 		return 0, fmt.Errorf("fencing: ttl: %w", ErrNotHeld)
 	}
-	ms, err := ttlScript.Run(ctx, k.locker.client, []string{k.keys.lock}, k.owner).Int64()
+	ms, err := ttlScript.Run(ctx, k.locker.client, []string{k.keys.lock}, k.value).Int64()
 	switch {
 	case err != nil:
 		return 0, fmt.Errorf("fencing: ttl %q: %w", k.resource, err)

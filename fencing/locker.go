@@ -40,9 +40,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 	if isNil(client) && l.cfg.err == nil {
 		l.cfg.err = invalidf("nil redis client")
 	}
-	_, ring := client.(*redis.Ring)
-	_, cluster := client.(*redis.ClusterClient)
-	l.hub = newHub(client, !ring && l.cfg.err == nil, !cluster)
+	l.hub = newHub(l, l.cfg.err == nil)
 	return l
 }
 
@@ -76,14 +74,14 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...Option
 	ctx = cfg.hooks.start(ctx, OpTryAcquire, resource)
 	begin := time.Now()
 	k := resourceKeys(cfg.prefix, resource)
-	lock, busy, err := l.attempt(ctx, cfg, resource, k)
+	lock, r, err := l.attempt(ctx, cfg, resource, k, false, "", "")
 	ev := Event{Op: OpTryAcquire, Resource: resource, Attempts: 1, Elapsed: time.Since(begin)}
 	switch {
 	case err != nil:
 		ev.Outcome, ev.Err = outcomeOf(err), err
 	case lock == nil:
 		ev.Outcome = OutcomeBusy
-		err = &busyError{resource: resource, retryAfter: busy}
+		err = &busyError{resource: resource, retryAfter: r.pttl}
 	default:
 		ev.Outcome, ev.Token = OutcomeAcquired, lock.token
 	}
@@ -143,21 +141,33 @@ func (l *Locker) check(ctx context.Context, cfg *config, resource string) error 
 // after the lease could have run out.
 const lateReply time.Duration = -1
 
-// attempt runs the acquire script once. It returns the lock, or nil and the holder's
-// remaining TTL when another owner holds it (lateReply when the lease lapsed in transit),
-// or an error.
-func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k keys) (*Lock, time.Duration, error) {
+// attemptReply is what attempt learnt when it did not take the lock.
+type attemptReply struct {
+	pttl time.Duration // busy: the holder's remaining TTL (lateReply when the lease lapsed in transit)
+	held string        // queued: the lock value the script saw, "" when none
+}
+
+// attempt runs the acquire script once. When queue is set and the resource is busy, the
+// script appends an element for the Locker with id to the resource's queue, and writes entry
+// to its waiter key unless entry is "" (see acquire.lua). It returns the lock, or nil and
+// what the script saw, or an error.
+func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k keys, queue bool, id, entry string) (*Lock, attemptReply, error) {
 	owner, err := newOwner()
 	if err != nil {
-		return nil, 0, err
+		return nil, attemptReply{}, err
 	}
 	floor := "0"
 	if cfg.timeFloor {
 		floor = "1"
 	}
 	ms := millis(cfg.ttl)
+	var queueAs string
+	if queue {
+		queueAs = id
+	}
+	args := []any{owner, ms, floor, queueAs, entryTTL.Milliseconds(), entry, k.channel, l.hub.publish}
 	sent := time.Now()
-	res, err := l.runAcquire(ctx, cfg, k, owner, ms, floor)
+	res, err := l.runAcquire(ctx, cfg, k, args)
 	if err != nil {
 		// Unless Redis answered with an error (the script failed), it may have run and
 		// left us holding the lock: free it rather than strand it until its TTL.
@@ -166,47 +176,59 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 			l.releaseOwner(ctx, k, owner)
 		}
 		if ctx.Err() != nil {
-			return nil, 0, errors.Join(ErrNotAcquired, ctx.Err())
+			return nil, attemptReply{}, errors.Join(ErrNotAcquired, ctx.Err())
 		}
-		return nil, 0, fmt.Errorf("fencing: acquire %q: %w", resource, err)
+		return nil, attemptReply{}, fmt.Errorf("fencing: acquire %q: %w", resource, err)
 	}
-	ok, token, pttl, err := parseAcquire(res)
+	a, err := parseAcquire(res)
 	if err != nil {
-		return nil, 0, fmt.Errorf("fencing: acquire %q: %w", resource, err)
+		return nil, attemptReply{}, fmt.Errorf("fencing: acquire %q: %w", resource, err)
 	}
-	if !ok {
-		return nil, time.Duration(pttl) * time.Millisecond, nil
+	switch a.flag {
+	case flagBusy:
+		return nil, attemptReply{pttl: time.Duration(a.pttl) * time.Millisecond}, nil
+	case flagQueued:
+		return nil, attemptReply{held: a.held}, nil
 	}
 	lock := &Lock{
 		locker:   l,
 		hooks:    cfg.hooks,
 		resource: resource,
 		keys:     k,
-		owner:    owner + ":",
-		token:    token,
+		value:    owner + ":" + strconv.FormatInt(a.token, 10),
+		token:    a.token,
 		acquired: sent,
 	}
 	lock.setValidUntil(sent, time.Duration(ms)*time.Millisecond)
 	if err := ctx.Err(); err != nil {
 		l.releaseOwner(ctx, k, owner)
-		return nil, 0, errors.Join(ErrNotAcquired, err)
+		return nil, attemptReply{}, errors.Join(ErrNotAcquired, err)
 	}
 	if !lock.valid() {
 		// The reply came back after the lease could have run out: the lock may already
 		// belong to someone else. Count it as busy; Acquire tries again.
 		l.releaseOwner(ctx, k, owner)
-		return nil, lateReply, nil
+		return nil, attemptReply{pttl: lateReply}, nil
 	}
-	return lock, 0, nil
+	return lock, attemptReply{}, nil
 }
 
 // runAcquire sends the acquire script, followed by WAIT on the same connection when
 // replicas must acknowledge it.
-func (l *Locker) runAcquire(ctx context.Context, cfg *config, k keys, owner string, ms int64, floor string) (any, error) {
-	keys := []string{k.lock, k.fence}
+func (l *Locker) runAcquire(ctx context.Context, cfg *config, k keys, args []any) (any, error) {
 	if cfg.replicas == 0 {
-		return acquireScript.Run(ctx, l.client, keys, owner, ms, floor).Result()
+		return acquireScript.Run(ctx, l.client, k.script(), args...).Result()
 	}
+	return l.replicated(ctx, cfg, k, acquireSrc, args, func(res any) bool {
+		a, err := parseAcquire(res)
+		return err == nil && a.flag == flagAcquired
+	})
+}
+
+// replicated runs a script with EVAL on the primary that owns k, followed by WAIT on the same
+// connection, and fails with ErrNotReplicated when the script's reply says it wrote (wrote)
+// and fewer replicas than cfg.replicas acknowledged it.
+func (l *Locker) replicated(ctx context.Context, cfg *config, k keys, src string, args []any, wrote func(any) bool) (any, error) {
 	var node redis.Cmdable
 	switch c := l.client.(type) {
 	case *redis.ClusterClient:
@@ -222,7 +244,7 @@ func (l *Locker) runAcquire(ctx context.Context, cfg *config, k keys, owner stri
 	}
 	// EVAL, not EVALSHA: a NOSCRIPT reply inside the pipeline would cost a second WAIT.
 	pipe := node.Pipeline()
-	cmd := pipe.Eval(ctx, acquireSrc, keys, owner, ms, floor)
+	cmd := pipe.Eval(ctx, src, k.script(), args...)
 	acks := redis.NewIntCmd(ctx, "wait", cfg.replicas, cfg.replicaTO.Milliseconds())
 	_ = pipe.Process(ctx, acks)
 	_, _ = pipe.Exec(ctx)
@@ -230,7 +252,7 @@ func (l *Locker) runAcquire(ctx context.Context, cfg *config, k keys, owner stri
 	if err != nil {
 		return nil, err
 	}
-	if ok, _, _, perr := parseAcquire(res); perr == nil && ok {
+	if wrote(res) {
 		n, err := acks.Result()
 		if err != nil {
 			return nil, fmt.Errorf("%w: WAIT: %w", ErrNotReplicated, err)
@@ -242,19 +264,41 @@ func (l *Locker) runAcquire(ctx context.Context, cfg *config, k keys, owner stri
 	return res, nil
 }
 
-// releaseOwner deletes the lock if owner holds it, with a fresh, short context: the
-// caller's may be done. Errors are ignored; the lease runs out by itself if this fails.
+// releaseOwner deletes the lock if owner holds it, whatever its token, with a fresh, short
+// context: the caller's may be done. Errors are ignored; the lease runs out by itself if this
+// fails.
 func (l *Locker) releaseOwner(ctx context.Context, k keys, owner string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	_, _ = l.release(rctx, k, owner+":")
 }
 
-// release runs the release script for an owner value followed by ':'. It returns 0 when that
-// owner does not hold the lock, otherwise 1 plus the number of subscribers the release
-// message reached.
-func (l *Locker) release(ctx context.Context, k keys, prefix string) (int64, error) {
-	return releaseScript.Run(ctx, l.client, []string{k.lock}, prefix, l.hub.channelFor(k), l.hub.id).Int64()
+// release runs the release script for a lock value, or for "<owner>:" (any token of owner).
+// It reports whether that value held the lock. A grant of the lock to this Locker's own
+// waiters, which the script returns instead of announcing, is delivered to them.
+func (l *Locker) release(ctx context.Context, k keys, value string) (bool, error) {
+	h := l.hub
+	sent := time.Now()
+	res, err := releaseScript.Run(ctx, l.client, k.script(), value, k.channel, h.publish, h.id, h.selfEntry(k.channel)).Result()
+	if err != nil {
+		return false, err
+	}
+	if n, ok := res.(int64); ok && n == 0 {
+		return false, nil
+	}
+	arr, _ := res.([]any)
+	if len(arr) == 0 {
+		return false, fmt.Errorf("unexpected reply %v", res)
+	}
+	h.seenRelease(k.channel, sent, value)
+	if len(arr) == 3 && arr[1] == h.id {
+		token, err := parseToken(arr[2])
+		if err != nil {
+			return true, err
+		}
+		l.granted(k, token, sent)
+	}
+	return true, nil
 }
 
 // releaseTimeout bounds releases made with a fresh context.
@@ -270,25 +314,47 @@ func parseToken(v any) (int64, error) {
 	return token, nil
 }
 
+// The acquire script's reply flags.
+const (
+	flagBusy     = 0
+	flagAcquired = 1
+	flagQueued   = 3
+)
+
+// acquireReply is the acquire script's reply.
+type acquireReply struct {
+	flag  int64
+	token int64  // flagAcquired
+	pttl  int64  // flagAcquired and flagBusy
+	held  string // flagQueued
+}
+
 // parseAcquire decodes the acquire script's reply.
-func parseAcquire(res any) (ok bool, token, pttl int64, err error) {
+func parseAcquire(res any) (acquireReply, error) {
 	arr, _ := res.([]any)
 	if len(arr) < 2 {
-		return false, 0, 0, fmt.Errorf("unexpected reply %v", res)
+		return acquireReply{}, fmt.Errorf("unexpected reply %v", res)
 	}
-	flag, _ := arr[0].(int64)
-	if flag != 1 {
-		pttl, _ = arr[1].(int64)
-		return false, 0, pttl, nil
+	var a acquireReply
+	a.flag, _ = arr[0].(int64)
+	switch a.flag {
+	case flagBusy:
+		a.pttl, _ = arr[1].(int64)
+	case flagQueued:
+		a.held, _ = arr[1].(string)
+	case flagAcquired:
+		token, err := parseToken(arr[1])
+		if err != nil {
+			return acquireReply{}, err
+		}
+		a.token = token
+		if len(arr) > 2 {
+			a.pttl, _ = arr[2].(int64)
+		}
+	default:
+		return acquireReply{}, fmt.Errorf("unexpected reply %v", res)
 	}
-	token, err = parseToken(arr[1])
-	if err != nil {
-		return false, 0, 0, err
-	}
-	if len(arr) > 2 {
-		pttl, _ = arr[2].(int64)
-	}
-	return true, token, pttl, nil
+	return a, nil
 }
 
 // newOwner returns 16 random bytes as unpadded base64url: 22 characters, never ':'.

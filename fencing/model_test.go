@@ -226,7 +226,10 @@ func (m *lockModel) check(t *rapid.T) {
 		case holder >= 0 && err != nil:
 			t.Fatalf("%s: Redis holds nothing (%v), the model holds handle %d", resource, err, holder)
 		case holder >= 0:
-			want := strings.TrimSuffix(m.handles[holder].lock.owner, ":") + ":" + strconv.FormatInt(s.last, 10)
+			want := m.handles[holder].lock.value
+			if !strings.HasSuffix(want, ":"+strconv.FormatInt(s.last, 10)) {
+				t.Fatalf("%s: the model's holder has %q, its last token is %d", resource, want, s.last)
+			}
 			if v != want {
 				t.Fatalf("%s: Redis holds %q, the model %q", resource, v, want)
 			}

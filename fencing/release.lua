@@ -1,16 +1,22 @@
--- Release a lock if this acquisition still owns it, and wake the resource's waiters.
--- KEYS[1]: the lock key.
--- ARGV[1]: the owner value followed by ':' (the lock value's prefix).
--- ARGV[2]: the release channel to PUBLISH on; "" publishes nothing.
--- ARGV[3]: the message: the releasing Locker's id, so that it can ignore its own releases.
--- Returns 0 when another owner (or nobody) holds the lock; otherwise it deleted the lock and
--- returns 1 plus the number of subscribers that received the release message.
+-- Release a lock if this acquisition still holds it, and hand it to the next waiter in the
+-- same step (see grant.lua).
+-- KEYS[1], KEYS[2], KEYS[3]: the lock, fence and queue keys.
+-- ARGV[1]: the lock value of this acquisition, "<owner>:<token>"; or "<owner>:" to release
+--          whatever token that owner holds (after an acquire whose reply was lost).
+-- ARGV[2]: the resource's notification channel; ARGV[3]: 'PUBLISH', 'SPUBLISH' or ''.
+-- ARGV[4]: the releasing Locker's id; ARGV[5]: its waiter value, or "" (see grant_next).
+-- Returns 0 when ARGV[1] does not hold the lock; {1} when it deleted the lock; {2, id, token}
+-- when it handed the lock to a waiter of Locker id with a new token.
+-- A retried call (go-redis retries after a lost reply) finds the lock gone or handed on and
+-- returns 0; the waiter that got it was notified by the first run.
 local held = redis.call('GET', KEYS[1])
-if held and string.sub(held, 1, #ARGV[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  if ARGV[2] ~= '' then
-    return 1 + redis.call('PUBLISH', ARGV[2], ARGV[3])
-  end
-  return 1
+if not held or (held ~= ARGV[1] and
+    (string.sub(ARGV[1], -1) ~= ':' or string.sub(held, 1, #ARGV[1]) ~= ARGV[1])) then
+  return 0
 end
-return 0
+local g = grant_next(ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+if g then
+  return {2, g[1], g[2]}
+end
+redis.call('DEL', KEYS[1])
+return {1}

@@ -12,18 +12,17 @@ import (
 func TestAcquireScriptIdempotentForOwner(t *testing.T) {
 	r := redistest.New(t)
 	k := resourceKeys(r.Prefix, "res")
-	keys := []string{k.lock, k.fence}
 	run := func(owner string) (bool, int64) {
 		t.Helper()
-		res, err := acquireScript.Run(t.Context(), r.Client, keys, owner, 30000, "0").Result()
+		res, err := acquireScript.Run(t.Context(), r.Client, k.script(), owner, 30000, "0", "", 3000, "", k.channel, "PUBLISH").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		ok, token, _, err := parseAcquire(res)
+		a, err := parseAcquire(res)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return ok, token
+		return a.flag == flagAcquired, a.token
 	}
 	ok1, t1 := run("owner-a")
 	ok2, t2 := run("owner-a") // the retry

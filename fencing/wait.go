@@ -5,307 +5,98 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
-// hub is a Locker's side of waiting: one pub/sub connection that carries the release
-// messages of every resource this Locker waits on, and a FIFO queue of waiters per resource.
+// Waiting. A waiter that finds the resource busy joins the resource's queue in Redis: a list
+// of Locker ids next to the lock, one element per queued waiter (see grant.lua). The release
+// script hands the lock to the Locker at the head in the same step, with a new token and the
+// lease that Locker asked for, and announces "<id>:<token>" on the resource's channel; the
+// Locker gives it to its longest-waiting waiter, which returns without another round trip.
+// A grant to the releasing Locker itself comes back in the release's reply.
 //
-// Only the waiter at the front of a queue talks to Redis; the others wait for their turn, so
-// waiters of one Locker are served in arrival order and a release wakes one of them, not a
-// herd. A release message wakes the front waiter; so does the holder's TTL running out
-// (the waiter sleeps no longer than the TTL the busy reply reported) and, in case a message
-// is lost or the subscription drops, a back-off with jitter.
-type hub struct {
-	id      string // random; the payload of this Locker's release messages
-	client  redis.UniversalClient
-	enabled bool // false on a Ring, or when the Locker is unusable: waiters poll
-	// handOff is true while a release may hand the lock to a waiter of this Locker (see
-	// handoff.go): PUBSUB NUMSUB on the server that runs a release counts this Locker's own
-	// subscription (not on a Cluster, where it counts one node's subscribers), and the
-	// server has not refused the hand-off script (an ACL without PUBSUB, say).
-	handOff atomic.Bool
+// Each Locker keeps a waiter key per resource ("w:<id>", see grant.lua) alive while it has
+// waiters there; an element whose key has lapsed (its process died) is skipped. The
+// longest-waiting local waiter polls Redis every pollEvery, which renews that key, puts
+// back elements dropped while it had lapsed, and finds a grant whose announcement was lost
+// or a lock whose holder's lease ran out.
 
-	closed atomic.Bool
-	done   chan struct{} // closed by close
-	nq     atomic.Int32  // len(queues), read without the lock on the uncontended path
-	nc     atomic.Int32  // len(courtesy), likewise
+const (
+	// entryTTL is how long a Locker's queue entries outlive its last renewal. Every Locker
+	// uses the same figure: any of them may renew the queue key for all.
+	entryTTL = 3 * time.Second
+	// pollEvery is how often the front waiter of a Locker checks with Redis at most apart
+	// (less jitter) when no announcement arrives; it renews the entries well within entryTTL.
+	pollEvery = time.Second
+)
 
-	subMu      sync.Mutex // orders SUBSCRIBE and UNSUBSCRIBE commands
-	mu         sync.Mutex // guards the fields below
-	ps         *redis.PubSub
-	readerDone chan struct{}
-	queues     map[string]*queue // by release channel
-	courtesy   map[string]time.Time
+// line is a Locker's state for one resource it waits on. Its fields are guarded by hub.mu,
+// except io.
+type line struct {
+	k       keys
+	io      sync.Mutex    // orders this Locker's queue commands for the resource
+	ready   chan struct{} // closed when the subscription is confirmed, or at once on a Ring
+	isReady bool
+	users   int         // waiting calls that use the line
+	linger  *time.Timer // drops the line once idle for entryTTL
+	since   int64       // when the line was created, in Unix milliseconds
+	waiters []*waiter   // in arrival order
+	queued  int         // this Locker's elements in the Redis queue, by its own count
+	joining int         // joins in flight
+	owed    int         // grants due to waiters that left: passed on when they arrive
+	last    int64       // the highest token granted to this Locker for the resource
+	parked  *grant      // a grant that arrived while the waiter it is for was joining
+	seen    [4]sighting // the latest replies that showed the lock held, newest first
+	entry   entry       // what this Locker's waiter key holds
 }
 
-// queue holds the waiters of one resource in arrival order.
-type queue struct {
-	waiters []*waiter
-	ready   chan struct{} // closed when Redis confirms the subscription
-	isReady bool
+// sighting is a reply that showed the lock held with token, to a call sent at sent: any
+// later token was granted after sent.
+type sighting struct {
+	sent  time.Time
+	token int64
+}
+
+// entry is the content of a Locker's waiter key.
+type entry struct {
+	lease int64 // milliseconds
+	floor bool
+	until time.Time // renew by then
+}
+
+func (ln *line) value(e entry) string {
+	floor := "0"
+	if e.floor {
+		floor = "1"
+	}
+	return strconv.FormatInt(e.lease, 10) + ":" + floor + ":" + strconv.FormatInt(ln.since, 10)
+}
+
+// grant is a lock granted to this Locker from the queue.
+type grant struct {
+	token int64
+	value string
+	lease time.Duration
+	start time.Time // the lease began after this; zero when unknown
 }
 
 type waiter struct {
-	cfg   *config       // the waiting call's settings
-	turn  chan struct{} // closed when the waiter reaches the front
-	wake  chan struct{} // a release message arrived (capacity 1)
-	grant chan *Lock    // the lock, handed over by a release of this Locker (capacity 1)
-	// taken is set before turn closes when the waiter ahead left with the lock: the
-	// resource is held, so the new front waiter waits for a wake-up before trying.
-	taken bool
+	cfg    *config
+	joined bool          // its element is in the Redis queue
+	chosen bool          // a grant was sent to it
+	grant  chan grant    // capacity 1
+	wake   chan struct{} // capacity 1: check with Redis now
 }
 
-func newHub(client redis.UniversalClient, enabled, counted bool) *hub {
-	id, _ := newOwner() // on a broken random source, "" only costs spurious wake-ups
-	h := &hub{
-		id: id, client: client, enabled: enabled, done: make(chan struct{}),
-		queues: make(map[string]*queue), courtesy: make(map[string]time.Time),
-	}
-	h.handOff.Store(enabled && counted)
-	return h
-}
-
-// channelFor returns the channel a release publishes on, or "" when nobody can subscribe.
-func (h *hub) channelFor(k keys) string {
-	if !h.enabled {
-		return ""
-	}
-	return k.channel
-}
-
-func (h *hub) isClosed() bool { return h.closed.Load() }
-
-// maxCourtesy caps how long a Locker stands back after releasing to other processes' waiters.
-const maxCourtesy = 20 * time.Millisecond
-
-// released records a release by this Locker: it wakes the front local waiter, and when the
-// release message reached subscribers of other Lockers (processes) it lets them go first.
-// Without that, the releasing process, whose next attempt needs no message hop, would win
-// the lock again and again while remote waiters starve. For twice the release's round trip,
-// this Locker's next Acquire of the resource queues instead of trying at once.
-func (h *hub) released(ch string, listeners int, rtt time.Duration) {
-	h.wake(ch, false)
-	if listeners <= 0 {
-		return
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.queues[ch] != nil {
-		listeners-- // our own subscription
-	}
-	if listeners <= 0 {
-		return
-	}
-	now := time.Now()
-	if len(h.courtesy) > 1024 {
-		for c, until := range h.courtesy {
-			if now.After(until) {
-				delete(h.courtesy, c)
-			}
-		}
-	}
-	h.courtesy[ch] = now.Add(min(2*rtt, maxCourtesy))
-	h.nc.Store(int32(len(h.courtesy)))
-}
-
-// queued reports whether this Locker's next Acquire of the channel's resource should queue
-// rather than try at once: it has waiters for it, or it just handed it to another process.
-// It returns how long to stand back in the second case.
-func (h *hub) queued(ch string) (bool, time.Duration) {
-	if h.nq.Load() == 0 && h.nc.Load() == 0 {
-		return false, 0
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.queues[ch] != nil {
-		return true, 0
-	}
-	if until, ok := h.courtesy[ch]; ok {
-		delete(h.courtesy, ch)
-		h.nc.Store(int32(len(h.courtesy)))
-		if d := time.Until(until); d > 0 {
-			return true, d
-		}
-	}
-	return false, 0
-}
-
-// join appends a waiter to the channel's queue, subscribing when the queue is new.
-func (h *hub) join(ctx context.Context, ch string, cfg *config) (*queue, *waiter, error) {
-	w := &waiter{cfg: cfg, turn: make(chan struct{}), wake: make(chan struct{}, 1), grant: make(chan *Lock, 1)}
-	h.mu.Lock()
-	if h.closed.Load() {
-		h.mu.Unlock()
-		return nil, nil, ErrClosed
-	}
-	q := h.queues[ch]
-	created := q == nil
-	if created {
-		q = &queue{ready: make(chan struct{})}
-		h.queues[ch] = q
-		h.nq.Add(1)
-	}
-	q.waiters = append(q.waiters, w)
-	if len(q.waiters) == 1 {
-		close(w.turn)
-	}
-	h.mu.Unlock()
-	if created && h.enabled {
-		h.subscribe(ctx, ch)
-	}
-	return q, w, nil
-}
-
-// leave removes a waiter; the next one in line gets its turn. The last one out unsubscribes.
-// A lock handed to the waiter that it did not take (its context ended meanwhile) is
-// released, which hands it on to the next waiter or wakes it.
-func (h *hub) leave(ch string, q *queue, w *waiter, acquired bool) {
-	h.mu.Lock()
-	i := slices.Index(q.waiters, w)
-	q.waiters = slices.Delete(q.waiters, i, i+1)
-	// Deliveries happen under h.mu to a queued waiter only, so none can follow this.
-	var handed *Lock
-	select {
-	case handed = <-w.grant:
-	default:
-	}
-	if i == 0 && len(q.waiters) > 0 {
-		q.waiters[0].taken = acquired || handed != nil
-		close(q.waiters[0].turn)
-	}
-	empty := len(q.waiters) == 0
-	if empty && h.queues[ch] == q {
-		delete(h.queues, ch)
-		h.nq.Add(-1)
-	}
-	h.mu.Unlock()
-	if handed != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-		_ = handed.Release(ctx)
-		cancel()
-	}
-	if empty && h.enabled {
-		h.unsubscribe(ch)
-	}
-}
-
-// subscribe adds ch to the shared subscription, creating it on first use. Errors are left
-// to the back-off: the waiter then polls.
-func (h *hub) subscribe(ctx context.Context, ch string) {
-	h.subMu.Lock()
-	defer h.subMu.Unlock()
-	h.mu.Lock()
-	if h.closed.Load() || h.queues[ch] == nil {
-		h.mu.Unlock()
-		return
-	}
-	if h.ps == nil {
-		// Classic PUBLISH reaches subscribers on every node of a Redis Cluster, so one
-		// connection to any node hears every resource's releases.
-		h.ps = h.client.Subscribe(context.WithoutCancel(ctx))
-		h.readerDone = make(chan struct{})
-		go h.read(h.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024)), h.readerDone)
-	}
-	ps := h.ps
-	h.mu.Unlock()
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	_ = ps.Subscribe(sctx, ch)
-}
-
-// unsubscribe drops ch unless a new queue for it appeared meanwhile.
-func (h *hub) unsubscribe(ch string) {
-	h.subMu.Lock()
-	defer h.subMu.Unlock()
-	h.mu.Lock()
-	ps, again := h.ps, h.queues[ch] != nil
-	h.mu.Unlock()
-	if ps == nil || again || h.closed.Load() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_ = ps.Unsubscribe(ctx, ch)
-}
-
-// read dispatches subscription confirmations and release messages until the PubSub closes.
-// go-redis reconnects and resubscribes by itself; a confirmation that arrives for a queue
-// already subscribed means the connection was re-established and a message may have been
-// lost, so it wakes the front waiter too.
-func (h *hub) read(msgs <-chan any, done chan<- struct{}) {
-	defer close(done)
-	for m := range msgs {
-		var ch string
-		switch m := m.(type) {
-		case *redis.Message:
-			if m.Payload == h.id {
-				continue // our own release: its waiter was woken directly
-			}
-			ch = m.Channel
-		case *redis.Subscription:
-			if m.Kind != "subscribe" {
-				continue
-			}
-			ch = m.Channel
-		default:
-			continue
-		}
-		h.wake(ch, true)
-	}
-}
-
-// wake signals the front waiter of ch's queue, if any; subscribed marks the queue's
-// subscription as confirmed.
-func (h *hub) wake(ch string, subscribed bool) {
-	if h.nq.Load() == 0 {
-		return
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	q := h.queues[ch]
-	if q == nil {
-		return
-	}
-	if subscribed && !q.isReady {
-		q.isReady = true
-		close(q.ready)
-	}
-	if len(q.waiters) > 0 {
-		select {
-		case q.waiters[0].wake <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// close ends the subscription and wakes every waiter with ErrClosed.
-func (h *hub) close() error {
-	h.subMu.Lock()
-	defer h.subMu.Unlock()
-	h.mu.Lock()
-	if h.closed.Swap(true) {
-		h.mu.Unlock()
-		return nil
-	}
-	close(h.done)
-	ps, readerDone := h.ps, h.readerDone
-	h.mu.Unlock()
-	if ps == nil {
-		return nil
-	}
-	err := ps.Close()
-	<-readerDone
-	return err
-}
+// errRequeue is take's error when a grant turned out to have lapsed: the waiter queues again.
+var errRequeue = errors.New("fencing: grant lapsed")
 
 // wait is Acquire's loop.
 func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock, int, error) {
 	k := resourceKeys(cfg.prefix, resource)
+	h := l.hub
 	attempts := 0
 	parent := ctx
 	if cfg.maxWait >= 0 {
@@ -313,118 +104,497 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 		ctx, cancel = context.WithTimeout(ctx, cfg.maxWait)
 		defer cancel()
 	}
-	// The uncontended path: one script, no subscription. Skipped when this Locker already
-	// has waiters for the resource, so a newcomer queues behind them.
-	queue, standBack := l.hub.queued(k.channel)
-	if cfg.maxWait == 0 || !queue {
+	var busy time.Duration
+	// The uncontended path: one script and no subscription, unless this Locker already waits
+	// on the resource and is subscribed.
+	if cfg.maxWait == 0 || !h.listening(k.channel) {
 		attempts++
-		lock, holderTTL, err := l.attempt(parent, cfg, resource, k)
+		lock, r, err := l.attempt(parent, cfg, resource, k, false, "", "")
 		if err != nil || lock != nil {
 			return lock, attempts, err
 		}
+		busy = r.pttl
 		if cfg.maxWait == 0 {
-			return nil, attempts, &busyError{resource: resource, retryAfter: holderTTL}
+			return nil, attempts, &busyError{resource: resource, retryAfter: busy}
 		}
 	}
-	q, w, err := l.hub.join(ctx, k.channel, cfg)
+	ln, err := h.enter(ctx, k, cfg.retryMin)
 	if err != nil {
 		return nil, attempts, err
 	}
-	var lock *Lock
-	defer func() { l.hub.leave(k.channel, q, w, lock != nil) }()
-
-	var busy time.Duration
+	defer h.exit(ln)
 	ended := func() error {
 		b := &busyError{resource: resource, retryAfter: busy}
 		switch {
-		case l.hub.isClosed():
+		case h.isClosed():
 			return ErrClosed
 		case parent.Err() != nil:
 			return errors.Join(b, parent.Err())
 		}
 		return b // WithMaxWait ran out
 	}
-	select {
-	case <-w.turn:
-	case <-ctx.Done():
-		return nil, attempts, ended()
-	case <-l.hub.done:
-		return nil, attempts, ended()
-	}
-	// take returns a lock handed over by a release of this Locker, unless the caller's
-	// context has ended: the deferred leave then releases it.
-	take := func(handed *Lock) (*Lock, int, error) {
-		if parent.Err() != nil {
-			w.grant <- handed // for leave; empty, as only this waiter's lock could be handed on
-			return nil, attempts, ended()
+	for {
+		lock, err := l.queue(ctx, parent, cfg, resource, ln, &attempts, ended)
+		if !errors.Is(err, errRequeue) {
+			return lock, attempts, err
 		}
-		lock = handed
-		return lock, attempts, nil
 	}
-	if l.hub.enabled {
-		// Attempt only once release messages can reach us, or a release between the
-		// attempt and the subscription would go unnoticed until the back-off.
-		t := time.NewTimer(cfg.retryMin)
-		select {
-		case <-q.ready:
-		case <-t.C:
-		case <-ctx.Done():
-		case <-l.hub.done:
-		}
-		t.Stop()
-	}
-	if standBack > 0 {
-		t := time.NewTimer(standBack)
-		select {
-		case handed := <-w.grant:
-			t.Stop()
-			return take(handed)
-		case <-w.wake:
-		case <-t.C:
-		case <-ctx.Done():
-		case <-l.hub.done:
-		}
-		t.Stop()
+}
+
+// queue joins the queue as one waiter and waits for the lock.
+func (l *Locker) queue(ctx, parent context.Context, cfg *config, resource string, ln *line, attempts *int, ended func() error) (lock *Lock, err error) {
+	h := l.hub
+	w := &waiter{cfg: cfg, grant: make(chan grant, 1), wake: make(chan struct{}, 1)}
+	defer func() { l.leave(ln, w, lock != nil) }()
+	if lock, err = l.join(parent, cfg, resource, ln, w, attempts); err != nil || lock != nil {
+		return lock, err
 	}
 	backoff := cfg.retryMin
-	// A waiter that took over from one that left with the lock waits for a wake-up first.
-	try := !w.taken
 	for {
-		if ctx.Err() != nil || l.hub.isClosed() {
-			return nil, attempts, ended()
+		d := min(cfg.retryMax, pollEvery)
+		if !h.isReady(ln) {
+			d = min(backoff, d) // no announcements: poll with a back-off
+			backoff = min(2*backoff, cfg.retryMax)
 		}
+		t := time.NewTimer(jitter(d))
 		select {
-		case handed := <-w.grant:
-			return take(handed)
-		default:
-		}
-		if try {
-			attempts++
-			var holderTTL time.Duration
-			lock, holderTTL, err = l.attempt(parent, cfg, resource, k)
-			if err != nil || lock != nil {
-				return lock, attempts, err
-			}
-			busy = holderTTL
-		}
-		try = true
-		d := jitter(backoff)
-		if busy > 0 && busy < d {
-			d = busy + time.Millisecond // Redis expires keys at millisecond precision
-		}
-		backoff = min(2*backoff, cfg.retryMax)
-		t := time.NewTimer(d)
-		select {
-		case handed := <-w.grant:
+		case g := <-w.grant:
 			t.Stop()
-			return take(handed)
+			if parent.Err() != nil {
+				w.grant <- g // for leave, which passes it on
+				return nil, ended()
+			}
+			return l.take(parent, cfg, resource, ln.k, g)
 		case <-w.wake:
-			backoff = cfg.retryMin
 		case <-t.C:
 		case <-ctx.Done():
-		case <-l.hub.done:
+			t.Stop()
+			return nil, ended()
+		case <-h.done:
+			t.Stop()
+			return nil, ended()
 		}
 		t.Stop()
+		if h.front(ln, w) {
+			*attempts++
+			if err := l.poll(parent, ln); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// join adds w to the line and its element to the Redis queue. When the resource is free and
+// nobody waits, the acquire script takes it at once and join returns the lock.
+func (l *Locker) join(ctx context.Context, cfg *config, resource string, ln *line, w *waiter, attempts *int) (*Lock, error) {
+	h := l.hub
+	ln.io.Lock()
+	defer ln.io.Unlock()
+	h.mu.Lock()
+	ln.waiters = append(ln.waiters, w)
+	ln.joining++
+	queued := ln.queued
+	e, entry := h.entryFor(ln, cfg)
+	h.mu.Unlock()
+
+	joined := false
+	var lock *Lock
+	var err error
+	if queued > 0 && entry == "" {
+		// This Locker has waiters queued, so the newcomer cannot be first: append its element
+		// to the queue, which exists (the front waiter's polls keep it alive) and has a TTL.
+		n, perr := l.client.RPushX(ctx, ln.k.queue, h.id).Result()
+		joined = perr == nil && n > 0
+	}
+	var revealed int64
+	if !joined {
+		*attempts++
+		var r attemptReply
+		sent := time.Now()
+		lock, r, err = l.attempt(ctx, cfg, resource, ln.k, true, h.id, entry)
+		if err == nil && lock == nil {
+			joined = true
+			h.mu.Lock()
+			if entry != "" {
+				ln.entry = e // the script wrote it
+			}
+			revealed = h.sawLocked(ln, sent, r.held)
+			h.mu.Unlock()
+		}
+	}
+	if revealed > 0 {
+		l.granted(ln.k, revealed, time.Time{}) // parked until this waiter counts as joined
+	}
+	h.mu.Lock()
+	ln.joining--
+	if joined {
+		w.joined = true
+		ln.queued++
+	}
+	var pass *grant
+	if g := ln.parked; g != nil {
+		if h.deliverLocked(ln, *g) {
+			ln.parked = nil
+		} else if ln.joining == 0 {
+			pass, ln.parked = g, nil
+		}
+	}
+	h.mu.Unlock()
+	if pass != nil {
+		l.passOn(ln.k, pass.value)
+	}
+	return lock, err
+}
+
+// poll runs the poll script for the line: it renews this Locker's entries and finds a grant
+// whose announcement was lost or a lock whose holder's lease ran out.
+func (l *Locker) poll(ctx context.Context, ln *line) error {
+	h := l.hub
+	ln.io.Lock()
+	defer ln.io.Unlock()
+	h.mu.Lock()
+	queued, last := max(ln.queued, 0), ln.last
+	ln.entry.until = time.Now().Add(entryTTL - pollEvery)
+	entry := ln.value(ln.entry)
+	h.mu.Unlock()
+	sent := time.Now()
+	res, err := pollScript.Run(ctx, l.client, ln.k.script(), h.id, queued, last, entryTTL.Milliseconds(),
+		entry, ln.k.channel, h.publish).Slice()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // the caller's context ended: the wait ends with that
+		}
+		return err
+	}
+	flag, _ := res[0].(int64)
+	if flag == 2 && len(res) > 1 {
+		token, err := parseToken(res[1])
+		if err != nil {
+			return err
+		}
+		l.granted(ln.k, token, time.Time{})
+		return nil
+	}
+	var held string
+	if len(res) > 1 {
+		held, _ = res[1].(string)
+	}
+	h.mu.Lock()
+	revealed := h.sawLocked(ln, sent, held)
+	h.mu.Unlock()
+	if revealed > 0 {
+		l.granted(ln.k, revealed, time.Time{})
+	}
+	return nil
+}
+
+// leave takes w off the line. An element of w's still queued is removed; a grant sent to w
+// that it did not take (its context ended meanwhile) is passed on to the next waiter.
+func (l *Locker) leave(ln *line, w *waiter, took bool) {
+	h := l.hub
+	ln.io.Lock()
+	h.mu.Lock()
+	if i := slices.Index(ln.waiters, w); i >= 0 {
+		ln.waiters = slices.Delete(ln.waiters, i, i+1)
+	}
+	var handed *grant
+	select {
+	case g := <-w.grant:
+		handed = &g
+	default:
+	}
+	remove := w.joined && !w.chosen
+	h.mu.Unlock()
+	if remove {
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		n, err := l.client.LRem(ctx, ln.k.queue, 1, h.id).Result()
+		cancel()
+		h.mu.Lock()
+		if err == nil && n == 0 {
+			// A grant took the element and is on its way: it is this waiter's.
+			ln.owed++
+		} else {
+			ln.queued--
+		}
+		h.mu.Unlock()
+	}
+	ln.io.Unlock()
+	if handed != nil && !took {
+		l.passOn(ln.k, handed.value)
+	}
+}
+
+// granted handles a grant of the resource to this Locker: from an announcement, a poll, or
+// the reply to one of its own releases (then start is when that release was sent). The grant
+// goes to the longest-waiting local waiter that has an element queued; with none, it is
+// passed on.
+func (l *Locker) granted(k keys, token int64, start time.Time) {
+	value := l.hub.id + ":" + strconv.FormatInt(token, 10)
+	if pass := l.hub.grantedLocked(k.channel, token, value, start); pass {
+		l.passOn(k, value)
+	}
+}
+
+// grantedLocked records a grant and delivers it; it reports whether it must be passed on.
+func (h *hub) grantedLocked(ch string, token int64, value string, start time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ln := h.lines[ch]
+	if ln == nil {
+		return true
+	}
+	if token <= ln.last {
+		return false // already handled
+	}
+	ln.last = token
+	ln.queued-- // below zero while the join whose element this was is in flight
+	if start.IsZero() {
+		start = ln.startOf(token)
+	}
+	g := grant{token: token, value: value, lease: time.Duration(ln.entry.lease) * time.Millisecond, start: start}
+	switch {
+	case ln.owed > 0:
+		ln.owed--
+		return true
+	case h.deliverLocked(ln, g):
+		return false
+	case ln.joining > 0:
+		ln.parked = &g
+		return false
+	}
+	return true
+}
+
+// deliverLocked sends g to the longest-waiting waiter whose element is queued.
+func (h *hub) deliverLocked(ln *line, g grant) bool {
+	for _, w := range ln.waiters {
+		if w.joined && !w.chosen {
+			w.chosen = true
+			w.grant <- g
+			return true
+		}
+	}
+	return false
+}
+
+// sawLocked records a reply to a call sent at sent that showed the lock value held. It
+// returns the token when the value is a grant to this Locker not yet received, and 0
+// otherwise.
+func (h *hub) sawLocked(ln *line, sent time.Time, held string) int64 {
+	owner, token, ok := splitValue(held)
+	if !ok {
+		return 0
+	}
+	copy(ln.seen[1:], ln.seen[:len(ln.seen)-1])
+	ln.seen[0] = sighting{sent: sent, token: token}
+	if owner == h.id && token > ln.last {
+		return token
+	}
+	return 0
+}
+
+// startOf returns a time before the grant of token: the latest call that saw an older token
+// held. Zero when no such call is known.
+func (ln *line) startOf(token int64) time.Time {
+	for _, s := range ln.seen {
+		if !s.sent.IsZero() && s.token < token {
+			return s.sent
+		}
+	}
+	return time.Time{}
+}
+
+// entryFor returns the waiter key's content for a waiter with cfg joining ln, and its value
+// to write, or "" when the key holds it already and is fresh.
+func (h *hub) entryFor(ln *line, cfg *config) (entry, string) {
+	e := entry{lease: millis(cfg.ttl), floor: cfg.timeFloor}
+	now := time.Now()
+	fresh := now.Before(ln.entry.until)
+	if fresh && e.lease == ln.entry.lease && (e.floor == ln.entry.floor || !e.floor) {
+		return ln.entry, ""
+	}
+	e.floor = e.floor || (fresh && ln.entry.floor)
+	e.until = now.Add(entryTTL - pollEvery)
+	return e, ln.value(e)
+}
+
+// passOn releases a lock granted to this Locker that no waiter takes, which grants it to the
+// next waiter. Errors are ignored: the lease then runs out by itself.
+func (l *Locker) passOn(k keys, value string) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	_, _ = l.release(ctx, k, value)
+}
+
+// take turns a grant into a Lock. The lease is confirmed with an extension (and WAIT for
+// WithReplicas) when the waiter asked for another lease than the grant used, or when the
+// local clock cannot show that at least half of it is left.
+func (l *Locker) take(ctx context.Context, cfg *config, resource string, k keys, g grant) (*Lock, error) {
+	lock := &Lock{locker: l, hooks: cfg.hooks, resource: resource, keys: k, value: g.value, token: g.token, acquired: g.start}
+	if g.start.IsZero() {
+		lock.acquired = time.Now()
+	} else {
+		lock.setValidUntil(g.start, g.lease)
+	}
+	if cfg.replicas == 0 && g.lease == time.Duration(millis(cfg.ttl))*time.Millisecond && time.Until(lock.deadline()) > cfg.ttl/2 {
+		return lock, nil
+	}
+	err := l.confirm(ctx, cfg, lock)
+	switch {
+	case err == nil:
+		return lock, nil
+	case errors.Is(err, ErrNotHeld):
+		return nil, errRequeue
+	}
+	l.passOn(k, g.value)
+	if ctx.Err() != nil {
+		return nil, errors.Join(ErrNotAcquired, ctx.Err())
+	}
+	return nil, err
+}
+
+// enter returns the line for k, creating it and subscribing to its channel when it is new,
+// and waits up to patience for the subscription to be confirmed.
+func (h *hub) enter(ctx context.Context, k keys, patience time.Duration) (*line, error) {
+	h.mu.Lock()
+	if h.closed.Load() {
+		h.mu.Unlock()
+		return nil, ErrClosed
+	}
+	ln := h.lines[k.channel]
+	created := ln == nil
+	if created {
+		ln = &line{k: k, ready: make(chan struct{}), since: time.Now().UnixMilli()}
+		if h.publish == "" {
+			ln.isReady = true
+			close(ln.ready)
+		}
+		h.lines[k.channel] = ln
+	}
+	ln.users++
+	if ln.linger != nil {
+		ln.linger.Stop()
+		ln.linger = nil
+	}
+	h.mu.Unlock()
+	if created {
+		h.subscribe(ctx, k.channel)
+	}
+	t := time.NewTimer(patience)
+	defer t.Stop()
+	select {
+	case <-ln.ready:
+	case <-t.C:
+	case <-ctx.Done():
+	case <-h.done:
+	}
+	return ln, nil
+}
+
+// exit ends a call's use of ln; the last one out lets it linger for entryTTL, so a Locker
+// that waits on a resource again soon keeps its subscription and fresh waiter key.
+func (h *hub) exit(ln *line) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ln.users--
+	if ln.users > 0 || h.closed.Load() {
+		return
+	}
+	ln.linger = time.AfterFunc(entryTTL, func() {
+		h.mu.Lock()
+		if ln.users > 0 || h.lines[ln.k.channel] != ln || h.closed.Load() {
+			h.mu.Unlock()
+			return
+		}
+		delete(h.lines, ln.k.channel)
+		h.mu.Unlock()
+		h.unsubscribe(ln.k.channel)
+	})
+}
+
+// listening reports whether this Locker already waits on ch with a confirmed subscription,
+// so a new waiter can join the queue straight away.
+func (h *hub) listening(ch string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ln := h.lines[ch]
+	return ln != nil && ln.isReady
+}
+
+func (h *hub) isReady(ln *line) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return ln.isReady
+}
+
+// front reports whether w is the longest-waiting waiter of ln that has not been chosen: the
+// one that polls.
+func (h *hub) front(ln *line, w *waiter) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, x := range ln.waiters {
+		if !x.chosen {
+			return x == w
+		}
+	}
+	return false
+}
+
+// subscribed marks ch's line as subscribed. A confirmation for a line with queued waiters
+// follows a reconnection, which may have lost an announcement: the front waiter polls.
+func (h *hub) subscribed(ch string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ln := h.lines[ch]
+	if ln == nil {
+		return
+	}
+	if !ln.isReady {
+		ln.isReady = true
+		close(ln.ready)
+	}
+	h.kickLocked(ln)
+}
+
+// kick makes ch's front waiter poll now.
+func (h *hub) kick(ch string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ln := h.lines[ch]; ln != nil {
+		h.kickLocked(ln)
+	}
+}
+
+func (h *hub) kickLocked(ln *line) {
+	for _, w := range ln.waiters {
+		if !w.chosen && w.joined {
+			select {
+			case w.wake <- struct{}{}:
+			default:
+			}
+			return
+		}
+	}
+}
+
+// selfEntry returns this Locker's waiter value for ch while it has elements queued there,
+// so a release that grants the lock to this Locker need not read the key; "" otherwise.
+func (h *hub) selfEntry(ch string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ln := h.lines[ch]
+	if ln == nil || ln.queued == 0 || !time.Now().Before(ln.entry.until) {
+		return ""
+	}
+	return ln.value(ln.entry)
+}
+
+// seenRelease records that a release sent at sent found this Locker's lock value held.
+func (h *hub) seenRelease(ch string, sent time.Time, value string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ln := h.lines[ch]; ln != nil {
+		h.sawLocked(ln, sent, value)
 	}
 }
 

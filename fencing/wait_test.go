@@ -53,10 +53,10 @@ func TestWaiterWakesOnRelease(t *testing.T) {
 	}
 }
 
-// waitSubscribed waits until someone listens on resource's release channel.
+// waitSubscribed waits until someone listens on resource's grant channel.
 func waitSubscribed(t *testing.T, r *redistest.Redis, resource string) {
 	t.Helper()
-	ch := r.Prefix + "{" + resource + "}:released"
+	ch := r.Prefix + "{" + resource + "}:grant"
 	waitFor(t, 2*time.Second, "the subscription", func() bool {
 		return r.Client.PubSubNumSub(context.Background(), ch).Val()[ch] > 0
 	})

@@ -1,0 +1,67 @@
+-- Functions shared by the scripts that can hand a free lock to the next waiter: the text of
+-- this file is put in front of acquire.lua, release.lua and poll.lua. They expect
+-- KEYS[1]: the lock key; its value is "<owner>:<token>".
+-- KEYS[2]: the fence key: the resource's token counter.
+-- KEYS[3]: the queue key: a list of waiting Locker ids, one element per queued waiter, the
+--          next to be served at the head. The key "<KEYS[3] less 'queue'>w:<id>" of each
+--          waiting Locker holds "<lease ms>:<floor 0|1>:<since unix ms>" and expires unless
+--          that Locker renews it: an element whose Locker key is gone is a dead waiter. All
+--          these keys share one hash tag, so they live in one Redis Cluster slot.
+
+-- next_token moves the counter and returns the new token as a string (a Lua number is a
+-- double and would round it above 2^53). With floor '1', the token is at least the server
+-- clock in microseconds.
+local function next_token(floor)
+  if floor == '1' then
+    local now = redis.call('TIME')
+    local f = now[1] .. string.format('%06d', tonumber(now[2]))
+    local last = redis.call('GET', KEYS[2]) or '0'
+    if string.sub(last, 1, 1) == '-' or #last < #f or (#last == #f and last < f) then
+      redis.call('SET', KEYS[2], f)
+      return f
+    end
+  end
+  local n = redis.call('INCR', KEYS[2])
+  if n < 9007199254740992 then
+    return string.format('%d', n)
+  end
+  return redis.call('GET', KEYS[2])
+end
+
+-- waiter_key returns the key of a waiting Locker.
+local function waiter_key(id)
+  return string.sub(KEYS[3], 1, #KEYS[3] - 5) .. 'w:' .. id
+end
+
+-- grant_next hands the free lock to the waiter at the head of the queue: it sets the lock to
+-- "<id>:<token>" with the lease that Locker asked for and notifies it on channel with
+-- publish ('PUBLISH' or 'SPUBLISH'; '' sends nothing). Dead waiters at the head are dropped
+-- on the way. self is the calling Locker's id and self_entry its waiter value: it is not
+-- notified (the caller gets the grant in the reply) and its key need not be read. Returns
+-- {id, token}, or nil when nobody waits.
+local function grant_next(channel, publish, self, self_entry)
+  while true do
+    local id = redis.call('LPOP', KEYS[3])
+    if not id then
+      return nil
+    end
+    local entry
+    if id == self and self_entry ~= '' then
+      entry = self_entry
+    else
+      entry = redis.call('GET', waiter_key(id))
+    end
+    if entry then
+      local lease, floor = string.match(entry, '^(%d+):([01])')
+      if lease then
+        local token = next_token(floor)
+        local value = id .. ':' .. token
+        redis.call('SET', KEYS[1], value, 'PX', lease)
+        if id ~= self and publish ~= '' then
+          redis.call(publish, channel, value)
+        end
+        return {id, token}
+      end
+    end
+  end
+end
