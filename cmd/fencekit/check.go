@@ -128,7 +128,7 @@ func (c *cli) printCheck(out checkOutput) {
 		case n.MaxMemory == 0:
 			maxmem = "no limit"
 		case n.MaxMemory > 0:
-			maxmem = bytes(n.MaxMemory)
+			maxmem = byteSize(n.MaxMemory)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Addr, orDash(n.Role), replicas, orDash(n.EvictionPolicy),
 			maxmem, orDash(n.Persistence), yesNo(n.TokensCanRegress), yesNo(n.Unsafe))

@@ -76,8 +76,8 @@ func duration(d time.Duration) string {
 	return s
 }
 
-// bytes formats a size: "512 B", "1.5 KiB", "12.3 MiB".
-func bytes(n int64) string {
+// byteSize formats a size: "512 B", "1.5 KiB", "12.3 MiB".
+func byteSize(n int64) string {
 	const unit = 1024
 	if n < unit {
 		return fmt.Sprintf("%d B", n)

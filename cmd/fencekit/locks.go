@@ -44,7 +44,6 @@ type lockInfo struct {
 	Waiters int64 `json:"waiters"`
 	// OldestWaitMs is how long the oldest live waiter has waited; null without one.
 	OldestWaitMs *int64 `json:"oldest_wait_ms"`
-	queued       bool
 }
 
 type locksOutput struct {

@@ -2,8 +2,8 @@ package main
 
 import (
 	"bufio"
-	_ "embed"
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"strings"

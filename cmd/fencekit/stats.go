@@ -86,7 +86,7 @@ func (c *cli) stats(ctx context.Context, args []string) int {
 		if i < len(keyKinds) {
 			label = keyKinds[i].label
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\n", label, k.Keys, k.WithTTL, k.WithoutTTL, bytes(k.EstimatedBytes), k.Sampled)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\n", label, k.Keys, k.WithTTL, k.WithoutTTL, byteSize(k.EstimatedBytes), k.Sampled)
 	}
 	if err := tw.Flush(); err != nil {
 		return c.fail("stats", err)
