@@ -103,6 +103,7 @@ func (c *cli) connect(o *common) (redis.UniversalClient, error) {
 		}
 		opt.DisableIdentity = true
 		opt.MaintNotificationsConfig = off
+		opt.MaxRetries, opt.DialerRetries = fewRetries(opt.MaxRetries), fewRetries(opt.DialerRetries)
 		return redis.NewClusterClient(opt), nil
 	}
 	opt, err := redis.ParseURL(url)
@@ -111,7 +112,18 @@ func (c *cli) connect(o *common) (redis.UniversalClient, error) {
 	}
 	opt.DisableIdentity = true
 	opt.MaintNotificationsConfig = off
+	opt.MaxRetries, opt.DialerRetries = fewRetries(opt.MaxRetries), fewRetries(opt.DialerRetries)
 	return redis.NewClient(opt), nil
+}
+
+// fewRetries returns n, or 1 when the URL left it to go-redis's default (0): a command
+// line tool should fail fast against a server that is down. The URL's max_retries and
+// dialer_retries parameters override it.
+func fewRetries(n int) int {
+	if n == 0 {
+		return 1
+	}
+	return n
 }
 
 // errUsage marks errors in the command line found after parsing.

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9/logging"
 )
 
 // Exit codes; fencekit --help documents them.
@@ -27,6 +29,7 @@ const (
 )
 
 func main() {
+	logging.Disable() // go-redis would log dial failures; fencekit reports errors itself
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -76,12 +77,12 @@ func (c *cli) release(ctx context.Context, args []string) int {
 	value, err := get.Result()
 	if errors.Is(err, redis.Nil) {
 		out.Reason = "not found"
-		return c.releaseDone(o, out, exitNotFound, fmt.Sprintf("No lock is held on %s (key %s); nothing to release.", displayName(name), k.lock))
+		return c.releaseDone(o, out, exitNotFound, fmt.Sprintf("No lock is held on %s (key %s); nothing to release.", strconv.Quote(name), k.lock))
 	}
 	out.Value = value
 	out.Owner, out.Token = parseLockValue(value)
 	if !o.json {
-		fmt.Fprintf(c.stdout, "Lock on %s: token %d, owner %s, lease left %s.\n", displayName(name), out.Token, out.Owner, c.ttl(pttlMs(pttl)))
+		fmt.Fprintf(c.stdout, "Lock on %s: token %d, owner %s, lease left %s.\n", strconv.Quote(name), out.Token, out.Owner, c.ttl(pttlMs(pttl)))
 	}
 	if !*yes {
 		fmt.Fprintf(c.stderr, "Release it? Its holder is not told and may still be working. Type yes or no: ")
@@ -112,7 +113,7 @@ func (c *cli) release(ctx context.Context, args []string) int {
 	return c.releaseDone(o, out, exitOK, fmt.Sprintf(`Released %s: its holder had token %d (owner %s).
 This is safe for data when the store checks tokens: the next holder gets a token above %d,
 so writes the old holder still sends with token %d are refused. Waiters take the lock within
-about a second through their own polling; nothing was published.`, displayName(name), out.Token, out.Owner, out.Token, out.Token))
+about a second through their own polling; nothing was published.`, strconv.Quote(name), out.Token, out.Owner, out.Token, out.Token))
 }
 
 // releaseDone prints the outcome of release and returns code.
