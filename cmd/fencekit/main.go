@@ -92,6 +92,7 @@ func (c *cli) usage(w io.Writer) {
 
 Usage:
   fencekit COMMAND [flags] [args]
+  fencekit [flags] COMMAND [args]
 
 Commands:
 `)
@@ -113,6 +114,7 @@ Run "fencekit COMMAND --help" for a command's flags and an example.
 }
 
 func (c *cli) run(ctx context.Context, args []string) int {
+	args = commandFirst(args)
 	if len(args) == 0 {
 		c.usage(c.stderr)
 		return exitUsage
@@ -133,6 +135,25 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	}
 	fmt.Fprintf(c.stderr, "fencekit: unknown command %q; commands: %s\n", name, commandNames())
 	return exitUsage
+}
+
+// commandFirst moves the common flags given before the command after it, so that
+// "fencekit -u URL --cluster locks" works as "fencekit locks -u URL --cluster".
+func commandFirst(args []string) []string {
+	i := 0
+	for i < len(args) && strings.HasPrefix(args[i], "-") && args[i] != "--" {
+		switch name := strings.TrimLeft(args[i], "-"); name {
+		case "u", "prefix":
+			i++ // the flag's value
+		case "h", "help":
+			return args
+		}
+		i++
+	}
+	if i == 0 || i >= len(args) {
+		return args
+	}
+	return append(append([]string{args[i]}, args[:i]...), args[i+1:]...)
 }
 
 func commandNames() string {

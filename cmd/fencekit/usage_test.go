@@ -25,6 +25,7 @@ func TestUsage(t *testing.T) {
 		{name: "locks-extra", args: []string{"locks", "x"}, code: exitUsage, stderr: `unexpected argument "x"`},
 		{name: "brace-prefix", args: []string{"locks", "--prefix", "a{b}:"}, code: exitUsage, stderr: "contains '{' or '}'"},
 		{name: "bad-url", args: []string{"stats", "-u", "http://x"}, code: exitUsage, stderr: "-u: "},
+		{name: "flags-first", args: []string{"--prefix", "locks", "-u", "redis://127.0.0.1:1", "--json", "stats", "extra"}, code: exitUsage, stderr: `fencekit stats: unexpected argument "extra"`},
 		{name: "release-no-force", args: []string{"release", "x"}, code: exitUsage, stderr: "needs --force"},
 	}
 	for _, cmd := range commands {
