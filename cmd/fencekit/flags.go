@@ -31,7 +31,7 @@ func (c *cli) newFlags(name, synopsis, usage string) (*flag.FlagSet, *common) {
 	o := &common{}
 	fs.StringVar(&o.url, "u", "", "Redis `URL` (default: $REDIS_URL, else "+defaultURL+")")
 	fs.BoolVar(&o.cluster, "cluster", false, "connect to a Redis Cluster and scan every primary")
-	fs.StringVar(&o.prefix, "prefix", fencing.DefaultPrefix, "key `prefix` of the Locker (fencing.WithPrefix)")
+	fs.StringVar(&o.prefix, "prefix", fencing.DefaultPrefix, "key prefix `P` of the Locker (fencing.WithPrefix)")
 	fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
 	fs.Usage = func() {
 		w := fs.Output()
