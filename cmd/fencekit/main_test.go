@@ -16,7 +16,13 @@ import (
 	"github.com/fencekit/fencekit/internal/redisproc"
 	"github.com/fencekit/fencekit/internal/redistest"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 )
+
+// TestMain checks that no test leaves a goroutine running: every command closes its client.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
