@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencekit/fencekit/internal/redisproc"
 )
@@ -66,5 +67,26 @@ func TestUnreachable(t *testing.T) {
 		if r.code != exitError || !strings.Contains(r.stderr, "fencekit "+cmd[0]+":") {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d and the command's name", cmd, r.code, r.stderr, exitError)
 		}
+	}
+}
+
+// TestRedisURLEnv takes the server from REDIS_URL when -u is not given, and -u wins over it.
+func TestRedisURLEnv(t *testing.T) {
+	var out, errOut strings.Builder
+	c := &cli{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut, now: time.Now, progressEvery: time.Hour,
+		getenv: func(k string) string {
+			if k == "REDIS_URL" {
+				return "redis://127.0.0.1:1/0"
+			}
+			return ""
+		}}
+	if code := c.run(context.Background(), []string{"stats"}); code != exitError || !strings.Contains(errOut.String(), "127.0.0.1:1") {
+		t.Errorf("REDIS_URL: exit %d, stderr %q; want %d and the address", code, errOut.String(), exitError)
+	}
+	redisproc.Require(t)
+	srv := redisproc.Start(t)
+	errOut.Reset()
+	if code := c.run(context.Background(), []string{"stats", "-u", "redis://" + srv.Addr()}); code != exitOK {
+		t.Errorf("-u over REDIS_URL: exit %d, stderr %q", code, errOut.String())
 	}
 }
