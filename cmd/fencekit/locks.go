@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -172,7 +171,7 @@ func (c *cli) readLocks(ctx context.Context, node redis.Cmdable, prefix string, 
 			head: pipe.LRange(ctx, k.queue, 0, maxQueueRead-1),
 		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	if _, err := pipe.Exec(ctx); transportError(err) != nil {
 		return nil, fmt.Errorf("read locks: %w", err)
 	}
 	pipe = node.Pipeline()
@@ -185,7 +184,7 @@ func (c *cli) readLocks(ctx context.Context, node redis.Cmdable, prefix string, 
 		}
 	}
 	if pipe.Len() > 0 {
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		if _, err := pipe.Exec(ctx); transportError(err) != nil {
 			return nil, fmt.Errorf("read waiters: %w", err)
 		}
 	}

@@ -79,6 +79,9 @@ func (c *cli) release(ctx context.Context, args []string) int {
 		out.Reason = "not found"
 		return c.releaseDone(o, out, exitNotFound, fmt.Sprintf("No lock is held on %s (key %s); nothing to release.", strconv.Quote(name), k.lock))
 	}
+	if err != nil {
+		return c.fail("release", fmt.Errorf("read %s: %w", k.lock, err))
+	}
 	out.Value = value
 	out.Owner, out.Token = parseLockValue(value)
 	if !o.json {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -131,3 +132,45 @@ func TestRelease(t *testing.T) {
 type readerFunc func(p []byte) (int, error)
 
 func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
+
+// TestOddKeys checks that keys of an unexpected type or value do not stop a command: a
+// queue that is a string, a lock value without a token, a waiter key with junk.
+func TestOddKeys(t *testing.T) {
+	tg := sharedTarget(t)
+	ctx := context.Background()
+	odd := keysFor(tg.prefix, "odd")
+	junk := keysFor(tg.prefix, "junk")
+	pipe := tg.client.Pipeline()
+	pipe.Set(ctx, odd.lock, ownerID+":7", time.Hour)
+	pipe.Set(ctx, odd.queue, "not a list", time.Hour)
+	pipe.Set(ctx, junk.lock, "no-token-here", time.Hour)
+	pipe.RPush(ctx, junk.queue, liveB)
+	pipe.Set(ctx, junk.waiter(liveB), "garbage", time.Hour)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := tg.run(t, exitOK, "locks", "--json")
+	var got locksOutput
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Locks) != 2 {
+		t.Fatalf("got %+v, want 2 locks", got.Locks)
+	}
+	for _, l := range got.Locks {
+		switch l.Resource {
+		case "odd":
+			if l.Token != 7 || l.Waiters != 0 {
+				t.Errorf("odd: got %+v", l)
+			}
+		case "junk":
+			if l.Token != 0 || l.Waiters != 1 || l.OldestWaitMs != nil || l.Value != "no-token-here" {
+				t.Errorf("junk: got %+v", l)
+			}
+		}
+	}
+	tg.run(t, exitOK, "locks")
+	tg.run(t, exitOK, "show", "junk")
+	tg.run(t, exitOK, "show", "odd")
+	tg.run(t, exitOK, "stats")
+}

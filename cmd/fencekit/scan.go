@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -95,4 +96,15 @@ func (p *progress) done() {
 		fmt.Fprintf(p.w, "fencekit: scan done: %d SCAN calls, %d %s found, %s\n",
 			p.batches, p.found, p.what, time.Since(p.start).Round(100*time.Millisecond))
 	}
+}
+
+// transportError returns err unless it is a reply from Redis (redis.Nil included): a
+// pipeline's Exec returns the first failed command's error, and a key of an unexpected
+// type (WRONGTYPE) must not stop a whole scan. The commands' own results say what failed.
+func transportError(err error) error {
+	var reply redis.Error
+	if err == nil || errors.As(err, &reply) {
+		return nil
+	}
+	return err
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -123,7 +122,7 @@ func (c *cli) readResource(ctx context.Context, client redis.Cmdable, prefix, na
 	fenceGet, fenceTTL := pipe.Get(ctx, k.fence), pipe.PTTL(ctx, k.fence)
 	qLen, qTTL := pipe.LLen(ctx, k.queue), pipe.PTTL(ctx, k.queue)
 	qRange := pipe.LRange(ctx, k.queue, 0, limit-1)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	if _, err := pipe.Exec(ctx); transportError(err) != nil {
 		return out, err
 	}
 	if v, err := lockGet.Result(); err == nil {
@@ -151,7 +150,7 @@ func (c *cli) readResource(ctx context.Context, client redis.Cmdable, prefix, na
 			waiters[id] = pipe.Get(ctx, k.waiter(id))
 		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	if _, err := pipe.Exec(ctx); transportError(err) != nil {
 		return out, err
 	}
 	now := c.now().UnixMilli()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -149,7 +148,7 @@ func (c *cli) collectStats(ctx context.Context, client redis.UniversalClient, pr
 					mems[i] = pipe.MemoryUsage(ctx, key)
 				}
 			}
-			if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			if _, err := pipe.Exec(ctx); transportError(err) != nil {
 				return fmt.Errorf("read keys on %s: %w", node.Options().Addr, err)
 			}
 			mu.Lock()
