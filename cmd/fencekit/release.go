@@ -84,8 +84,10 @@ func (c *cli) release(ctx context.Context, args []string) int {
 	}
 	out.Value = value
 	out.Owner, out.Token = parseLockValue(value)
-	if !o.json {
+	if !o.json && out.Token > 0 {
 		fmt.Fprintf(c.stdout, "Lock on %s: token %d, owner %s, lease left %s.\n", strconv.Quote(name), out.Token, out.Owner, c.ttl(pttlMs(pttl)))
+	} else if !o.json {
+		fmt.Fprintf(c.stdout, "Lock on %s: value %q without a token, lease left %s.\n", strconv.Quote(name), value, c.ttl(pttlMs(pttl)))
 	}
 	if !*yes {
 		fmt.Fprintf(c.stderr, "Release it? Its holder is not told and may still be working. Type yes or no: ")
@@ -113,6 +115,9 @@ func (c *cli) release(ctx context.Context, args []string) int {
 		return c.fail("release", fmt.Errorf("unexpected reply %v", res))
 	}
 	out.Released = true
+	if out.Token <= 0 {
+		return c.releaseDone(o, out, exitOK, fmt.Sprintf("Released %s: its value %q had no token.", strconv.Quote(name), value))
+	}
 	return c.releaseDone(o, out, exitOK, fmt.Sprintf(`Released %s: its holder had token %d (owner %s).
 This is safe for data when the store checks tokens: the next holder gets a token above %d,
 so writes the old holder still sends with token %d are refused. Waiters take the lock within

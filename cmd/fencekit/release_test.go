@@ -173,4 +173,8 @@ func TestOddKeys(t *testing.T) {
 	tg.run(t, exitOK, "show", "junk")
 	tg.run(t, exitOK, "show", "odd")
 	tg.run(t, exitOK, "stats")
+	r = tg.run(t, exitOK, "release", "--force", "--yes", "junk")
+	if !strings.Contains(r.stdout, `value "no-token-here" without a token`) || !strings.Contains(r.stdout, "had no token") {
+		t.Errorf("release junk: stdout %q", r.stdout)
+	}
 }
