@@ -1,0 +1,99 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+)
+
+// newTable returns a tabwriter for a table on w; the caller flushes it.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+}
+
+// writeJSON writes v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// displayName returns a resource name for a table: as it is when every character is
+// printable and it has no leading or trailing space, else quoted as a Go string.
+func displayName(s string) string {
+	if s == "" || strings.TrimSpace(s) != s {
+		return strconv.Quote(s)
+	}
+	for _, r := range s {
+		if r == unicode.ReplacementChar || !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// ttl formats a remaining time in milliseconds as PTTL returns it: -1 (no expiry) as
+// "never", -2 (no key) as "-".
+func (c *cli) ttl(ms int64) string {
+	switch {
+	case ms == -1:
+		return "never"
+	case ms < 0:
+		return "-"
+	}
+	d := time.Duration(ms) * time.Millisecond
+	if c.ttlGrain > 0 {
+		d = d.Round(c.ttlGrain)
+	}
+	return duration(d)
+}
+
+// duration formats d compactly: "450ms", "29.8s", "12m34s", "10m", "1h30m".
+func duration(d time.Duration) string {
+	switch {
+	case d < 0:
+		d = 0
+	case d < time.Second:
+		d = d.Round(time.Millisecond)
+	case d < time.Minute:
+		d = d.Round(100 * time.Millisecond)
+	default:
+		d = d.Round(time.Second)
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// byteSize formats a size: "512 B", "1.5 KiB", "12.3 MiB".
+func byteSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
+}
+
+// yesNo formats a bool for a table.
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

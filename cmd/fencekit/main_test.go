@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/redisproc"
+	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+// TestMain checks that no test leaves a goroutine running: every command closes its client.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// testNow is the client clock of every test: waiter ages are computed from it.
+var testNow = time.UnixMilli(1_800_000_000_000)
+
+// result is one run of the command.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// runCLI runs args with a fixed clock, remaining times rounded to the minute, no progress
+// unless progressEvery is given, and no REDIS_URL from the environment.
+func runCLI(t testing.TB, stdin io.Reader, progressEvery time.Duration, args ...string) result {
+	t.Helper()
+	if stdin == nil {
+		stdin = strings.NewReader("")
+	}
+	if progressEvery == 0 {
+		progressEvery = time.Hour
+	}
+	var out, errOut bytes.Buffer
+	c := &cli{
+		stdin:         stdin,
+		stdout:        &out,
+		stderr:        &errOut,
+		getenv:        func(string) string { return "" },
+		now:           func() time.Time { return testNow },
+		progressEvery: progressEvery,
+		ttlGrain:      time.Minute,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	code := c.run(ctx, args)
+	return result{stdout: out.String(), stderr: errOut.String(), code: code}
+}
+
+// target is a Redis the tool is pointed at.
+type target struct {
+	url     string
+	cluster bool
+	prefix  string
+	client  redis.UniversalClient
+}
+
+// args returns the command line for cmd on the target: cmd, the connection flags, rest.
+func (tg target) args(cmd string, rest ...string) []string {
+	a := []string{cmd, "-u", tg.url}
+	if tg.cluster {
+		a = append(a, "--cluster")
+	}
+	if tg.prefix != fencing.DefaultPrefix {
+		a = append(a, "--prefix", tg.prefix)
+	}
+	return append(a, rest...)
+}
+
+// run runs cmd on the target and checks its exit code.
+func (tg target) run(t testing.TB, wantCode int, cmd string, rest ...string) result {
+	t.Helper()
+	r := runCLI(t, nil, 0, tg.args(cmd, rest...)...)
+	if r.code != wantCode {
+		t.Fatalf("fencekit %s %q: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", cmd, rest, r.code, wantCode, r.stdout, r.stderr)
+	}
+	return r
+}
+
+// sharedTarget is the real Redis named by FENCING_REDIS_ADDR, database 9, with a key prefix
+// of the test's own whose keys are deleted when it ends. It skips t without one.
+func sharedTarget(t *testing.T) target {
+	t.Helper()
+	if !redistest.Real() {
+		t.Skipf("%s not set: no real Redis", redistest.EnvAddr)
+	}
+	r := redistest.New(t)
+	return target{url: "redis://" + r.Addr + "/9", prefix: r.Prefix, client: r.Client}
+}
+
+// clusterTarget is a private three-primary Redis Cluster, with the default prefix. It
+// skips t when redis-server is missing.
+func clusterTarget(t *testing.T) target {
+	t.Helper()
+	redisproc.Require(t)
+	cl := redisproc.StartCluster(t, 3)
+	addrs := cl.Addrs()
+	url := "redis://" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr=")
+	return target{url: url, cluster: true, prefix: fencing.DefaultPrefix, client: cl.Client(t)}
+}
+
+// forTargets runs fn on the shared Redis and on a private Cluster.
+func forTargets(t *testing.T, fn func(t *testing.T, tg target)) {
+	t.Run("redis", func(t *testing.T) { fn(t, sharedTarget(t)) })
+	t.Run("cluster", func(t *testing.T) { fn(t, clusterTarget(t)) })
+}
+
+// golden compares got with testdata/name, or rewrites the file with -update. Each
+// replacement pair is applied to got first (an address, a prefix).
+func golden(t *testing.T, name, got string, replace ...string) {
+	t.Helper()
+	got = strings.NewReplacer(replace...).Replace(got)
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run the tests with -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s: got\n%s\nwant\n%s", name, got, want)
+	}
+}
+
+// memoryColumn matches the sizes in the stats table, which vary with the Redis version.
+var memoryColumn = regexp.MustCompile(`\d+(\.\d)? [KMG]?i?B +`)

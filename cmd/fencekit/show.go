@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const showHelp = `Shows one resource: its lock (value, owner, token, lease left), the last token issued
+(the fence counter) and when the counter expires, and the queue of waiters, each with
+whether it is still alive (its w:<id> key exists), its lease and how long it has waited.
+A dead waiter is skipped at the next grant.
+
+Exits 4 when no lock is held on the resource; the counter and the queue are shown anyway.
+Quote the name for your shell; a name with braces is found under its base64 key.
+
+Example:
+  fencekit show order-42
+  fencekit show 'tenant{7}/invoice' --json
+`
+
+// showOutput is what show --json prints.
+type showOutput struct {
+	Resource string `json:"resource"`
+	Keys     struct {
+		Lock  string `json:"lock"`
+		Fence string `json:"fence"`
+		Queue string `json:"queue"`
+	} `json:"keys"`
+	// Lock is null when no lock is held.
+	Lock  *lockState `json:"lock"`
+	Fence fenceState `json:"fence"`
+	Queue queueState `json:"queue"`
+}
+
+type lockState struct {
+	Value string `json:"value"`
+	Owner string `json:"owner"`
+	Token int64  `json:"token"`
+	TTLMs int64  `json:"ttl_ms"`
+}
+
+type fenceState struct {
+	// LastToken is the last token issued; null when there is no counter.
+	LastToken *int64 `json:"last_token"`
+	// Raw is the counter's value when it is not an integer.
+	Raw string `json:"raw,omitempty"`
+	// TTLMs is the counter's expiry: -1 never, -2 no counter.
+	TTLMs int64 `json:"ttl_ms"`
+}
+
+type queueState struct {
+	Length int64 `json:"length"`
+	// TTLMs is the list's expiry: -1 never, -2 no queue.
+	TTLMs   int64        `json:"ttl_ms"`
+	Entries []queueEntry `json:"entries"`
+}
+
+type queueEntry struct {
+	Position int    `json:"position"`
+	ID       string `json:"id"`
+	// Live reports whether the waiter's w:<id> key exists; the others fields are null
+	// without it.
+	Live        bool   `json:"live"`
+	LeaseMs     *int64 `json:"lease_ms"`
+	Floor       *bool  `json:"floor"`
+	SinceUnixMs *int64 `json:"since_unix_ms"`
+	WaitingMs   *int64 `json:"waiting_ms"`
+}
+
+func (c *cli) show(ctx context.Context, args []string) int {
+	fs, o := c.newFlags("show", "[flags] RESOURCE", showHelp)
+	limit := fs.Int64("limit", 100, "show at most `N` queue entries")
+	pos, code, ok := c.parse(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		return c.usageError(fs, "want one RESOURCE, got %d arguments", len(pos))
+	}
+	if pos[0] == "" {
+		return c.usageError(fs, "empty RESOURCE")
+	}
+	if *limit <= 0 {
+		return c.usageError(fs, "--limit must be positive")
+	}
+	client, code, ok := c.connectOrFail(fs, o)
+	if !ok {
+		return code
+	}
+	defer client.Close()
+
+	out, err := c.readResource(ctx, client, o.prefix, pos[0], *limit)
+	if err != nil {
+		return c.fail("show", err)
+	}
+	if o.json {
+		if err := writeJSON(c.stdout, out); err != nil {
+			return c.fail("show", err)
+		}
+	} else {
+		c.printShow(out)
+	}
+	if out.Lock == nil {
+		return exitNotFound
+	}
+	return exitOK
+}
+
+// readResource reads one resource's keys.
+func (c *cli) readResource(ctx context.Context, client redis.Cmdable, prefix, name string, limit int64) (showOutput, error) {
+	k := keysFor(prefix, name)
+	var out showOutput
+	out.Resource = name
+	out.Keys.Lock, out.Keys.Fence, out.Keys.Queue = k.lock, k.fence, k.queue
+	out.Queue.Entries = []queueEntry{}
+
+	pipe := client.Pipeline()
+	lockGet, lockTTL := pipe.Get(ctx, k.lock), pipe.PTTL(ctx, k.lock)
+	fenceGet, fenceTTL := pipe.Get(ctx, k.fence), pipe.PTTL(ctx, k.fence)
+	qLen, qTTL := pipe.LLen(ctx, k.queue), pipe.PTTL(ctx, k.queue)
+	qRange := pipe.LRange(ctx, k.queue, 0, limit-1)
+	if _, err := pipe.Exec(ctx); transportError(err) != nil {
+		return out, err
+	}
+	if v, err := lockGet.Result(); err == nil {
+		owner, token := parseLockValue(v)
+		out.Lock = &lockState{Value: v, Owner: owner, Token: token, TTLMs: pttlMs(lockTTL)}
+	}
+	if v, err := fenceGet.Result(); err == nil {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			out.Fence.LastToken = &n
+		} else {
+			out.Fence.Raw = v
+		}
+	}
+	out.Fence.TTLMs = pttlMs(fenceTTL)
+	out.Queue.Length, out.Queue.TTLMs = qLen.Val(), pttlMs(qTTL)
+
+	ids := qRange.Val()
+	if len(ids) == 0 {
+		return out, nil
+	}
+	pipe = client.Pipeline()
+	waiters := map[string]*redis.StringCmd{}
+	for _, id := range ids {
+		if waiters[id] == nil {
+			waiters[id] = pipe.Get(ctx, k.waiter(id))
+		}
+	}
+	if _, err := pipe.Exec(ctx); transportError(err) != nil {
+		return out, err
+	}
+	now := c.now().UnixMilli()
+	for i, id := range ids {
+		e := queueEntry{Position: i, ID: id}
+		if v, err := waiters[id].Result(); err == nil {
+			if ws, ok := parseWaiter(v); ok {
+				wait := max(now-ws.sinceMs, 0)
+				e.Live, e.LeaseMs, e.Floor, e.SinceUnixMs, e.WaitingMs = true, &ws.leaseMs, &ws.floor, &ws.sinceMs, &wait
+			}
+		}
+		out.Queue.Entries = append(out.Queue.Entries, e)
+	}
+	return out, nil
+}
+
+func (c *cli) printShow(out showOutput) {
+	w := c.stdout
+	fmt.Fprintf(w, "Resource:    %s\n", displayName(out.Resource))
+	fmt.Fprintf(w, "Keys:        %s*\n", out.Keys.Lock[:len(out.Keys.Lock)-len(suffixLock)])
+	if l := out.Lock; l != nil {
+		token := strconv.FormatInt(l.Token, 10)
+		if l.Token == 0 {
+			token = "unreadable"
+		}
+		fmt.Fprintf(w, "Lock:        held, token %s, lease left %s, owner %s\n", token, c.ttl(l.TTLMs), l.Owner)
+	} else {
+		fmt.Fprintln(w, "Lock:        not held")
+	}
+	switch f := out.Fence; {
+	case f.LastToken == nil && f.Raw == "":
+		fmt.Fprintln(w, "Last token:  none (no counter)")
+	case f.LastToken == nil:
+		fmt.Fprintf(w, "Last token:  unreadable counter %q\n", f.Raw)
+	case f.TTLMs == -1:
+		fmt.Fprintf(w, "Last token:  %d, counter never expires\n", *f.LastToken)
+	default:
+		fmt.Fprintf(w, "Last token:  %d, counter expires in %s\n", *f.LastToken, c.ttl(f.TTLMs))
+	}
+	q := out.Queue
+	if q.Length == 0 {
+		fmt.Fprintln(w, "Queue:       empty")
+		return
+	}
+	live := 0
+	for _, e := range q.Entries {
+		if e.Live {
+			live++
+		}
+	}
+	shown := ""
+	if int64(len(q.Entries)) < q.Length {
+		shown = fmt.Sprintf(" of the first %d", len(q.Entries))
+	}
+	expiry := "list never expires"
+	if q.TTLMs >= 0 {
+		expiry = "list expires in " + c.ttl(q.TTLMs)
+	}
+	fmt.Fprintf(w, "Queue:       %d waiter(s) queued, %d%s alive; %s\n", q.Length, live, shown, expiry)
+	tw := newTable(w)
+	fmt.Fprintln(tw, "  POS\tLOCKER\tLIVE\tLEASE\tFLOOR\tWAITING")
+	for _, e := range q.Entries {
+		if !e.Live {
+			fmt.Fprintf(tw, "  %d\t%s\tno\t-\t-\t-\n", e.Position, displayName(e.ID))
+			continue
+		}
+		fmt.Fprintf(tw, "  %d\t%s\tyes\t%s\t%s\t%s\n", e.Position, displayName(e.ID), duration(msDuration(*e.LeaseMs)), yesNo(*e.Floor), duration(msDuration(*e.WaitingMs)))
+	}
+	_ = tw.Flush()
+}
