@@ -20,7 +20,9 @@ if held then
     return {1, string.sub(held, #mine + 1), redis.call('PTTL', KEYS[1])}
   end
 else
-  local g = grant_next(ARGV[7], ARGV[8], '', '')
+  -- EXISTS first: under maxmemory, Redis refuses a script's INCR only while the script has
+  -- not written yet, and LPOP counts as a write even on a missing key.
+  local g = redis.call('EXISTS', KEYS[3]) == 1 and grant_next(ARGV[7], ARGV[8], '', '')
   if not g then
     local token = next_token(ARGV[3])
     redis.call('SET', KEYS[1], ARGV[1] .. ':' .. token, 'PX', ARGV[2])

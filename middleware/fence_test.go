@@ -228,8 +228,8 @@ func TestFence_maxWait(t *testing.T) {
 
 	done := make(chan int, 1)
 	go func() { done <- v.serve(http.MethodPut, "/long/1").Code }()
-	// The waiter subscribes to the release channel after its first attempt failed.
-	channel := strings.TrimSuffix(v.lockKeys()[0], "lock") + "released"
+	// The waiter subscribes to the grant channel after its first attempt failed.
+	channel := strings.TrimSuffix(v.lockKeys()[0], "lock") + "grant"
 	eventually(t, 5*time.Second, "a waiter on "+channel, func() bool {
 		n, _ := v.r.Client.PubSubNumSub(context.Background(), channel).Result()
 		return n[channel] > 0

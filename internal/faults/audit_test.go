@@ -89,7 +89,8 @@ func TestCheckServerACL(t *testing.T) {
 	s := redisproc.Start(t)
 	do(t, s, "ACL", "SETUSER", "noconfig", "on", ">pw", "~*", "&*", "+@all", "-config")
 	do(t, s, "ACL", "SETUSER", "locker", "on", ">pw", "resetkeys", "~fk:*", "resetchannels", "&fk:*", "-@all",
-		"+hello", "+ping", "+eval", "+evalsha", "+get", "+set", "+incr", "+del", "+pexpire", "+pttl", "+publish", "+subscribe", "+unsubscribe", "+time")
+		"+hello", "+ping", "+eval", "+evalsha", "+subscribe", "+unsubscribe", "+rpushx", "+lrem",
+		"+get", "+set", "+incr", "+del", "+pexpire", "+pttl", "+exists", "+lpop", "+rpush", "+lpos", "+publish", "+time")
 	as := func(user string) *redis.Client {
 		return s.Client(t, func(o *redis.Options) { o.Username, o.Password = user, "pw" })
 	}
