@@ -91,29 +91,39 @@ func (h *hub) subscribe(ctx context.Context, ch string) {
 	}
 	key := h.subKey(ch)
 	s := h.subs[key]
-	created := s == nil
-	if created {
-		var ps *redis.PubSub
-		if h.sharded {
-			// Connects to the primary that owns ch's slot.
-			ps = h.client.(*redis.ClusterClient).SSubscribe(context.WithoutCancel(ctx))
-		} else {
-			ps = h.client.Subscribe(context.WithoutCancel(ctx))
-		}
-		s = &subscription{ps: ps, done: make(chan struct{})}
-		h.subs[key] = s
-		h.tasks.Add(1)
-		go h.read(s)
+	if s != nil {
+		s.channels++
 	}
-	s.channels++
 	h.mu.Unlock()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	if h.sharded {
-		_ = s.ps.SSubscribe(sctx, ch)
-	} else {
-		_ = s.ps.Subscribe(sctx, ch)
+	if s != nil {
+		if h.sharded {
+			_ = s.ps.SSubscribe(sctx, ch)
+		} else {
+			_ = s.ps.Subscribe(sctx, ch)
+		}
+		return
 	}
+	// Subscribe before the reader starts: a reader that connected first would pick a
+	// random node of a Cluster, not the one that owns ch's slot.
+	var ps *redis.PubSub
+	if h.sharded {
+		ps = h.client.(*redis.ClusterClient).SSubscribe(sctx, ch)
+	} else {
+		ps = h.client.Subscribe(sctx, ch)
+	}
+	s = &subscription{ps: ps, channels: 1, done: make(chan struct{})}
+	h.mu.Lock()
+	if h.closed.Load() {
+		h.mu.Unlock()
+		_ = ps.Close()
+		return
+	}
+	h.subs[key] = s
+	h.tasks.Add(1)
+	h.mu.Unlock()
+	go h.read(s)
 }
 
 // unsubscribe drops ch from its subscription, closing the subscription when it carries

@@ -252,3 +252,81 @@ func TestFailover(t *testing.T) {
 		})
 	}
 }
+
+// TestWithReplicasGrant checks a WithReplicas waiter that is granted the lock from the queue
+// by another Locker's release: before Acquire returns, it resets the lease and WAITs on its own
+// connection, which covers the grant too, so the replica holds the granted lock value. With the
+// replica paused, the waiter fails with ErrNotReplicated and passes the lock on to the next
+// waiter.
+func TestWithReplicasGrant(t *testing.T) {
+	redisproc.Require(t)
+	p := redisproc.Start(t)
+	r := redisproc.Start(t, redisproc.ReplicaOf(p))
+	waitReplicated(t, p, r)
+	ctx := context.Background()
+	holder := newLocker(t, p.Client(t))
+	waiter := newLocker(t, p.Client(t), fencing.WithReplicas(1, 2*time.Second))
+	type result struct {
+		lock *fencing.Lock
+		err  error
+	}
+	acquire := func(l *fencing.Locker, resource string, opts ...fencing.Option) <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			lock, err := l.Acquire(actx, resource, opts...)
+			ch <- result{lock, err}
+		}()
+		return ch
+	}
+	queued := func(resource string, n int64) {
+		waitUntil(t, 10*time.Second, "waiters in the queue", func() bool {
+			return p.Do(ctx, "LLEN", keyBase(t, resource)+"queue").Val() == n
+		})
+	}
+
+	held, err := holder.TryAcquire(ctx, "res")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquire(waiter, "res")
+	queued("res", 1)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := <-got
+	if a.err != nil {
+		t.Fatalf("granted WithReplicas waiter: %v", a.err)
+	}
+	v, err := r.Do(ctx, "GET", lockKey(t, "res")).Text()
+	if err != nil || !strings.HasSuffix(v, ":"+strconv.FormatInt(a.lock.Token(), 10)) {
+		t.Fatalf("the replica holds %q (%v), want the granted lock with token %d", v, err, a.lock.Token())
+	}
+	_ = a.lock.Release(ctx)
+
+	held, err = holder.TryAcquire(ctx, "paused")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = acquire(waiter, "paused", fencing.WithReplicas(1, 300*time.Millisecond))
+	queued("paused", 1)
+	next := acquire(newLocker(t, p.Client(t)), "paused")
+	queued("paused", 2)
+	r.Pause()
+	defer r.Resume()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-got; !errors.Is(a.err, fencing.ErrNotReplicated) || errors.Is(a.err, fencing.ErrNotAcquired) {
+		t.Fatalf("granted with the replica paused: got %v, %v; want ErrNotReplicated", a.lock, a.err)
+	}
+	n := <-next
+	if n.err != nil {
+		t.Fatalf("next waiter: %v", n.err)
+	}
+	if n.lock.Token() != held.Token()+2 {
+		t.Errorf("next waiter's token %d, want %d (the unreplicated grant used %d)", n.lock.Token(), held.Token()+2, held.Token()+1)
+	}
+	_ = n.lock.Release(ctx)
+}

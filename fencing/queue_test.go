@@ -1,0 +1,453 @@
+package fencing_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/redistest"
+)
+
+// process returns a Locker on a client of its own: as far as Redis can tell, another
+// process.
+func process(t *testing.T, r *redistest.Redis, opts ...fencing.Option) *fencing.Locker {
+	t.Helper()
+	l := fencing.New(r.NewClient(t), append([]fencing.Option{fencing.WithPrefix(r.Prefix)}, opts...)...)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func queueLen(r *redistest.Redis, resource string) int64 {
+	return r.Client.LLen(context.Background(), r.Prefix+"{"+resource+"}:queue").Val()
+}
+
+// quick is how soon a grant must arrive to show it did not come from polling: a queued
+// waiter polls at most once a second, 0.8s at the earliest with jitter.
+const quick = 500 * time.Millisecond
+
+// TestFIFOAcrossLockers queues waiters of three Lockers in the order A, B, A, C, B and checks
+// that they are served in that order, each with the next token, and each without polling.
+func TestFIFOAcrossLockers(t *testing.T) {
+	r := redistest.New(t)
+	holder := process(t, r)
+	a, b, c := process(t, r, slowBackoff), process(t, r, slowBackoff), process(t, r, slowBackoff)
+	order := []*fencing.Locker{a, b, a, c, b}
+	held := mustAcquire(t, holder, "res")
+	type served struct {
+		who   int
+		token int64
+		at    time.Time
+	}
+	got := make(chan served, len(order))
+	var wg sync.WaitGroup
+	for i, l := range order {
+		wg.Go(func() {
+			lock, err := l.Acquire(t.Context(), "res")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got <- served{i, lock.Token(), time.Now()}
+			time.Sleep(5 * time.Millisecond)
+			if err := lock.Release(context.Background()); err != nil {
+				t.Error(err)
+			}
+		})
+		waitFor(t, 5*time.Second, "waiter "+strconv.Itoa(i)+" in the Redis queue", func() bool { return queueLen(r, "res") == int64(i+1) })
+	}
+	last := time.Now()
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(got)
+	want := 0
+	for s := range got {
+		if s.who != want || s.token != held.Token()+int64(want)+1 {
+			t.Fatalf("position %d: waiter %d with token %d, want waiter %d with token %d", want, s.who, s.token, want, held.Token()+int64(want)+1)
+		}
+		if d := s.at.Sub(last); d > quick {
+			t.Errorf("waiter %d served %v after the previous release: not by a grant", s.who, d)
+		}
+		last = s.at
+		want++
+	}
+	if want != len(order) {
+		t.Fatalf("%d waiters served, want %d", want, len(order))
+	}
+	if n := queueLen(r, "res"); n != 0 {
+		t.Errorf("queue holds %d elements after all were served", n)
+	}
+}
+
+// TestNewcomerDoesNotJumpQueue frees a lock behind the queue's back (its holder's lease ran
+// out): a newcomer's TryAcquire from another Locker is refused while a waiter is queued, and
+// hands the lock to that waiter on its way.
+func TestNewcomerDoesNotJumpQueue(t *testing.T) {
+	r := redistest.New(t)
+	holder, waiter, newcomer := process(t, r), process(t, r, slowBackoff), process(t, r)
+	_ = mustAcquire(t, holder, "res", fencing.WithTTL(time.Hour))
+	got := acquireAsync(t.Context(), waiter, "res")
+	waitFor(t, 5*time.Second, "the waiter in the queue", func() bool { return queueLen(r, "res") == 1 })
+	r.Client.Del(context.Background(), r.Prefix+"{res}:lock") // the lease ran out
+	begin := time.Now()
+	if lock, err := newcomer.TryAcquire(t.Context(), "res"); !errors.Is(err, fencing.ErrNotAcquired) {
+		t.Fatalf("newcomer: got %v, %v; want ErrNotAcquired while a waiter is queued", lock, err)
+	}
+	a := <-got
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if d := a.at.Sub(begin); d > quick {
+		t.Errorf("the queued waiter got the lock %v after the newcomer's try: not granted by it", d)
+	}
+	if lock, err := newcomer.Acquire(t.Context(), "res", fencing.WithMaxWait(0)); !errors.Is(err, fencing.ErrNotAcquired) {
+		t.Fatalf("newcomer while the waiter holds: got %v, %v", lock, err)
+	}
+	_ = a.lock.Release(t.Context())
+}
+
+// TestContentionAcrossLockers runs many goroutines of many Lockers against one resource with a
+// fenced store: no stale write is accepted, no two sections overlap, and the queue is empty
+// at the end.
+func TestContentionAcrossLockers(t *testing.T) {
+	r := redistest.New(t)
+	const lockers, perLocker, sections = 8, 25, 400
+	var store fencedStore
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	for range lockers {
+		l := process(t, r)
+		for range perLocker {
+			wg.Go(func() {
+				for done.Add(1) <= sections {
+					err := l.Do(t.Context(), "res", func(ctx context.Context) error {
+						store.enter()
+						defer store.leave()
+						token, _ := fencing.TokenFromContext(ctx)
+						if !store.write(token) {
+							return errors.New("stale write")
+						}
+						return nil
+					})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if store.writes != sections || store.rejected != 0 || store.overlaps.Load() != 0 {
+		t.Fatalf("writes %d (want %d), rejected %d, overlaps %d; want no rejection and no overlap", store.writes, sections, store.rejected, store.overlaps.Load())
+	}
+	waitFor(t, 5*time.Second, "an empty queue", func() bool { return queueLen(r, "res") == 0 })
+}
+
+// TestCancelledWaiterJustGranted cancels a waiter as the lock is granted to it: whether it
+// took the lock or left, the next waiter gets it by a grant, not after a lease.
+func TestCancelledWaiterJustGranted(t *testing.T) {
+	r := redistest.New(t)
+	holder, next := process(t, r), process(t, r, slowBackoff)
+	for i := range 20 {
+		t.Run(strconv.Itoa(i), func(t *testing.T) {
+			victim := process(t, r, slowBackoff)
+			res := "res" + strconv.Itoa(i)
+			held := mustAcquire(t, holder, res, fencing.WithTTL(time.Hour))
+			vctx, cancel := context.WithCancel(t.Context())
+			vgot := acquireAsync(vctx, victim, res)
+			waitFor(t, 5*time.Second, "the victim in the queue", func() bool { return queueLen(r, res) == 1 })
+			ngot := acquireAsync(t.Context(), next, res)
+			waitFor(t, 5*time.Second, "the next waiter in the queue", func() bool { return queueLen(r, res) == 2 })
+			if i%2 == 0 {
+				cancel()
+			}
+			begin := time.Now()
+			if err := held.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Duration(i%5) * 100 * time.Microsecond)
+			cancel()
+			v := <-vgot
+			if v.err == nil {
+				_ = v.lock.Release(t.Context())
+			} else if !errors.Is(v.err, context.Canceled) {
+				t.Fatalf("victim: %v", v.err)
+			}
+			n := <-ngot
+			if n.err != nil {
+				t.Fatal(n.err)
+			}
+			if d := n.at.Sub(begin); d > quick {
+				t.Errorf("next waiter served %v after the release (victim took it: %v)", d, v.err == nil)
+			}
+			_ = n.lock.Release(t.Context())
+		})
+	}
+}
+
+// TestKilledWaiterProcess queues a waiter in a child process (this test binary run again)
+// behind a holder and a waiter of this process, then kills the child with SIGKILL:
+//   - released at once, the lock goes to the dead child, whose queue entry is still alive,
+//     and stays with it for the child's lease; the local waiter gets it after that lease and
+//     at most one poll;
+//   - released after entryTTL (3s), the child's entry has lapsed and is skipped: the local
+//     waiter gets the lock by a grant at once.
+//
+// The longest a waiter killed with SIGKILL holds up a resource is thus its entry's lifetime
+// (3s) plus its lease plus one poll (1.2s).
+func TestKilledWaiterProcess(t *testing.T) {
+	if os.Getenv("FENCEKIT_CHILD_WAITER") != "" {
+		childWaiter()
+		return
+	}
+	const childLease = 1500 * time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		before  time.Duration // between the kill and the release
+		maxWait time.Duration // from the release to the local waiter's lock
+	}{
+		{"granted-to-the-dead", 0, childLease + 1200*time.Millisecond + 500*time.Millisecond},
+		{"entry-lapsed", 3 * time.Second, quick},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := redistest.New(t)
+			holder, local := process(t, r), process(t, r)
+			held := mustAcquire(t, holder, "res", fencing.WithTTL(time.Hour))
+			child := exec.Command(os.Args[0], "-test.run=^TestKilledWaiterProcess$")
+			child.Env = append(os.Environ(), "FENCEKIT_CHILD_WAITER="+r.Addr+","+strconv.Itoa(r.DB)+","+r.Prefix+","+strconv.FormatInt(childLease.Milliseconds(), 10))
+			var out bytes.Buffer
+			child.Stdout, child.Stderr = &out, &out
+			if err := child.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+			waitFor(t, 10*time.Second, "the child in the queue", func() bool { return queueLen(r, "res") == 1 })
+			got := acquireAsync(t.Context(), local, "res")
+			waitFor(t, 5*time.Second, "the local waiter behind it", func() bool { return queueLen(r, "res") == 2 })
+			if err := child.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			_ = child.Wait()
+			if tc.before > 0 {
+				if r.Mini != nil {
+					// FastForward would expire every key; expire the child's entry alone.
+					for _, key := range r.Mini.Keys() {
+						if strings.Contains(key, ":w:") && !strings.HasSuffix(key, fencing.ID(local)) {
+							r.Mini.Del(key)
+						}
+					}
+				} else {
+					time.Sleep(tc.before)
+				}
+			}
+			released := time.Now()
+			if err := held.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if tc.before == 0 {
+				r.Advance(childLease) // on miniredis, the dead child's lease runs out only so
+			}
+			var a acquired
+			select {
+			case a = <-got:
+			case <-time.After(15 * time.Second):
+				t.Fatalf("local waiter still waiting; child output:\n%s", out.String())
+			}
+			if a.err != nil {
+				t.Fatal(a.err)
+			}
+			defer a.lock.Release(context.Background())
+			d := a.at.Sub(released)
+			if d > tc.maxWait {
+				t.Errorf("the local waiter got the lock %v after the release, want at most %v", d, tc.maxWait)
+			}
+			t.Logf("killed child, release %v later: local waiter served %v after the release, token %d", tc.before, d.Round(time.Millisecond), a.lock.Token())
+		})
+	}
+}
+
+// childWaiter is the child process of TestKilledWaiterProcess: it waits for the lock and never
+// returns (it is killed).
+func childWaiter() {
+	var addr, prefix string
+	var db, lease int
+	parts := bytes.Split([]byte(os.Getenv("FENCEKIT_CHILD_WAITER")), []byte(","))
+	if len(parts) != 4 {
+		os.Exit(2)
+	}
+	addr, prefix = string(parts[0]), string(parts[2])
+	db, _ = strconv.Atoi(string(parts[1]))
+	lease, _ = strconv.Atoi(string(parts[3]))
+	c := redis.NewClient(&redis.Options{Addr: addr, DB: db})
+	l := fencing.New(c, fencing.WithPrefix(prefix), fencing.WithTTL(time.Duration(lease)*time.Millisecond))
+	_, err := l.Acquire(context.Background(), "res")
+	fmt.Println("child acquired:", err)
+	select {}
+}
+
+// dropOnce is a net.Conn that, once armed, lets the next release script through to the
+// server and then loses its reply: it closes the connection, so go-redis retries the script
+// on a new one.
+type dropOnce struct {
+	net.Conn
+	armed   *atomic.Bool
+	dropped *atomic.Int32
+	drop    bool
+}
+
+// isRelease reports whether p is the release script as go-redis writes it: EVALSHA, or EVAL
+// after NOSCRIPT, with three keys and five arguments.
+func isRelease(p []byte) bool {
+	return bytes.HasPrefix(p, []byte("*11\r\n$7\r\nevalsha\r\n")) || bytes.HasPrefix(p, []byte("*11\r\n$4\r\neval\r\n"))
+}
+
+func (c *dropOnce) Write(p []byte) (int, error) {
+	if isRelease(p) && c.armed.CompareAndSwap(true, false) {
+		c.drop = true
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *dropOnce) Read(p []byte) (int, error) {
+	if c.drop {
+		c.drop = false
+		time.Sleep(50 * time.Millisecond) // the server runs the script meanwhile
+		_ = c.Conn.Close()
+		c.dropped.Add(1)
+		return 0, net.ErrClosed
+	}
+	return c.Conn.Read(p)
+}
+
+// TestLostReleaseReply loses the reply to a release that grants the lock, with go-redis
+// retrying: the retry finds the lock handed on and reports ErrNotHeld, and the waiter still
+// gets the lock at once, whether it is another Locker's (it was announced) or the releasing
+// Locker's own (its waiters check with Redis when a release they trusted comes back empty).
+func TestLostReleaseReply(t *testing.T) {
+	for _, same := range []bool{false, true} {
+		t.Run(map[bool]string{false: "other-locker", true: "same-locker"}[same], func(t *testing.T) {
+			r := redistest.New(t)
+			if r.Mini != nil {
+				t.Skip("miniredis drops a command whose connection closes before the reply; runs with FENCING_REDIS_ADDR")
+			}
+			var armed atomic.Bool
+			var dropped atomic.Int32
+			opts := r.Options()
+			opts.MaxRetries = 3
+			opts.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				return &dropOnce{Conn: c, armed: &armed, dropped: &dropped}, nil
+			}
+			c := redis.NewClient(opts)
+			t.Cleanup(func() { _ = c.Close() })
+			holder := fencing.New(c, fencing.WithPrefix(r.Prefix), slowBackoff)
+			t.Cleanup(func() { _ = holder.Close() })
+			waiter := process(t, r, slowBackoff)
+			if same {
+				waiter = holder
+			}
+			held := mustAcquire(t, holder, "res", fencing.WithTTL(time.Hour))
+			got := acquireAsync(t.Context(), waiter, "res")
+			waitFor(t, 5*time.Second, "the waiter in the queue", func() bool { return queueLen(r, "res") == 1 })
+			armed.Store(true)
+			released := time.Now()
+			err := held.Release(t.Context())
+			if dropped.Load() != 1 {
+				t.Fatalf("the release reply was not dropped (release: %v)", err)
+			}
+			if !errors.Is(err, fencing.ErrNotHeld) {
+				t.Fatalf("release: got %v, want ErrNotHeld: the retry finds the lock handed on", err)
+			}
+			var a acquired
+			select {
+			case a = <-got:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the waiter never got the lock the lost reply granted it")
+			}
+			if a.err != nil {
+				t.Fatal(a.err)
+			}
+			if d := a.at.Sub(released); d > quick {
+				t.Errorf("waiter served %v after the release", d)
+			}
+			if a.lock.Token() != held.Token()+1 {
+				t.Errorf("token %d, want %d", a.lock.Token(), held.Token()+1)
+			}
+			if err := a.lock.Release(t.Context()); err != nil {
+				t.Errorf("release of the granted lock: %v", err)
+			}
+		})
+	}
+}
+
+// TestTimeFloorWaiter checks that a lock granted from the queue to a WithServerTimeFloor
+// waiter carries a token at or above the server clock in microseconds.
+func TestTimeFloorWaiter(t *testing.T) {
+	r := redistest.New(t)
+	holder, waiter := process(t, r), process(t, r, fencing.WithServerTimeFloor())
+	held := mustAcquire(t, holder, "res")
+	if held.Token() != 1 {
+		t.Fatalf("holder token %d, want 1", held.Token())
+	}
+	got := acquireAsync(t.Context(), waiter, "res")
+	waitFor(t, 5*time.Second, "the waiter in the queue", func() bool { return queueLen(r, "res") == 1 })
+	before := r.Client.Time(context.Background()).Val()
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	a := <-got
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	defer a.lock.Release(context.Background())
+	if floor := before.UnixMicro(); a.lock.Token() < floor {
+		t.Fatalf("granted token %d below the server clock %d", a.lock.Token(), floor)
+	}
+}
+
+// TestRingWaitersPoll checks that waiting works on a Ring, where nothing is announced: the
+// waiter finds its grant by polling.
+func TestRingWaitersPoll(t *testing.T) {
+	r := redistest.New(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": r.Addr}, DB: r.DB})
+	t.Cleanup(func() { _ = ring.Close() })
+	holder := fencing.New(ring, fencing.WithPrefix(r.Prefix))
+	t.Cleanup(func() { _ = holder.Close() })
+	waiter := fencing.New(ring, fencing.WithPrefix(r.Prefix), fencing.WithRetryBackoff(5*time.Millisecond, 20*time.Millisecond))
+	t.Cleanup(func() { _ = waiter.Close() })
+	held, err := holder.TryAcquire(t.Context(), "res")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireAsync(t.Context(), waiter, "res")
+	waitFor(t, 5*time.Second, "the waiter in the queue", func() bool { return queueLen(r, "res") == 1 })
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	a := <-got
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if a.lock.Token() != held.Token()+1 {
+		t.Fatalf("token %d, want %d", a.lock.Token(), held.Token()+1)
+	}
+	_ = a.lock.Release(t.Context())
+}
