@@ -31,6 +31,11 @@ func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Co
 		return invalidf("nil function")
 	}
 	cfg := l.cfg.with(opts)
+	if cfg == &l.cfg {
+		c := *cfg
+		cfg = &c
+	}
+	cfg.renewed = true
 	lock, err := l.acquire(ctx, cfg, resource)
 	if err != nil {
 		return err
@@ -101,7 +106,9 @@ func (k *Lock) keepAlive(work context.Context, cfg *config, cancel context.Cance
 		retry:    max(ttl/20, time.Millisecond),
 	}
 	r.mu.Lock()
-	r.timer = time.AfterFunc(r.interval, r.run)
+	// A lock granted from the queue may start with a lease shorter than the TTL (see
+	// grantLease): the first renewal comes within a third of what is left of it.
+	r.timer = time.AfterFunc(min(r.interval, time.Until(k.deadline())/3), r.run)
 	r.lapse = time.AfterFunc(time.Until(k.deadline()), r.lapsed)
 	r.mu.Unlock()
 	return r

@@ -41,6 +41,7 @@ type config struct {
 	replicaTO time.Duration
 	timeFloor bool
 	maxWait   time.Duration // < 0: wait until the context ends
+	renewed   bool          // Do renews the lease: a grant from the queue may start shorter
 	hooks     hookList
 	err       error // the first invalid option, returned by every call
 }

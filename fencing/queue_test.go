@@ -203,33 +203,38 @@ func TestCancelledWaiterJustGranted(t *testing.T) {
 // TestKilledWaiterProcess queues a waiter in a child process (this test binary run again)
 // behind a holder and a waiter of this process, then kills the child with SIGKILL:
 //   - released at once, the lock goes to the dead child, whose queue entry is still alive,
-//     and stays with it for the child's lease; the local waiter gets it after that lease and
-//     at most one poll;
+//     and stays with it for the lease of the grant: the child's TTL when it waited in
+//     Acquire, at most 3s (grantLease) when it waited in Do, even with a TTL of a minute; the
+//     local waiter gets the lock after that lease and at most one poll (1.2s);
 //   - released after entryTTL (3s), the child's entry has lapsed and is skipped: the local
 //     waiter gets the lock by a grant at once.
 //
 // The longest a waiter killed with SIGKILL holds up a resource is thus its entry's lifetime
-// (3s) plus its lease plus one poll (1.2s).
+// (3s), plus the grant's lease, plus one poll (1.2s).
 func TestKilledWaiterProcess(t *testing.T) {
 	if os.Getenv("FENCEKIT_CHILD_WAITER") != "" {
 		childWaiter()
 		return
 	}
-	const childLease = 1500 * time.Millisecond
+	const slack = 1200*time.Millisecond + 500*time.Millisecond // one poll, and a loaded machine
 	for _, tc := range []struct {
 		name    string
+		do      bool          // the child waits in Do rather than Acquire
+		lease   time.Duration // the child's TTL
+		granted time.Duration // the lease a grant to the child gets
 		before  time.Duration // between the kill and the release
 		maxWait time.Duration // from the release to the local waiter's lock
 	}{
-		{"granted-to-the-dead", 0, childLease + 1200*time.Millisecond + 500*time.Millisecond},
-		{"entry-lapsed", 3 * time.Second, quick},
+		{"acquire/granted-to-the-dead", false, 1500 * time.Millisecond, 1500 * time.Millisecond, 0, 1500*time.Millisecond + slack},
+		{"do/granted-to-the-dead", true, time.Minute, 3 * time.Second, 0, 3*time.Second + slack},
+		{"acquire/entry-lapsed", false, 1500 * time.Millisecond, 0, 3 * time.Second, quick},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := redistest.New(t)
 			holder, local := process(t, r), process(t, r)
 			held := mustAcquire(t, holder, "res", fencing.WithTTL(time.Hour))
 			child := exec.Command(os.Args[0], "-test.run=^TestKilledWaiterProcess$")
-			child.Env = append(os.Environ(), "FENCEKIT_CHILD_WAITER="+r.Addr+","+strconv.Itoa(r.DB)+","+r.Prefix+","+strconv.FormatInt(childLease.Milliseconds(), 10))
+			child.Env = append(os.Environ(), "FENCEKIT_CHILD_WAITER="+r.Addr+","+strconv.Itoa(r.DB)+","+r.Prefix+","+strconv.FormatInt(tc.lease.Milliseconds(), 10)+","+strconv.FormatBool(tc.do))
 			var out bytes.Buffer
 			child.Stdout, child.Stderr = &out, &out
 			if err := child.Start(); err != nil {
@@ -260,7 +265,7 @@ func TestKilledWaiterProcess(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.before == 0 {
-				r.Advance(childLease) // on miniredis, the dead child's lease runs out only so
+				r.Advance(tc.granted) // on miniredis, the dead child's lease runs out only so
 			}
 			var a acquired
 			select {
@@ -287,7 +292,7 @@ func childWaiter() {
 	var addr, prefix string
 	var db, lease int
 	parts := bytes.Split([]byte(os.Getenv("FENCEKIT_CHILD_WAITER")), []byte(","))
-	if len(parts) != 4 {
+	if len(parts) != 5 {
 		os.Exit(2)
 	}
 	addr, prefix = string(parts[0]), string(parts[2])
@@ -295,8 +300,13 @@ func childWaiter() {
 	lease, _ = strconv.Atoi(string(parts[3]))
 	c := redis.NewClient(&redis.Options{Addr: addr, DB: db})
 	l := fencing.New(c, fencing.WithPrefix(prefix), fencing.WithTTL(time.Duration(lease)*time.Millisecond))
-	_, err := l.Acquire(context.Background(), "res")
-	fmt.Println("child acquired:", err)
+	if string(parts[4]) == "true" {
+		err := l.Do(context.Background(), "res", func(context.Context) error { select {} })
+		fmt.Println("child's Do:", err)
+	} else {
+		_, err := l.Acquire(context.Background(), "res")
+		fmt.Println("child acquired:", err)
+	}
 	select {}
 }
 
@@ -450,4 +460,39 @@ func TestRingWaitersPoll(t *testing.T) {
 		t.Fatalf("token %d, want %d", a.lock.Token(), held.Token()+1)
 	}
 	_ = a.lock.Release(t.Context())
+}
+
+// TestDoGrantStartsShortAndRenews checks a waiter inside Do with a long TTL: the grant it gets
+// from the queue carries a lease of at most 3s, and Do's first renewal, within a second,
+// extends it to the TTL.
+func TestDoGrantStartsShortAndRenews(t *testing.T) {
+	r := redistest.New(t)
+	holder, waiter := process(t, r), process(t, r)
+	held := mustAcquire(t, holder, "res")
+	key := r.Prefix + "{res}:lock"
+	var granted, renewed time.Duration
+	done := make(chan error, 1)
+	go func() {
+		done <- waiter.Do(t.Context(), "res", func(ctx context.Context) error {
+			granted = r.Client.PTTL(ctx, key).Val()
+			deadline := time.Now().Add(2500 * time.Millisecond)
+			for time.Now().Before(deadline) {
+				if renewed = r.Client.PTTL(ctx, key).Val(); renewed > 3*time.Second {
+					return nil
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			return errors.New("not renewed")
+		}, fencing.WithTTL(time.Minute))
+	}()
+	waitFor(t, 5*time.Second, "the waiter in the queue", func() bool { return queueLen(r, "res") == 1 })
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Do: %v (lease at the grant %v, then %v)", err, granted, renewed)
+	}
+	if granted > 3*time.Second || granted <= 0 {
+		t.Errorf("the grant's lease: %v, want at most 3s", granted)
+	}
 }

@@ -30,6 +30,10 @@ const (
 	// pollEvery is how often the front waiter of a Locker checks with Redis at most apart
 	// (less jitter) when no announcement arrives; it renews the entries well within entryTTL.
 	pollEvery = time.Second
+	// grantLease caps the lease of a lock granted to a waiter inside Do, whose renewals
+	// extend it to the TTL: a waiter process that dies holds the resource up for at most
+	// entryTTL, then grantLease, then one poll of the next waiter.
+	grantLease = 3 * time.Second
 )
 
 // line is a Locker's state for one resource it waits on. Its fields are guarded by hub.mu,
@@ -408,6 +412,9 @@ func (ln *line) startOf(token int64) time.Time {
 // to write, or "" when the key holds it already and is fresh.
 func (h *hub) entryFor(ln *line, cfg *config) (entry, string) {
 	e := entry{lease: millis(cfg.ttl), floor: cfg.timeFloor}
+	if cfg.renewed {
+		e.lease = min(e.lease, grantLease.Milliseconds())
+	}
 	now := time.Now()
 	fresh := now.Before(ln.entry.until)
 	if fresh && e.lease == ln.entry.lease && (e.floor == ln.entry.floor || !e.floor) {
@@ -427,8 +434,9 @@ func (l *Locker) passOn(k keys, value string) {
 }
 
 // take turns a grant into a Lock. The lease is confirmed with an extension (and WAIT for
-// WithReplicas) when the waiter asked for another lease than the grant used, or when the
-// local clock cannot show that at least half of it is left.
+// WithReplicas) when the grant used another lease than the waiter asked for (inside Do, a
+// shorter one is fine: Do's renewals extend it), or when the local clock cannot show that at
+// least half of it is left.
 func (l *Locker) take(ctx context.Context, cfg *config, resource string, k keys, g grant) (*Lock, error) {
 	lock := &Lock{locker: l, hooks: cfg.hooks, resource: resource, keys: k, value: g.value, token: g.token, acquired: g.start}
 	if g.start.IsZero() {
@@ -436,7 +444,9 @@ func (l *Locker) take(ctx context.Context, cfg *config, resource string, k keys,
 	} else {
 		lock.setValidUntil(g.start, g.lease)
 	}
-	if cfg.replicas == 0 && g.lease == time.Duration(millis(cfg.ttl))*time.Millisecond && time.Until(lock.deadline()) > cfg.ttl/2 {
+	ttl := time.Duration(millis(cfg.ttl)) * time.Millisecond
+	leaseOK := g.lease == ttl || (cfg.renewed && g.lease > 0 && g.lease < ttl)
+	if cfg.replicas == 0 && leaseOK && time.Until(lock.deadline()) > g.lease/2 {
 		return lock, nil
 	}
 	err := l.confirm(ctx, cfg, lock)
