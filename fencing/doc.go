@@ -22,9 +22,10 @@
 // its TTL in a single round trip; release, extend and TTL checks compare the owner value,
 // which is random and unique per acquisition. [Locker.Do] runs a function under the lock,
 // renews the lease in the background, and cancels the function's context as soon as the lock
-// is lost. Waiting acquisitions wake when the holder releases (pub/sub), when its TTL runs
-// out, or after a back-off; a release hands the lock straight to the next waiter of the same
-// Locker when no other Locker waits.
+// is lost. A busy resource has a first-come, first-served queue in Redis, next to the lock:
+// the release script hands the lock to the longest-waiting waiter of any Locker in the same
+// round trip and announces it with pub/sub (sharded pub/sub on a Cluster), so a release wakes
+// one waiter, not every process.
 //
 // # What is not guaranteed
 //

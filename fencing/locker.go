@@ -61,9 +61,9 @@ func (l *Locker) Close() error {
 }
 
 // TryAcquire makes one attempt to take the lock on resource. It returns the lock and its
-// fencing token, or an error wrapping [ErrNotAcquired] when another owner holds it (the
-// error also carries the holder's remaining TTL; see [RetryAfter]) or when the reply came
-// back too late to trust the lease. Any other error (Redis unreachable, invalid input
+// fencing token, or an error wrapping [ErrNotAcquired] when another owner holds it or
+// waiters are queued for it (the error also carries the holder's remaining TTL; see
+// [RetryAfter]) or when the reply came back too late to trust the lease. Any other error (Redis unreachable, invalid input
 // wrapping [ErrInvalid], a context already done) means nothing is held. A context that is already done sends nothing to Redis. Options override the
 // Locker's settings for this call, such as [WithTTL].
 func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...Option) (*Lock, error) {
@@ -89,15 +89,19 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...Option
 	return lock, err
 }
 
-// Acquire takes the lock on resource, waiting while another owner holds it. A waiter wakes
-// when the holder releases (one pub/sub subscription per Locker carries the release
-// messages), when the holder's TTL runs out, and otherwise after a back-off with jitter (see
-// [WithRetryBackoff]). Waiters of one Locker are served in arrival order.
+// Acquire takes the lock on resource, waiting while another owner holds it. A waiter that
+// finds the resource busy joins the resource's queue in Redis; the holder's release hands the
+// lock to the longest-waiting waiter (of any Locker) in the same round trip, with a new token,
+// and announces it on the resource's channel, which one pub/sub subscription per Locker
+// carries (one per resource on a Cluster; a Ring polls). A queued waiter also checks with
+// Redis at least once a second, which keeps its place alive and takes a lock whose holder's
+// lease ran out. Waiting is first come, first served: while waiters are queued, neither
+// TryAcquire nor Acquire takes the lock ahead of them, even when it is free.
 //
 // When ctx ends first, Acquire returns an error that matches both [ErrNotAcquired] and
-// ctx.Err() under errors.Is, and holds nothing: if the acquisition raced with the
-// cancellation, the lock is released. A Redis error ends the wait at once and is returned
-// as it is (it does not match ErrNotAcquired).
+// ctx.Err() under errors.Is, and holds nothing: the waiter leaves the queue, and a lock
+// granted to it meanwhile goes to the next waiter. A Redis error ends the wait at once and is
+// returned as it is (it does not match ErrNotAcquired).
 func (l *Locker) Acquire(ctx context.Context, resource string, opts ...Option) (*Lock, error) {
 	return l.acquire(ctx, l.cfg.with(opts), resource)
 }

@@ -95,10 +95,11 @@ func WithPrefix(p string) Option {
 	})
 }
 
-// WithRetryBackoff sets how long a waiting [Locker.Acquire] sleeps between attempts when no
-// release message wakes it: it starts at min, doubles up to max, and gets ±20% jitter; it
-// never sleeps past the holder's remaining TTL. Release messages usually wake a waiter much
-// sooner; the back-off covers lost messages and a dropped subscription.
+// WithRetryBackoff sets how often a queued [Locker.Acquire] checks with Redis when no
+// announcement of a grant arrives: on a Ring, where nothing is announced, or until the
+// Locker's subscription is confirmed, it starts at min and doubles up to max, with ±20%
+// jitter; once subscribed, it checks every max. Either way it checks at least once a second,
+// which keeps its place in the queue alive (a place not renewed for 3s is dropped).
 // Default: 50ms to 1s. Values below 1ms, or max below min, are rejected with [ErrInvalid].
 func WithRetryBackoff(min, max time.Duration) Option {
 	return optionFunc(func(c *config) {
