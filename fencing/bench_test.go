@@ -76,33 +76,35 @@ func BenchmarkAcquireRelease(b *testing.B) {
 }
 
 // serverTime reports, on a real Redis, the time the server spent executing commands per
-// operation ("server-µs/op"), from the change in INFO commandstats between the call and the
+// operation ("server-µs/op") and the commands it ran per operation ("cmds/op", commands
+// inside scripts included), from the change in INFO commandstats between the call and the
 // returned function's. Other clients of the server count too; keep it otherwise idle.
 func serverTime(b *testing.B, r *redistest.Redis) func() {
 	if r.Mini != nil {
 		return func() {}
 	}
-	before, err := commandMicros(r)
+	usec, calls, err := commandStats(r)
 	if err != nil {
 		b.Fatal(err)
 	}
 	return func() {
-		after, err := commandMicros(r)
+		usec2, calls2, err := commandStats(r)
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.ReportMetric(float64(after-before)/float64(b.N), "server-µs/op")
+		b.ReportMetric(float64(usec2-usec)/float64(b.N), "server-µs/op")
+		b.ReportMetric(float64(calls2-calls-1)/float64(b.N), "cmds/op") // less the first INFO
 	}
 }
 
-// commandMicros sums the usec fields of INFO commandstats: the microseconds the server has
-// spent executing commands since its statistics were last reset.
-func commandMicros(r *redistest.Redis) (int64, error) {
+// commandStats sums the usec and calls fields of INFO commandstats: the microseconds the
+// server has spent executing commands, and the commands it ran, since its statistics were
+// last reset.
+func commandStats(r *redistest.Redis) (usec, calls int64, err error) {
 	info, err := r.Client.Info(context.Background(), "commandstats").Result()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	var total int64
 	for line := range strings.Lines(info) {
 		// cmdstat_set:calls=20002,usec=13092,usec_per_call=0.65,...
 		_, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
@@ -110,16 +112,22 @@ func commandMicros(r *redistest.Redis) (int64, error) {
 			continue
 		}
 		for field := range strings.SplitSeq(stats, ",") {
-			if v, ok := strings.CutPrefix(field, "usec="); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					return 0, fmt.Errorf("commandstats %q: %w", line, err)
-				}
-				total += n
+			k, v, _ := strings.Cut(field, "=")
+			if k != "usec" && k != "calls" {
+				continue
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return 0, 0, fmt.Errorf("commandstats %q: %w", line, err)
+			}
+			if k == "usec" {
+				usec += n
+			} else {
+				calls += n
 			}
 		}
 	}
-	return total, nil
+	return usec, calls, nil
 }
 
 // runParallel runs op b.N times over g goroutines, each with its own id.
