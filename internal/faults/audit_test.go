@@ -121,6 +121,35 @@ func TestCheckServerACL(t *testing.T) {
 	} else if err := lock.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Waiting: queueing, the grant, its announcement, and a cancelled waiter leaving.
+	held, err := minimal.TryAcquire(ctx, "queued", fencing.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newLocker(t, as("locker"))
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = other.Acquire(cctx, "queued")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("minimal user, cancelled waiter: got %v, want the deadline", err)
+	}
+	granted := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		lock, err := other.Acquire(wctx, "queued")
+		if err == nil {
+			err = lock.Release(ctx)
+		}
+		granted <- err
+	}()
+	waitUntil(t, 5*time.Second, "the waiter in the queue", func() bool { return s.Do(ctx, "LLEN", keyBase(t, "queued")+"queue").Val() == int64(1) })
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-granted; err != nil {
+		t.Fatalf("minimal user, granted waiter: %v", err)
+	}
 	figure(t, "check-server-acl-minimal", "error (not ErrUnsafeServer): %q; locking still works", firstLine(err))
 }
 
