@@ -296,8 +296,37 @@ func (l *Locker) poll(ctx context.Context, ln *line) error {
 // that it did not take (its context ended meanwhile) is passed on to the next waiter.
 func (l *Locker) leave(ln *line, w *waiter, took bool) {
 	h := l.hub
+	if !h.unlink(ln, w, took, false) {
+		return // nothing queued: no need to wait for the line's other queue commands
+	}
+	// Remove w's element, ordered with this Locker's other queue commands for the resource.
 	ln.io.Lock()
+	defer ln.io.Unlock()
+	if !h.unlink(ln, w, took, true) {
+		return // a grant chose w meanwhile and used its element
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	n, err := l.client.LRem(ctx, ln.k.queue, 1, h.id).Result()
+	cancel()
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err == nil && n == 0 {
+		ln.owed++ // a grant took the element and is on its way: it is this waiter's
+	} else {
+		ln.queued--
+	}
+}
+
+// unlink takes w off ln, unless its element is still queued in Redis and force is false. It
+// reports whether that element is queued (w was left on ln if not forced). A grant sent to w
+// that it did not take is passed on.
+func (h *hub) unlink(ln *line, w *waiter, took, force bool) (queued bool) {
+	h.mu.Lock()
+	queued = w.joined && !w.chosen
+	if queued && !force {
+		h.mu.Unlock()
+		return true
+	}
 	if i := slices.Index(ln.waiters, w); i >= 0 {
 		ln.waiters = slices.Delete(ln.waiters, i, i+1)
 	}
@@ -307,25 +336,11 @@ func (l *Locker) leave(ln *line, w *waiter, took bool) {
 		handed = &g
 	default:
 	}
-	remove := w.joined && !w.chosen
 	h.mu.Unlock()
-	if remove {
-		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-		n, err := l.client.LRem(ctx, ln.k.queue, 1, h.id).Result()
-		cancel()
-		h.mu.Lock()
-		if err == nil && n == 0 {
-			// A grant took the element and is on its way: it is this waiter's.
-			ln.owed++
-		} else {
-			ln.queued--
-		}
-		h.mu.Unlock()
-	}
-	ln.io.Unlock()
 	if handed != nil && !took {
-		l.passOn(ln.k, handed.value)
+		h.locker.passOn(ln.k, handed.value)
 	}
+	return queued
 }
 
 // granted handles a grant of the resource to this Locker: from an announcement, a poll, or
