@@ -11,7 +11,13 @@ import (
 
 // TestDemo runs the demo on a small workload and checks its report's figures. It uses a
 // real Redis when FENCING_REDIS_ADDR is set and PostgreSQL when FENCING_DATABASE_URL is.
+//
+// FENCING_REQUIRE_POSTGRES=1 without FENCING_DATABASE_URL fails the test, as it does in
+// package store.
 func TestDemo(t *testing.T) {
+	if os.Getenv("FENCING_REQUIRE_POSTGRES") == "1" && os.Getenv("FENCING_DATABASE_URL") == "" {
+		t.Fatal("FENCING_REQUIRE_POSTGRES=1 but FENCING_DATABASE_URL is not set")
+	}
 	cfg := config{
 		redisAddr:   os.Getenv("FENCING_REDIS_ADDR"),
 		databaseURL: os.Getenv("FENCING_DATABASE_URL"),
