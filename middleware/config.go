@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/errtext"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 )
@@ -213,11 +214,11 @@ func probe(l *fencing.Locker, opts []fencing.Option) error {
 	cancel()
 	_, err := l.TryAcquire(ctx, "fencemw-probe", opts...)
 	if errors.Is(err, fencing.ErrInvalid) || errors.Is(err, fencing.ErrClosed) {
-		return fmt.Errorf("fencemw: Locker: %w", err)
+		return errtext.New("fencemw: ", "Locker", err)
 	}
 	return nil
 }
 
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("fencemw: %w: "+format, append([]any{fencing.ErrInvalid}, args...)...)
+	return errtext.New("fencemw: ", fmt.Sprintf(format, args...), fencing.ErrInvalid)
 }

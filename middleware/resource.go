@@ -1,12 +1,12 @@
 package middleware
 
 import (
-	"fmt"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/errtext"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 )
@@ -21,7 +21,7 @@ const MaxKeyLen = 1024
 func (f *fence) resource(c echo.Context) (string, error) {
 	key, err := f.extract(c)
 	if err != nil {
-		return "", fmt.Errorf("%w: fencemw: resource key: %w", fencing.ErrInvalid, err)
+		return "", errtext.New("fencemw: ", "resource key", fencing.ErrInvalid, err)
 	}
 	if err := validKey(key); err != nil {
 		return "", err
@@ -33,7 +33,7 @@ func (f *fence) resource(c echo.Context) (string, error) {
 		name = qualify(f.namespace, key)
 	}
 	if len(name) > fencing.MaxResourceLen {
-		return "", fmt.Errorf("%w: fencemw: resource name of %d bytes exceeds %d", fencing.ErrInvalid, len(name), fencing.MaxResourceLen)
+		return "", invalidf("resource name of %d bytes exceeds %d", len(name), fencing.MaxResourceLen)
 	}
 	return name, nil
 }
@@ -43,13 +43,13 @@ func (f *fence) resource(c echo.Context) (string, error) {
 func validKey(key string) error {
 	switch {
 	case key == "":
-		return fmt.Errorf("%w: fencemw: empty resource key", fencing.ErrInvalid)
+		return invalidf("empty resource key")
 	case len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: fencemw: resource key of %d bytes exceeds %d", fencing.ErrInvalid, len(key), MaxKeyLen)
+		return invalidf("resource key of %d bytes exceeds %d", len(key), MaxKeyLen)
 	case !utf8.ValidString(key):
-		return fmt.Errorf("%w: fencemw: resource key is not valid UTF-8", fencing.ErrInvalid)
+		return invalidf("resource key is not valid UTF-8")
 	case strings.IndexFunc(key, unicode.IsControl) >= 0:
-		return fmt.Errorf("%w: fencemw: resource key contains a control character", fencing.ErrInvalid)
+		return invalidf("resource key contains a control character")
 	}
 	return nil
 }
