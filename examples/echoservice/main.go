@@ -1,5 +1,6 @@
 // Command echoservice is a small Echo service whose writes run under fencekit's Echo
-// middleware and land in an in-memory store that checks fencing tokens.
+// middleware and land in an in-memory ledger whose writes go through store.Memory, which
+// checks fencing tokens. It uses only public packages: copy it into a module of your own.
 //
 // It keeps account balances. Both write routes lock "account:<id>" (the middleware's
 // Namespace "account" and the path parameter id), so a deposit and a withdrawal on one
@@ -10,6 +11,11 @@
 //	POST /accounts/:id/deposit?amount=N     waits up to 10s for the lock
 //	POST /accounts/:id/withdraw?amount=N    tries the lock once: 423 Locked with
 //	                                        Retry-After when busy; 409 on insufficient funds
+//
+// A bad amount (not a positive int64) is answered 400 before the lock is taken; a deposit
+// that would take the balance past the largest int64 is answered 422. At start the service
+// checks the Redis server's settings (Locker.CheckServer) and refuses an allkeys-* eviction
+// policy. FENCEKIT_TRACE=stdout prints the spans.
 //
 // Usage:
 //
@@ -42,7 +48,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/traceprint"
 )
 
 // keyPrefix keeps the example's keys apart from other users of the Redis.
@@ -78,13 +83,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		defer mr.Close()
 		redisAddr, backend = mr.Addr(), "embedded miniredis"
 	}
-	client := redis.NewClient(&redis.Options{Addr: redisAddr, DisableIdentity: true})
+	// ContextTimeoutEnabled bounds every command by its context, so a hung Redis cannot
+	// hold a request longer than its deadline.
+	client := redis.NewClient(&redis.Options{Addr: redisAddr, DisableIdentity: true, ContextTimeoutEnabled: true})
 	defer client.Close()
 	if err := client.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis at %s: %w", redisAddr, err)
 	}
 
-	tr, err := traceprint.FromEnv(out)
+	tr, err := newTracing(getenv("FENCEKIT_TRACE"), out)
 	if err != nil {
 		return err
 	}
@@ -94,6 +101,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	}
 	locker := fencing.New(client, fencing.WithPrefix(keyPrefix), tr.Lock)
 	defer locker.Close()
+	if err := checkServer(ctx, locker, out); err != nil {
+		return err
+	}
 	e, err := newService(locker, newLedger(), tr.Provider)
 	if err != nil {
 		return err
@@ -104,6 +114,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	}
 	fmt.Fprintf(out, "echoservice: serving on http://%s (%s)\n", ln.Addr(), backend)
 	return serve(ctx, ln, e)
+}
+
+// checkServer checks the Redis server's settings once at start: it refuses an allkeys-*
+// eviction policy, which can evict the fencing counters, and prints the other risks. A
+// server whose settings cannot be read (miniredis, or an ACL without CONFIG and INFO) is
+// reported and used.
+func checkServer(ctx context.Context, locker *fencing.Locker, out io.Writer) error {
+	report, err := locker.CheckServer(ctx)
+	switch {
+	case errors.Is(err, fencing.ErrUnsafeServer):
+		return err
+	case err != nil:
+		fmt.Fprintf(out, "echoservice: server settings not checked: %v\n", err)
+	}
+	for _, w := range report.Warnings {
+		fmt.Fprintf(out, "echoservice: warning: %s\n", w)
+	}
+	return nil
 }
 
 // serve serves h on ln until ctx ends, then shuts down gracefully.

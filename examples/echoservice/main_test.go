@@ -19,7 +19,6 @@ import (
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/redistest"
-	"github.com/fencekit/fencekit/internal/traceprint"
 	"github.com/fencekit/fencekit/tracing"
 )
 
@@ -52,7 +51,7 @@ func TestSelftest(t *testing.T) {
 	var out bytes.Buffer
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	tr := &traceprint.Tracing{
+	tr := &tracingSetup{
 		Provider: tp,
 		Lock:     fencing.WithHooks(tracing.Hooks(tracing.WithTracerProvider(tp))),
 		Shutdown: tp.Shutdown,
@@ -109,9 +108,13 @@ func TestRunServes(t *testing.T) {
 		status       int
 		body         string
 	}{
+		// Bad amounts are refused before the lock is taken, so they use up no token.
+		{http.MethodPost, "/accounts/a/withdraw?amount=x", http.StatusBadRequest, "positive integer"},
+		{http.MethodPost, "/accounts/a/deposit?amount=0", http.StatusBadRequest, "positive integer"},
+		{http.MethodPost, "/accounts/a/deposit?amount=9223372036854775808", http.StatusBadRequest, "positive integer"},
 		{http.MethodPost, "/accounts/a/deposit?amount=7", http.StatusOK, `"token":1`},
 		{http.MethodPost, "/accounts/a/withdraw?amount=9", http.StatusConflict, "insufficient funds"},
-		{http.MethodPost, "/accounts/a/withdraw?amount=x", http.StatusBadRequest, "positive integer"},
+		{http.MethodPost, "/accounts/a/deposit?amount=9223372036854775807", http.StatusUnprocessableEntity, "overflow"},
 		{http.MethodGet, "/accounts/a", http.StatusOK, `{"balance":7}`},
 	} {
 		req, _ := http.NewRequestWithContext(ctx, tc.method, base+tc.path, nil)
