@@ -163,3 +163,17 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestLeavesNothingBehind runs the self-test on a database of its own of the real Redis
+// named by FENCING_REDIS_ADDR and checks that no key is left: no lock, no fence counter.
+func TestLeavesNothingBehind(t *testing.T) {
+	client := redistest.Dedicated(t, redistest.DBEchoService)
+	tr, err := newTracing("", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := selftest(t.Context(), client, keyPrefix, "dedicated database", tr, &out); err != nil {
+		t.Fatalf("selftest: %v\n%s", err, &out)
+	}
+}
