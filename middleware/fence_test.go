@@ -479,10 +479,12 @@ func TestFence_concurrentRequestsNeverOverlap(t *testing.T) {
 			var wg sync.WaitGroup
 			start := make(chan struct{})
 			for range n {
-				wg.Go(func() {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
 					<-start
 					codes <- v.serve(http.MethodPut, "/items/1").Code
-				})
+				}()
 			}
 			close(start)
 			wg.Wait()

@@ -454,10 +454,12 @@ func TestTable_Update_concurrent(t *testing.T) {
 	sem := make(chan struct{}, inFlight)
 	for i, w := range ws {
 		sem <- struct{}{}
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			defer func() { <-sem }()
 			errs[i] = table.Update(ctx, db, int64(1), w.token, setVal, fmt.Sprintf("%d/%d", w.token, w.id), w.token)
-		})
+		}()
 	}
 	wg.Wait()
 
@@ -502,10 +504,12 @@ func TestTable_Upsert_concurrent(t *testing.T) {
 	sem := make(chan struct{}, inFlight)
 	for i, w := range ws {
 		sem <- struct{}{}
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			defer func() { <-sem }()
 			errs[i] = table.Upsert(ctx, db, int64(1), w.token, []string{"val"}, fmt.Sprintf("%d/%d", w.token, w.id))
-		})
+		}()
 	}
 	wg.Wait()
 	accepted := 0

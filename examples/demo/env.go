@@ -162,9 +162,12 @@ func (e *env) runOnce(ctx context.Context, cfg config, l ledger, fenced bool, pr
 	begin := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
-	wg.Go(func() { errs <- e.httpDeposits(ctx, cfg, locker, ids, deposit) })
-	wg.Go(func() { errs <- e.jobDeposits(ctx, cfg, locker, ids, run, deposit) })
-	wg.Go(func() { errs <- e.pausedHolders(ctx, cfg, locker, ids, c, deposit) })
+	wg.Add(1)
+	go func() { defer wg.Done(); errs <- e.httpDeposits(ctx, cfg, locker, ids, deposit) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); errs <- e.jobDeposits(ctx, cfg, locker, ids, run, deposit) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); errs <- e.pausedHolders(ctx, cfg, locker, ids, c, deposit) }()
 	wg.Wait()
 	elapsed := time.Since(begin)
 	stop()
@@ -218,7 +221,9 @@ func (e *env) httpDeposits(ctx context.Context, cfg config, locker *fencing.Lock
 	var failed atomic.Value
 	var wg sync.WaitGroup
 	for range 16 {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for id := range work {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/accounts/"+id+"/deposit", nil)
 				resp, err := ts.Client().Do(req)
@@ -231,7 +236,7 @@ func (e *env) httpDeposits(ctx context.Context, cfg config, locker *fencing.Lock
 					failed.Store(fmt.Errorf("POST /accounts/%s/deposit: %s", id, resp.Status))
 				}
 			}
-		})
+		}()
 	}
 	for i := range cfg.requests {
 		work <- ids[i%len(ids)]
@@ -299,14 +304,16 @@ func (e *env) pausedHolders(ctx context.Context, cfg config, locker *fencing.Loc
 	var wg sync.WaitGroup
 	errs := make(chan error, len(ids))
 	for _, id := range ids {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for range cfg.pauses {
 				if err := e.onePause(ctx, locker, id, c, deposit); err != nil {
 					errs <- err
 					return
 				}
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	close(errs)
@@ -348,7 +355,9 @@ func showProgress(w io.Writer, run string, c *counted, cfg config) (stop func())
 		c.mu.Unlock()
 		fmt.Fprintf(w, "\r%-15s %4d/%d writes", run, n, total)
 	}
-	wg.Go(func() {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
@@ -361,7 +370,7 @@ func showProgress(w io.Writer, run string, c *counted, cfg config) (stop func())
 				line()
 			}
 		}
-	})
+	}()
 	return func() { close(done); wg.Wait() }
 }
 

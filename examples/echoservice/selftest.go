@@ -72,7 +72,9 @@ func selftest(ctx context.Context, client redis.UniversalClient, prefix, backend
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	send := func(route, account string, amount int) {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			<-start
 			url := fmt.Sprintf("%s/accounts/%s/%s?amount=%d", base, account, route, amount)
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
@@ -88,7 +90,7 @@ func selftest(ctx context.Context, client redis.UniversalClient, prefix, backend
 			_, _ = io.Copy(io.Discard, resp.Body)
 			_ = resp.Body.Close()
 			results <- result{route: route, account: account, status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After")}
-		})
+		}()
 	}
 	for _, a := range accounts {
 		for range depositsPerAccount {
