@@ -23,7 +23,7 @@
 //	go run ./examples/echoservice -addr :9000           # serve elsewhere
 //	go run ./examples/echoservice -selftest             # serve on 127.0.0.1:0, send concurrent
 //	                                                    # requests, print a report, exit 0 if consistent
-//	REDIS_ADDR=127.0.0.1:6379 go run ./examples/echoservice   # a real Redis, not the embedded one
+//	REDIS_ADDR=127.0.0.1:6379 go run ./examples/echoservice   # a real Redis (or redis://host:port/db)
 //
 // Without REDIS_ADDR the locks live in an embedded miniredis. Try it:
 //
@@ -41,6 +41,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -74,21 +75,28 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	}
 
 	backend := "REDIS_ADDR=" + getenv("REDIS_ADDR")
-	redisAddr := getenv("REDIS_ADDR")
-	if redisAddr == "" {
+	opt := &redis.Options{Addr: getenv("REDIS_ADDR")}
+	switch {
+	case opt.Addr == "":
 		mr, err := miniredis.Run()
 		if err != nil {
 			return err
 		}
 		defer mr.Close()
-		redisAddr, backend = mr.Addr(), "embedded miniredis"
+		opt.Addr, backend = mr.Addr(), "embedded miniredis"
+	case strings.Contains(opt.Addr, "://"):
+		var err error
+		if opt, err = redis.ParseURL(opt.Addr); err != nil { // redis://host:port/db
+			return err
+		}
 	}
 	// ContextTimeoutEnabled bounds every command by its context, so a hung Redis cannot
 	// hold a request longer than its deadline.
-	client := redis.NewClient(&redis.Options{Addr: redisAddr, DisableIdentity: true, ContextTimeoutEnabled: true})
+	opt.DisableIdentity, opt.ContextTimeoutEnabled = true, true
+	client := redis.NewClient(opt)
 	defer client.Close()
 	if err := client.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis at %s: %w", redisAddr, err)
+		return fmt.Errorf("redis at %s: %w", opt.Addr, err)
 	}
 
 	tr, err := newTracing(getenv("FENCEKIT_TRACE"), out)
@@ -113,6 +121,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		return err
 	}
 	fmt.Fprintf(out, "echoservice: serving on http://%s (%s)\n", ln.Addr(), backend)
+	// The ledger lives in memory and goes with the process, so the fence counters that
+	// guard it can go too: the service removes its keys when it stops. A service whose
+	// store outlives it keeps its counters.
+	defer deleteKeys(context.WithoutCancel(ctx), client, keyPrefix, out)
 	return serve(ctx, ln, e)
 }
 

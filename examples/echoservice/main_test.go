@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -82,14 +83,21 @@ func TestSelftest(t *testing.T) {
 	}
 }
 
-// TestRunServes starts the server on a free port, sends a deposit and reads the balance,
-// then stops it by cancelling the context.
+// TestRunServes starts the server on a free port, sends deposits and withdrawals and reads
+// the balance, then stops it by cancelling the context.
 func TestRunServes(t *testing.T) {
+	serveOnce(t, func(string) string { return "" })
+}
+
+// serveOnce runs the service with getenv on a free port, sends it a few requests, checks the
+// answers and stops it.
+func serveOnce(t *testing.T, getenv func(string) string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	out := &syncBuffer{}
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"-addr", "127.0.0.1:0"}, func(string) string { return "" }, out) }()
+	go func() { done <- run(ctx, []string{"-addr", "127.0.0.1:0"}, getenv, out) }()
 
 	addr := regexp.MustCompile(`http://\S+`)
 	var base string
@@ -164,10 +172,18 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestLeavesNothingBehind runs the self-test on a database of its own of the real Redis
-// named by FENCING_REDIS_ADDR and checks that no key is left: no lock, no fence counter.
+// TestLeavesNothingBehind runs the self-test, then the service for one deposit, on a
+// database of its own of the real Redis named by FENCING_REDIS_ADDR and checks that no key
+// is left: no lock, no fence counter.
 func TestLeavesNothingBehind(t *testing.T) {
 	client := redistest.Dedicated(t, redistest.DBEchoService)
+	url := fmt.Sprintf("redis://%s/%d", os.Getenv(redistest.EnvAddr), redistest.DBEchoService)
+	serveOnce(t, func(key string) string {
+		if key == "REDIS_ADDR" {
+			return url
+		}
+		return ""
+	})
 	tr, err := newTracing("", io.Discard)
 	if err != nil {
 		t.Fatal(err)
