@@ -3,6 +3,8 @@ package asynqfence
 import (
 	"errors"
 	"fmt"
+
+	"github.com/fencekit/fencekit/internal/errtext"
 )
 
 // busyError is the error of a task whose resource another owner holds.
@@ -12,7 +14,7 @@ type busyError struct {
 }
 
 func (e *busyError) Error() string {
-	return fmt.Sprintf("asynqfence: task %q not run: %v", e.taskType, e.err)
+	return errtext.New("asynqfence: ", fmt.Sprintf("task %q not run", e.taskType), e.err).Error()
 }
 
 func (e *busyError) Unwrap() error { return e.err }

@@ -16,10 +16,9 @@
 //		}
 //		return "", nil // no lock: other task types, unknown ones included, pass through
 //	}))
-//	srv := asynq.NewServer(redisOpt, asynq.Config{
-//		IsFailure:      asynqfence.IsFailure(nil),  // busy is not a failure
-//		RetryDelayFunc: asynqfence.RetryDelay(nil), // come back when the lease would end
-//	})
+//	// Busy is not a failure, comes back when the lease would end, and is kept out of the
+//	// ErrorHandler; other settings are yours.
+//	srv := asynq.NewServer(redisOpt, asynqfence.ServerConfig(asynq.Config{Concurrency: 10}))
 //	err := srv.Run(mux)
 //
 // # Which resource
@@ -38,12 +37,15 @@
 // holds it, the handler does not run, and ProcessTask returns a busy error ([IsBusy] reports
 // it) that wraps the core's: it matches [fencing.ErrNotAcquired], and [fencing.RetryAfter]
 // reports the holder's remaining lease. Asynq has no way for a handler to say "come back
-// later, this is not a failure", so plug two helpers into [asynq.Config]:
+// later, this is not a failure", so [ServerConfig] plugs the adapter into [asynq.Config],
+// chained in front of the settings you made:
 //
 //   - [IsFailure]: a busy task is not a failure, so Asynq neither increments its retry count
 //     nor counts it in the queue's processed and failed statistics;
-//   - [RetryDelay]: a busy task comes back after about the holder's remaining lease, with
-//     jitter, instead of after Asynq's exponential back-off.
+//   - [RetryDelay]: a busy task comes back after about the holder's remaining lease, spread
+//     over at least 4 whole seconds, instead of after Asynq's exponential back-off;
+//   - an ErrorHandler that drops busy errors ([IsBusy]) before yours;
+//   - a DelayedTaskCheckInterval of 1s unless you set one.
 //
 // Without them a busy task counts as failed and uses up its retries.
 //
@@ -52,7 +54,12 @@
 // is archived (and counted as failed) the first time its resource is busy. Give fenced task
 // types at least one retry.
 //
-// Asynq's ErrorHandler still receives every busy error; filter them with [IsBusy].
+// Without ServerConfig, Asynq's ErrorHandler receives every busy error; filter them with
+// [IsBusy].
+//
+// A setup that cannot work (a nil Locker or handler, a TTL out of range, a resource name over
+// [fencing.MaxResourceLen]) fails every task with an error matching both [fencing.ErrInvalid]
+// and [asynq.SkipRetry], so Asynq archives it at once rather than retrying it.
 //
 // To drop duplicates rather than serialise them, use [WithDropDuplicates]: a task whose
 // resource is busy is revoked ([asynq.RevokeTask]), neither retried nor archived.

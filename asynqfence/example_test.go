@@ -85,7 +85,7 @@ func ExampleMiddleware() {
 	// busy: true
 }
 
-func ExampleRetryDelay() {
+func ExampleServerConfig() {
 	mr, _ := miniredis.Run() // a stand-in for your Redis
 	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
@@ -93,18 +93,14 @@ func ExampleRetryDelay() {
 	locker := fencing.New(rdb)
 	defer locker.Close()
 
-	// The server's configuration: busy tasks are no failures, and come back when the
-	// holder's lease would end. Pass your own functions instead of nil to chain them.
-	cfg := asynq.Config{
-		IsFailure:      asynqfence.IsFailure(nil),
-		RetryDelayFunc: asynqfence.RetryDelay(nil),
+	// The server's configuration: busy tasks are no failures, come back after about the
+	// holder's remaining lease, and never reach the ErrorHandler. ServerConfig chains the
+	// functions already set.
+	cfg := asynqfence.ServerConfig(asynq.Config{
 		ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
-			if asynqfence.IsBusy(err) {
-				return // not worth a report
-			}
-			// report err
+			// report err: busy attempts are filtered out before this
 		}),
-	}
+	})
 
 	ctx := context.Background()
 	held, _ := locker.TryAcquire(ctx, "invoice:42", fencing.WithTTL(10*time.Second))
@@ -116,8 +112,9 @@ func ExampleRetryDelay() {
 
 	delay := cfg.RetryDelayFunc(0, err, task)
 	fmt.Println("failure:", cfg.IsFailure(err))
-	fmt.Println("retry in 10s to 12.5s:", delay >= 10*time.Second && delay <= 12500*time.Millisecond)
+	// The holder's 10s, plus up to 4s spread over whole seconds.
+	fmt.Println("retry in 9s to 14s:", delay >= 9*time.Second && delay < 14*time.Second)
 	// Output:
 	// failure: false
-	// retry in 10s to 12.5s: true
+	// retry in 9s to 14s: true
 }

@@ -9,13 +9,15 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/errtext"
 )
 
 // A ResourceFunc returns the name of the resource a task must lock, derived from the task's
 // type and payload (and headers), or "" when the task needs no lock. It should be a pure
 // function of the task: when it returns an error, the task fails with [asynq.SkipRetry] and
 // is archived without retries. Names longer than [fencing.MaxResourceLen] bytes are
-// rejected (the task then fails with an error wrapping [fencing.ErrInvalid]).
+// rejected: the task then fails with an error wrapping [fencing.ErrInvalid] and
+// [asynq.SkipRetry].
 type ResourceFunc func(t *asynq.Task) (string, error)
 
 // Middleware returns middleware for [asynq.ServeMux.Use] that runs every handler of the mux
@@ -39,10 +41,15 @@ func Middleware(l *fencing.Locker, resource ResourceFunc, opts ...Option) asynq.
 //     the lock (see [IsFailure] and [RetryDelay]), also wrapping [asynq.RevokeTask] under
 //     [WithDropDuplicates];
 //   - resource's error wrapped with [asynq.SkipRetry];
-//   - otherwise an error from the Locker, such as an unreachable Redis (an ordinary failure).
+//   - an error wrapping both [fencing.ErrInvalid] and [asynq.SkipRetry] when the setup
+//     cannot work, the same way for every attempt: a nil Locker, resource or h, an invalid
+//     option or TTL, a Locker built with invalid options, or a resource name longer than
+//     [fencing.MaxResourceLen]; Asynq then archives the task at once instead of retrying it;
+//   - otherwise an error from the Locker, such as an unreachable Redis or a closed Locker
+//     (an ordinary failure, retried).
 //
-// When resource returns "", h runs without a lock. A nil Locker, resource or h, or an invalid
-// option, does not panic: every task then fails with an error wrapping [fencing.ErrInvalid].
+// Errors read on one line with one "asynqfence: " prefix. When resource returns "", h runs
+// without a lock. Wrap never panics.
 func Wrap(h asynq.Handler, l *fencing.Locker, resource ResourceFunc, opts ...Option) asynq.Handler {
 	return &handler{next: h, cfg: newConfig(l, resource, opts)}
 }
@@ -57,9 +64,9 @@ func newConfig(l *fencing.Locker, resource ResourceFunc, opts []Option) *config 
 	switch {
 	case cfg.err != nil:
 	case l == nil:
-		cfg.err = fmt.Errorf("asynqfence: nil Locker: %w", fencing.ErrInvalid)
+		cfg.err = invalid("nil Locker")
 	case resource == nil:
-		cfg.err = fmt.Errorf("asynqfence: nil ResourceFunc: %w", fencing.ErrInvalid)
+		cfg.err = invalid("nil ResourceFunc")
 	case cfg.ttl > 0:
 		cfg.fixed = cfg.lockOptions(cfg.ttl)
 	}
@@ -77,14 +84,14 @@ func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	case h.cfg.err != nil:
 		return h.cfg.err
 	case h.next == nil:
-		return fmt.Errorf("asynqfence: nil handler: %w", fencing.ErrInvalid)
+		return invalid("nil handler")
 	case t == nil:
-		return fmt.Errorf("asynqfence: nil task: %w", fencing.ErrInvalid)
+		return invalid("nil task")
 	}
 	resource, err := h.cfg.resource(t)
 	switch {
 	case err != nil:
-		return fmt.Errorf("asynqfence: resource of task %q: %w (%w)", t.Type(), err, asynq.SkipRetry)
+		return errtext.New("asynqfence: ", fmt.Sprintf("resource of task %q", t.Type()), err, asynq.SkipRetry)
 	case resource == "":
 		return h.next.ProcessTask(ctx, t)
 	}
@@ -113,7 +120,17 @@ func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		}
 		return busy
 	}
-	return fmt.Errorf("asynqfence: task %q: %w", t.Type(), err)
+	if errors.Is(err, fencing.ErrInvalid) {
+		// An oversized name or an invalid lock option fails the same way every time.
+		return errtext.New("asynqfence: ", fmt.Sprintf("task %q", t.Type()), err, asynq.SkipRetry)
+	}
+	return errtext.New("asynqfence: ", fmt.Sprintf("task %q", t.Type()), err)
+}
+
+// invalid returns the error of an unusable setup: it matches [fencing.ErrInvalid] and
+// [asynq.SkipRetry], since retrying cannot make it work.
+func invalid(what string) error {
+	return errtext.New("asynqfence: ", what, fencing.ErrInvalid, asynq.SkipRetry)
 }
 
 // ttlFor returns the lease length for a task whose handler context is ctx: the time left

@@ -200,8 +200,11 @@ func TestWrapInvalid(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.h.ProcessTask(t.Context(), tt.task)
-			if !errors.Is(err, fencing.ErrInvalid) || asynqfence.IsBusy(err) {
-				t.Fatalf("got %v, want an error wrapping ErrInvalid", err)
+			if !errors.Is(err, fencing.ErrInvalid) || !errors.Is(err, asynq.SkipRetry) || asynqfence.IsBusy(err) {
+				t.Fatalf("got %v, want an error wrapping ErrInvalid and asynq.SkipRetry", err)
+			}
+			if msg := err.Error(); strings.Count(msg, "asynqfence: ") != 1 || strings.Contains(msg, "fencing: ") || strings.Contains(msg, "\n") {
+				t.Errorf("got text %q, want one line with one prefix", msg)
 			}
 		})
 	}
@@ -326,4 +329,24 @@ func TestWrapSucceededStaysSucceeded(t *testing.T) {
 			t.Fatalf("got %v, want nil", err)
 		}
 	})
+}
+
+// TestBusyErrorText checks that a busy error, also one that ended a wait with a deadline,
+// reads on one line with one prefix and still matches what it wraps.
+func TestBusyErrorText(t *testing.T) {
+	r := redistest.New(t)
+	l := newLocker(t, r)
+	held, err := l.TryAcquire(t.Context(), "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	h := asynqfence.Wrap(&recorder{}, l, byPayload, asynqfence.WithLockOptions(fencing.WithMaxWait(20*time.Millisecond)))
+	err = h.ProcessTask(t.Context(), asynq.NewTask("job", []byte("busy")))
+	if !asynqfence.IsBusy(err) || !errors.Is(err, fencing.ErrNotAcquired) {
+		t.Fatalf("got %v, want a busy error", err)
+	}
+	if msg := err.Error(); strings.Count(msg, "asynqfence: ") != 1 || strings.Contains(msg, "fencing: ") || strings.Contains(msg, "\n") {
+		t.Errorf("got text %q, want one line with one prefix", msg)
+	}
 }

@@ -39,11 +39,11 @@ type config struct {
 // Default: the time left until the task's deadline, at least 1s and at most
 // [fencing.DefaultTTL] (30s); 30s when the context has no deadline. The Locker's own TTL
 // setting is not used. A d below [fencing.MinTTL] or above [fencing.MaxTTL] makes every
-// task fail with an error wrapping [fencing.ErrInvalid].
+// task fail with an error wrapping [fencing.ErrInvalid] and [asynq.SkipRetry].
 func WithTTL(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if (d < fencing.MinTTL || d > fencing.MaxTTL) && c.err == nil {
-			c.err = fmt.Errorf("asynqfence: ttl %v out of range [%v, %v]: %w", d, fencing.MinTTL, fencing.MaxTTL, fencing.ErrInvalid)
+			c.err = invalid(fmt.Sprintf("ttl %v out of range [%v, %v]", d, fencing.MinTTL, fencing.MaxTTL))
 		}
 		c.ttl = d
 	})

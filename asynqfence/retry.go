@@ -9,8 +9,15 @@ import (
 	"github.com/fencekit/fencekit/fencing"
 )
 
-// minBusyDelay is the shortest busy retry delay: Asynq stores retry times in whole seconds.
-const minBusyDelay = time.Second
+const (
+	// minBusyDelay is the shortest busy retry delay: Asynq stores retry times in whole
+	// seconds.
+	minBusyDelay = time.Second
+	// minBusySpread is the narrowest window over which busy retries are spread: several
+	// whole seconds, so that tasks that found a resource busy together come back in
+	// different seconds rather than all in the next one.
+	minBusySpread = 4 * time.Second
+)
 
 // IsFailure returns a function for [asynq.Config].IsFailure that reports busy errors
 // ([IsBusy]) as no failure, so a busy task is retried without incrementing its retry count
@@ -33,10 +40,13 @@ func IsFailure(next func(error) bool) func(error) bool {
 }
 
 // RetryDelay returns a function for [asynq.Config].RetryDelayFunc that brings a busy task
-// ([IsBusy]) back after the holder's remaining lease ([fencing.RetryAfter]) plus up to a
-// quarter of it as jitter, and at least 1s (Asynq counts retry times in whole seconds, and
-// moves due tasks every Config.DelayedTaskCheckInterval, 5s by default). Other errors go to
-// next; a nil next stands for [asynq.DefaultRetryDelayFunc].
+// ([IsBusy]) back after the holder's remaining lease ([fencing.RetryAfter]), at least 1s,
+// plus a random delay spread evenly over a quarter of it or 4s, whichever is longer. Asynq
+// keeps retry times in whole seconds and moves due tasks every
+// Config.DelayedTaskCheckInterval (5s by default; [ServerConfig] makes it 1s), so with a
+// short lease a spread below a few seconds would bring every busy task back in the same
+// second, where all but one find the resource busy again. Other errors go to next; a nil
+// next stands for [asynq.DefaultRetryDelayFunc].
 //
 // A lease is renewed while its holder runs, so the delay is the longest the resource stays
 // locked if the holder stops, not when it will be free: a short lease ([WithTTL]) brings busy
@@ -51,6 +61,6 @@ func RetryDelay(next asynq.RetryDelayFunc) asynq.RetryDelayFunc {
 		}
 		d, _ := fencing.RetryAfter(err)
 		d = max(d, minBusyDelay)
-		return d + rand.N(d/4+1)
+		return d + rand.N(max(d/4, minBusySpread))
 	}
 }

@@ -66,8 +66,8 @@ func TestRetryDelay(t *testing.T) {
 		seen := make(map[time.Duration]bool)
 		for range 50 {
 			d := f(3, err, task)
-			if d < ra || d > ra+ra/4 {
-				t.Fatalf("got delay %v, want between the holder's %v and a quarter more", d, ra)
+			if d < ra || d >= ra+4*time.Second {
+				t.Fatalf("got delay %v, want between the holder's %v and 4s more", d, ra)
 			}
 			seen[d] = true
 		}
@@ -77,14 +77,31 @@ func TestRetryDelay(t *testing.T) {
 	})
 	t.Run("busy, short lease", func(t *testing.T) {
 		err := busyErr(t, 500*time.Millisecond)
-		if d := asynqfence.RetryDelay(nil)(0, err, task); d < time.Second || d > 1250*time.Millisecond {
-			t.Fatalf("got delay %v, want at least 1s, at most 1.25s", d)
+		seconds := make(map[time.Duration]bool)
+		for range 200 {
+			d := asynqfence.RetryDelay(nil)(0, err, task)
+			if d < time.Second || d >= 5*time.Second {
+				t.Fatalf("got delay %v, want at least 1s, below 5s", d)
+			}
+			seconds[d.Truncate(time.Second)] = true
+		}
+		if len(seconds) != 4 {
+			t.Fatalf("got delays in %d distinct whole seconds, want 4 (1s to 4s)", len(seconds))
+		}
+	})
+	t.Run("busy, long lease", func(t *testing.T) {
+		err := busyErr(t, 20*time.Second)
+		ra, _ := fencing.RetryAfter(err)
+		for range 50 {
+			if d := asynqfence.RetryDelay(nil)(0, err, task); d < ra || d >= ra+ra/4 {
+				t.Fatalf("got delay %v, want between the holder's %v and a quarter more", d, ra)
+			}
 		}
 	})
 	t.Run("dropped duplicate", func(t *testing.T) {
 		err := busyErr(t, 8*time.Second, asynqfence.WithDropDuplicates())
-		if d := asynqfence.RetryDelay(nil)(0, err, task); d < 8*time.Second-time.Second || d > 10*time.Second {
-			t.Fatalf("got delay %v, want about 8s", d)
+		if d := asynqfence.RetryDelay(nil)(0, err, task); d < 8*time.Second-time.Second || d >= 12*time.Second {
+			t.Fatalf("got delay %v, want 8s to 12s", d)
 		}
 	})
 	t.Run("other", func(t *testing.T) {

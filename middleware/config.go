@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/errtext"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 )
@@ -46,11 +47,17 @@ type Config struct {
 	KeyExtractor func(c echo.Context) (string, error)
 
 	// Namespace is the first part of every resource name: the lock of a request is named
-	// "<namespace>:<key>", with any ':' or '%' in the namespace percent-encoded so the
-	// name cannot be read two ways. Default: the route path (c.Path(), such as
-	// "/orders/:id"), which is the same for every method of the route. Give several routes
-	// the same Namespace to make them share their locks, or match the names another
-	// program (an Asynq worker, say) locks: Namespace "order" and key "42" lock "order:42".
+	// "<namespace>:<key>", with any ':' or '%' in the namespace, and a '/' that starts it,
+	// percent-encoded so the name cannot be read two ways. Give several routes the same
+	// Namespace to make them share their locks, or match the names another program (an
+	// Asynq worker, say) locks: Namespace "order" and key "42" lock "order:42".
+	//
+	// Default: "" names the lock after the route and the key, "<route> <key>": the route
+	// path as registered (c.Path()) and the key, separated by one space, with any '%' or
+	// ' ' in the route percent-encoded. PUT /orders/42 on route "/orders/:id" locks
+	// "/orders/:id 42" (Redis key "fencing:{/orders/:id 42}:lock"), for every method of the
+	// route. Such names start with '/' and Namespace names never do, so distinct
+	// (route, key) and (namespace, key) pairs never share a lock.
 	Namespace string
 
 	// TTL is the lease length, renewed every third of it while the handler runs. It must
@@ -86,12 +93,28 @@ type Config struct {
 	DenyHandler func(c echo.Context, resource string, err error) error
 }
 
-// Fence returns the middleware with the default configuration and locker: the key is the
-// path parameter "id", the resource is busy after one attempt, and the lease is the
-// Locker's. It panics when locker is nil or unusable (see [Config.ToMiddleware]), as
-// Echo's own constructors do; use ToMiddleware to get an error instead.
+// DefaultConfig is the configuration [Fence] uses, with Locker to be set: every request is
+// locked, the key is the path parameter "id" ([DefaultKeyLookup]), the lock is named after
+// the route and the key ("/orders/:id 42"), the resource is busy after one attempt (423
+// Locked), the lease is the Locker's and the token is stored under [DefaultContextKey].
+// Copy it and change fields, as with Echo's own DefaultXConfig values; its zero fields
+// select the same defaults, so Config{Locker: l} behaves the same.
+var DefaultConfig = Config{
+	Skipper:      middleware.DefaultSkipper,
+	KeyLookup:    DefaultKeyLookup,
+	ContextKey:   DefaultContextKey,
+	ErrorHandler: DefaultErrorHandler,
+	DenyHandler:  DefaultDenyHandler,
+}
+
+// Fence returns the middleware with [DefaultConfig] and locker: the key is the path
+// parameter "id", the resource is busy after one attempt, and the lease is the Locker's.
+// It panics when locker is nil or unusable (see [Config.ToMiddleware]), as Echo's own
+// constructors do; use ToMiddleware to get an error instead.
 func Fence(locker *fencing.Locker) echo.MiddlewareFunc {
-	return FenceWithConfig(Config{Locker: locker})
+	config := DefaultConfig
+	config.Locker = locker
+	return FenceWithConfig(config)
 }
 
 // FenceWithConfig returns the middleware configured by config. It panics when
@@ -191,11 +214,11 @@ func probe(l *fencing.Locker, opts []fencing.Option) error {
 	cancel()
 	_, err := l.TryAcquire(ctx, "fencemw-probe", opts...)
 	if errors.Is(err, fencing.ErrInvalid) || errors.Is(err, fencing.ErrClosed) {
-		return fmt.Errorf("fencemw: Locker: %w", err)
+		return errtext.New("fencemw: ", "Locker", err)
 	}
 	return nil
 }
 
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("fencemw: %w: "+format, append([]any{fencing.ErrInvalid}, args...)...)
+	return errtext.New("fencemw: ", fmt.Sprintf(format, args...), fencing.ErrInvalid)
 }

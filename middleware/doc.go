@@ -12,9 +12,10 @@
 //
 //  1. extracts a key from the request (a path parameter by default; see [Config.KeyLookup]
 //     and [Config.KeyExtractor]) and validates it;
-//  2. names the resource "<namespace>:<key>", the namespace being the route path (c.Path())
-//     unless [Config.Namespace] is set, so a value the client controls cannot name the lock
-//     of another kind of resource;
+//  2. names the resource after the route and the key, "<route> <key>" (PUT /orders/42 on
+//     route "/orders/:id" locks "/orders/:id 42"), or "<namespace>:<key>" when
+//     [Config.Namespace] is set, so a value the client controls cannot name the lock of
+//     another kind of resource;
 //  3. takes the lock with [fencing.Locker.Do], trying once unless [Config.MaxWait] allows
 //     it to wait;
 //  4. runs the handler with the token in the request's context ([fencing.TokenFromContext]

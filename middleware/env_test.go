@@ -120,10 +120,16 @@ func (v *testEnv) waitNoLocks() {
 	eventually(v.t, 5*time.Second, "no lock key left", func() bool { return len(v.lockKeys()) == 0 })
 }
 
-// hold takes the lock a request on the route would take, for the test, and returns it.
+// hold takes the lock a request would take, for the test, and returns it: the default lock
+// of route namespace when namespace starts with '/', the lock of Namespace namespace
+// otherwise.
 func (v *testEnv) hold(namespace, key string, ttl time.Duration) *fencing.Lock {
 	v.t.Helper()
-	lock, err := v.locker.TryAcquire(v.t.Context(), qualify(namespace, key), fencing.WithTTL(ttl))
+	name := qualify(namespace, key)
+	if strings.HasPrefix(namespace, "/") {
+		name = routeName(namespace, key)
+	}
+	lock, err := v.locker.TryAcquire(v.t.Context(), name, fencing.WithTTL(ttl))
 	if err != nil {
 		v.t.Fatalf("TryAcquire: %v", err)
 	}

@@ -33,7 +33,7 @@ func Example() {
 		// Pass the token with every write; the store refuses tokens lower than it has seen.
 		token, _ := fencemw.TokenFromEcho(c)
 		return c.String(http.StatusOK, fmt.Sprintf("order %s saved with token %d\n", c.Param("id"), token))
-	}, fencemw.Fence(locker)) // locks "/orders/:id" + the id, one request at a time
+	}, fencemw.Fence(locker)) // locks "/orders/:id 42" for /orders/42, one request at a time
 
 	for range 2 {
 		rec := httptest.NewRecorder()

@@ -362,10 +362,7 @@ func TestFence_releases(t *testing.T) {
 				t.Errorf("got lock keys %q after the request, want none", keys)
 			}
 			// The lock is free again: the next request gets it.
-			v.e.PUT("/again/:id", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) }, v.mw(Config{Namespace: "/items/:id"}))
-			if rec := v.serve(http.MethodPut, "/again/1"); rec.Code != http.StatusNoContent {
-				t.Errorf("next request: got status %d, want 204", rec.Code)
-			}
+			_ = v.hold("/items/:id", "1", time.Second)
 		})
 	}
 }
@@ -482,10 +479,12 @@ func TestFence_concurrentRequestsNeverOverlap(t *testing.T) {
 			var wg sync.WaitGroup
 			start := make(chan struct{})
 			for range n {
-				wg.Go(func() {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
 					<-start
 					codes <- v.serve(http.MethodPut, "/items/1").Code
-				})
+				}()
 			}
 			close(start)
 			wg.Wait()
@@ -569,10 +568,10 @@ func TestFence_namespaces(t *testing.T) {
 		want   int
 	}{
 		{"/a/1", http.StatusLocked},
-		{"/b/1", http.StatusNoContent},    // another route, another lock
-		{"/c/1", http.StatusLocked},       // shared namespace
-		{"/d/1", http.StatusLocked},       // shared namespace
-		{"/e/id:1", http.StatusNoContent}, // "/a/" + ":" + "id:1" must not name /a/:id's lock on 1
+		{"/b/1", http.StatusNoContent}, // another route, another lock
+		{"/c/1", http.StatusLocked},    // shared namespace
+		{"/d/1", http.StatusLocked},    // shared namespace
+		{"/e/1", http.StatusNoContent}, // Namespace "/a/" names "%2Fa/:1", not route /a/:id's lock on 1
 	} {
 		if rec := v.serve(http.MethodPut, tc.target); rec.Code != tc.want {
 			t.Errorf("PUT %s: got status %d, want %d", tc.target, rec.Code, tc.want)
@@ -584,7 +583,8 @@ func TestQualify(t *testing.T) {
 	t.Parallel()
 	tests := []struct{ ns, key, want string }{
 		{"order", "42", "order:42"},
-		{"/orders/:id", "42", "/orders/%3Aid:42"},
+		{"/orders/:id", "42", "%2Forders/%3Aid:42"},
+		{"a/b", "c", "a/b:c"},
 		{"a%3Ab", "c", "a%253Ab:c"},
 		{"", "k", ":k"},
 	}
@@ -594,14 +594,64 @@ func TestQualify(t *testing.T) {
 		}
 	}
 	// Different pairs never collide, whatever the key holds.
-	pairs := [][2]string{{"a", "b:c"}, {"a:b", "c"}, {"a%3Ab", "c"}, {"a", "%3Ab:c"}, {"a:", "b:c"}, {"a", ":b:c"}}
+	pairs := [][2]string{{"a", "b:c"}, {"a:b", "c"}, {"a%3Ab", "c"}, {"a", "%3Ab:c"}, {"a:", "b:c"}, {"a", ":b:c"},
+		{"/a/", ":id 1"}, {"%2Fa/", ":id 1"}, {"/a", "b"}}
 	seen := map[string][2]string{}
 	for _, p := range pairs {
 		name := qualify(p[0], p[1])
 		if q, dup := seen[name]; dup {
 			t.Errorf("qualify%q and qualify%q both give %q", q, p, name)
 		}
+		if strings.HasPrefix(name, "/") {
+			t.Errorf("qualify%q = %q starts with '/', as default route names do", p, name)
+		}
 		seen[name] = p
+	}
+}
+
+func TestRouteName(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ route, key, want string }{
+		{"/orders/:id", "42", "/orders/:id 42"},
+		{"/orders/:id", "a b:c", "/orders/:id a b:c"},
+		{"/a b/:id", "c", "/a%20b/:id c"},
+		{"/100%/:id", "c", "/100%25/:id c"},
+		{"", "k", "/ k"},
+		{"x", "k", "/x k"},
+	}
+	for _, tc := range tests {
+		if got := routeName(tc.route, tc.key); got != tc.want {
+			t.Errorf("routeName(%q, %q) = %q, want %q", tc.route, tc.key, got, tc.want)
+		}
+	}
+	// Different pairs never collide, whatever the key holds.
+	pairs := [][2]string{{"/a", "b c"}, {"/a b", "c"}, {"/a%20b", "c"}, {"/a", "%20b c"}, {"/a ", "b c"}, {"/a", " b c"}}
+	seen := map[string][2]string{}
+	for _, p := range pairs {
+		name := routeName(p[0], p[1])
+		if q, dup := seen[name]; dup {
+			t.Errorf("routeName%q and routeName%q both give %q", q, p, name)
+		}
+		seen[name] = p
+	}
+}
+
+// TestDefaultConfig checks that DefaultConfig and the zero Config build the same lock
+// names and defaults.
+func TestDefaultConfig(t *testing.T) {
+	t.Parallel()
+	v := newTestEnv(t)
+	config := DefaultConfig
+	config.Locker = v.locker
+	h := func(c echo.Context) error { return c.NoContent(http.StatusNoContent) }
+	v.e.PUT("/x/:id", h, v.mw(config))
+	v.e.PUT("/y/:id", h, Fence(v.locker))
+	v.hold("/x/:id", "1", 10*time.Second)
+	v.hold("/y/:id", "1", 10*time.Second)
+	for _, target := range []string{"/x/1", "/y/1"} {
+		if rec := v.serve(http.MethodPut, target); rec.Code != http.StatusLocked {
+			t.Errorf("PUT %s while its default lock is held: got status %d, want 423", target, rec.Code)
+		}
 	}
 }
 

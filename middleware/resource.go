@@ -1,12 +1,12 @@
 package middleware
 
 import (
-	"fmt"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/errtext"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 )
@@ -21,18 +21,19 @@ const MaxKeyLen = 1024
 func (f *fence) resource(c echo.Context) (string, error) {
 	key, err := f.extract(c)
 	if err != nil {
-		return "", fmt.Errorf("%w: fencemw: resource key: %w", fencing.ErrInvalid, err)
+		return "", errtext.New("fencemw: ", "resource key", fencing.ErrInvalid, err)
 	}
 	if err := validKey(key); err != nil {
 		return "", err
 	}
-	ns := f.namespace
-	if ns == "" {
-		ns = c.Path()
+	var name string
+	if f.namespace == "" {
+		name = routeName(c.Path(), key)
+	} else {
+		name = qualify(f.namespace, key)
 	}
-	name := qualify(ns, key)
 	if len(name) > fencing.MaxResourceLen {
-		return "", fmt.Errorf("%w: fencemw: resource name of %d bytes exceeds %d", fencing.ErrInvalid, len(name), fencing.MaxResourceLen)
+		return "", invalidf("resource name of %d bytes exceeds %d", len(name), fencing.MaxResourceLen)
 	}
 	return name, nil
 }
@@ -42,29 +43,58 @@ func (f *fence) resource(c echo.Context) (string, error) {
 func validKey(key string) error {
 	switch {
 	case key == "":
-		return fmt.Errorf("%w: fencemw: empty resource key", fencing.ErrInvalid)
+		return invalidf("empty resource key")
 	case len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: fencemw: resource key of %d bytes exceeds %d", fencing.ErrInvalid, len(key), MaxKeyLen)
+		return invalidf("resource key of %d bytes exceeds %d", len(key), MaxKeyLen)
 	case !utf8.ValidString(key):
-		return fmt.Errorf("%w: fencemw: resource key is not valid UTF-8", fencing.ErrInvalid)
+		return invalidf("resource key is not valid UTF-8")
 	case strings.IndexFunc(key, unicode.IsControl) >= 0:
-		return fmt.Errorf("%w: fencemw: resource key contains a control character", fencing.ErrInvalid)
+		return invalidf("resource key contains a control character")
 	}
 	return nil
 }
 
-// qualify returns "<namespace>:<key>" with ':' and '%' in the namespace percent-encoded:
-// the first ':' of the result then ends the namespace, so two different (namespace, key)
-// pairs never give the same name, whatever the key holds.
+// routeName returns the default lock name, "<route> <key>": the route path as Echo
+// registered it (c.Path(), such as "/orders/:id") and the key, separated by one space, with
+// any '%' or ' ' in the route percent-encoded, so the first space ends the route. The name
+// always starts with '/' (Echo's route paths do; one that does not gets it), which no
+// [qualify] name does, so default names and Namespace names never meet.
+func routeName(path, key string) string {
+	var b strings.Builder
+	b.Grow(1 + len(path) + 1 + len(key) + 8)
+	if !strings.HasPrefix(path, "/") {
+		b.WriteByte('/')
+	}
+	for i := 0; i < len(path); i++ {
+		switch ch := path[i]; ch {
+		case ' ':
+			b.WriteString("%20")
+		case '%':
+			b.WriteString("%25")
+		default:
+			b.WriteByte(ch)
+		}
+	}
+	b.WriteByte(' ')
+	b.WriteString(key)
+	return b.String()
+}
+
+// qualify returns "<namespace>:<key>" with ':' and '%' in the namespace, and a '/' that
+// starts it, percent-encoded: the first ':' of the result then ends the namespace, so two
+// different (namespace, key) pairs never give the same name, whatever the key holds, and no
+// name starts with '/' as the default [routeName] names do.
 func qualify(namespace, key string) string {
 	var b strings.Builder
 	b.Grow(len(namespace) + 1 + len(key) + 8)
 	for i := 0; i < len(namespace); i++ {
-		switch ch := namespace[i]; ch {
-		case ':':
+		switch ch := namespace[i]; {
+		case ch == ':':
 			b.WriteString("%3A")
-		case '%':
+		case ch == '%':
 			b.WriteString("%25")
+		case ch == '/' && i == 0:
+			b.WriteString("%2F")
 		default:
 			b.WriteByte(ch)
 		}

@@ -161,7 +161,9 @@ func TestMemory_Write_concurrent(t *testing.T) {
 	errs := make([]error, len(ws))
 	var wg sync.WaitGroup
 	for i, w := range ws {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			errs[i] = m.Write("r", w.token, func() error {
 				if w.token == n+1 {
 					return errFail
@@ -170,16 +172,18 @@ func TestMemory_Write_concurrent(t *testing.T) {
 				value = fmt.Sprintf("%d/%d", w.token, w.id)
 				return nil
 			})
-		})
+		}()
 	}
 	// Another resource, written meanwhile, must not interfere.
-	wg.Go(func() {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
 		for tok := int64(1); tok <= n; tok++ {
 			if err := m.Admit("other", tok); err != nil {
 				t.Errorf("Admit(other, %d) = %v, want nil", tok, err)
 			}
 		}
-	})
+	}()
 	wg.Wait()
 
 	accepted, staleAccepted := 0, 0

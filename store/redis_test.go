@@ -239,7 +239,9 @@ func TestRedis_Write_concurrent(t *testing.T) {
 	done := make(chan struct{})
 	// A reader polls the record meanwhile: the mark never goes down, and the value
 	// always belongs to the mark.
-	wg.Go(func() {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
 		var last int64
 		for {
 			select {
@@ -259,12 +261,14 @@ func TestRedis_Write_concurrent(t *testing.T) {
 			}
 			last = mark
 		}
-	})
+	}()
 	var writers sync.WaitGroup
 	sem := make(chan struct{}, inFlight)
 	for i, w := range ws {
 		sem <- struct{}{}
-		writers.Go(func() {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
 			defer func() { <-sem }()
 			res := &results[i]
 			res.start = time.Now()
@@ -273,7 +277,7 @@ func TestRedis_Write_concurrent(t *testing.T) {
 			if res.err == nil {
 				_, res.markAfter, _ = check.Read(ctx, key)
 			}
-		})
+		}()
 	}
 	writers.Wait()
 	close(done)

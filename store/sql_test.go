@@ -18,18 +18,23 @@ import (
 )
 
 const (
-	envPostgresDSN     = "FENCING_POSTGRES_DSN"
+	envDatabaseURL     = "FENCING_DATABASE_URL"
 	envRequirePostgres = "FENCING_REQUIRE_POSTGRES"
-	defaultPostgresDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 )
 
-// postgres returns a database handle for t, or skips t when PostgreSQL is not
-// reachable, unless FENCING_REQUIRE_POSTGRES=1, when it fails t instead.
+// postgres returns a database handle for t on the PostgreSQL named by FENCING_DATABASE_URL.
+// It skips t when the variable is unset or the server does not answer, unless
+// FENCING_REQUIRE_POSTGRES=1, when it fails t instead. No test reaches a PostgreSQL that
+// the variable does not name.
 func postgres(t *testing.T) *sql.DB {
 	t.Helper()
-	dsn := os.Getenv(envPostgresDSN)
+	require := os.Getenv(envRequirePostgres) == "1"
+	dsn := os.Getenv(envDatabaseURL)
 	if dsn == "" {
-		dsn = defaultPostgresDSN
+		if require {
+			t.Fatalf("%s=1 but %s is not set", envRequirePostgres, envDatabaseURL)
+		}
+		t.Skipf("skipping: set %s to run the SQL tests against PostgreSQL", envDatabaseURL)
 	}
 	db, err := sql.Open("pgx", dsn)
 	if err == nil {
@@ -41,12 +46,12 @@ func postgres(t *testing.T) *sql.DB {
 		if db != nil {
 			_ = db.Close()
 		}
-		where := "the DSN in " + envPostgresDSN
+		where := "the URL in " + envDatabaseURL
 		if u, perr := url.Parse(dsn); perr == nil && u.Host != "" {
 			where = u.Redacted()
 		}
-		msg := fmt.Sprintf("PostgreSQL not reachable at %s (set %s to point elsewhere): %v", where, envPostgresDSN, err)
-		if os.Getenv(envRequirePostgres) == "1" {
+		msg := fmt.Sprintf("PostgreSQL not reachable at %s: %v", where, err)
+		if require {
 			t.Fatalf("%s; %s=1 requires it", msg, envRequirePostgres)
 		}
 		t.Skipf("skipping: %s; set %s=1 to fail instead", msg, envRequirePostgres)
@@ -56,10 +61,6 @@ func postgres(t *testing.T) *sql.DB {
 	return db
 }
 
-// testTable creates a table named uniquely for this run (process id and a random
-// suffix) and drops it when the test ends. Its columns: an id, a value, the history
-// of tokens that wrote (appended by the tests' SET lists) and, if withFence, the
-// fence_token column as documented.
 // mustTable returns NewTable(name, opts...), failing the test on an error.
 func mustTable(t *testing.T, name string, opts ...Option) *Table {
 	t.Helper()
@@ -70,6 +71,10 @@ func mustTable(t *testing.T, name string, opts ...Option) *Table {
 	return table
 }
 
+// testTable creates a table named uniquely for this run (process id and a random
+// suffix) and drops it when the test ends. Its columns: an id, a value, the history
+// of tokens that wrote (appended by the tests' SET lists) and, if withFence, the
+// fence_token column as documented.
 func testTable(t *testing.T, db *sql.DB, withFence bool) string {
 	t.Helper()
 	name := fmt.Sprintf("fk_store_%d_%x", os.Getpid(), rand.Uint64())
@@ -449,10 +454,12 @@ func TestTable_Update_concurrent(t *testing.T) {
 	sem := make(chan struct{}, inFlight)
 	for i, w := range ws {
 		sem <- struct{}{}
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			defer func() { <-sem }()
 			errs[i] = table.Update(ctx, db, int64(1), w.token, setVal, fmt.Sprintf("%d/%d", w.token, w.id), w.token)
-		})
+		}()
 	}
 	wg.Wait()
 
@@ -497,10 +504,12 @@ func TestTable_Upsert_concurrent(t *testing.T) {
 	sem := make(chan struct{}, inFlight)
 	for i, w := range ws {
 		sem <- struct{}{}
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			defer func() { <-sem }()
 			errs[i] = table.Upsert(ctx, db, int64(1), w.token, []string{"val"}, fmt.Sprintf("%d/%d", w.token, w.id))
-		})
+		}()
 	}
 	wg.Wait()
 	accepted := 0

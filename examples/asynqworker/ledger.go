@@ -1,13 +1,10 @@
 package main
 
 import (
-	"errors"
-	"fmt"
 	"sync"
-)
 
-// errStaleToken is the ledger's rejection of a write whose token is older than one it has seen.
-var errStaleToken = errors.New("ledger: stale token")
+	"github.com/fencekit/fencekit/store"
+)
 
 // An entry is one write the ledger was asked to make.
 type entry struct {
@@ -17,14 +14,17 @@ type entry struct {
 	accepted         bool
 }
 
-// ledger is the fenced store: account balances in memory, each guarded by the highest
-// fencing token that has written it. A write with a lower token is rejected. (A real store
-// does the same check in the same transaction as the write, e.g. UPDATE … WHERE token <= $1.)
+// ledger keeps account balances in memory. Its writes go through a [store.Memory], which
+// remembers per account the highest fencing token that has written it and refuses a write
+// with a lower one. (A database does the same check in the same statement as the write,
+// e.g. UPDATE … WHERE fence_token <= $1: see store.Table.)
 type ledger struct {
-	mu       sync.Mutex
+	guard    store.Memory
 	unfenced bool // accept every write: shows what goes wrong without the check
+
+	mu       sync.Mutex
 	balances map[string]int
-	tokens   map[string]int64
+	tokens   map[string]int64 // highest token that wrote, when unfenced
 	entries  []entry
 }
 
@@ -40,19 +40,26 @@ func (l *ledger) Balance(account string) int {
 }
 
 // Set writes an account's balance on behalf of a deposit holding token. It returns an error
-// wrapping errStaleToken, and changes nothing, when the account has seen a newer token.
+// matching [store.ErrStaleToken], and changes nothing, when the account has seen a newer
+// token.
 func (l *ledger) Set(account, deposit string, balance int, token int64) error {
+	write := func() error {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.balances[account] = balance
+		l.tokens[account] = max(l.tokens[account], token)
+		return nil
+	}
+	var err error
+	if l.unfenced {
+		err = write()
+	} else {
+		err = l.guard.Write(account, token, write)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	seen := l.tokens[account]
-	ok := l.unfenced || token >= seen
-	l.entries = append(l.entries, entry{account: account, deposit: deposit, balance: balance, token: token, accepted: ok})
-	if !ok {
-		return fmt.Errorf("%w: %d < %d for %s", errStaleToken, token, seen, account)
-	}
-	l.balances[account] = balance
-	l.tokens[account] = max(seen, token)
-	return nil
+	l.entries = append(l.entries, entry{account: account, deposit: deposit, balance: balance, token: token, accepted: err == nil})
+	return err
 }
 
 // Token returns the highest token that has written an account.

@@ -31,7 +31,6 @@ import (
 
 	"github.com/fencekit/fencekit/asynqfence"
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/traceprint"
 )
 
 func main() {
@@ -70,24 +69,25 @@ func run(ctx context.Context, out io.Writer, opts options) int {
 
 // demo is one run's Redis, queue, server and bookkeeping.
 type demo struct {
-	where   string
-	mini    *miniredis.Miniredis
-	rdb     *redis.Client
-	prefix  string // fencing key prefix, unique to the run
-	queue   string // Asynq queue, unique to the run
-	locker  *fencing.Locker
-	ledger  *ledger
-	worker  *worker
-	stalled chan stall
-	resume  chan struct{}
-	mux     *asynq.ServeMux
-	srv     *asynq.Server
-	trace   *traceprint.Tracing
-	client  *asynq.Client
-	insp    *asynq.Inspector
-	busy    atomic.Int64 // busy attempts, seen by the ErrorHandler
-	failed  atomic.Int64 // other failed attempts
-	lastErr atomic.Value // string: the last other failure
+	where    string
+	mini     *miniredis.Miniredis
+	rdb      *redis.Client
+	prefix   string // fencing key prefix, unique to the run
+	queue    string // Asynq queue, unique to the run
+	locker   *fencing.Locker
+	ledger   *ledger
+	worker   *worker
+	stalled  chan stall
+	resume   chan struct{}
+	mux      *asynq.ServeMux
+	srv      *asynq.Server
+	trace    *tracingSetup
+	client   *asynq.Client
+	insp     *asynq.Inspector
+	busy     atomic.Int64 // busy attempts, seen by countBusy
+	failed   atomic.Int64 // other failed attempts
+	lastErr  atomic.Value // string: the last other failure
+	warnings []string     // from Locker.CheckServer
 }
 
 func setup(opts options) (*demo, error) {
@@ -111,6 +111,9 @@ func setup(opts options) (*demo, error) {
 		ro, d.where = &redis.Options{Addr: opts.redisAddr}, "Redis at "+opts.redisAddr
 	}
 	ro.DisableIdentity = true
+	// ContextTimeoutEnabled bounds every command by its context, so a hung Redis cannot hold
+	// a task longer than its deadline.
+	ro.ContextTimeoutEnabled = true
 	d.rdb = redis.NewClient(ro)
 	if err := d.rdb.Ping(context.Background()).Err(); err != nil {
 		d.close()
@@ -120,13 +123,23 @@ func setup(opts options) (*demo, error) {
 	_, _ = rand.Read(nonce[:])
 	d.prefix = "asynqworker:" + hex.EncodeToString(nonce[:]) + ":"
 	d.queue = "asynqworker-" + hex.EncodeToString(nonce[:])
-	tr, err := traceprint.FromEnv(os.Stdout)
+	tr, err := newTracing(os.Getenv("FENCEKIT_TRACE"), os.Stdout)
 	if err != nil {
 		d.close()
 		return nil, err
 	}
 	d.trace = tr
 	d.locker = fencing.New(d.rdb, fencing.WithPrefix(d.prefix), tr.Lock)
+	// Refuse a server that may evict the fencing counters (allkeys-*); report other risks.
+	report, err := d.locker.CheckServer(context.Background())
+	switch {
+	case errors.Is(err, fencing.ErrUnsafeServer):
+		d.close()
+		return nil, err
+	case err != nil:
+		d.warnings = append(d.warnings, "server settings not checked: "+err.Error())
+	}
+	d.warnings = append(d.warnings, report.Warnings...)
 	d.client = asynq.NewClientFromRedisClient(d.rdb)
 	d.insp = asynq.NewInspectorFromRedisClient(d.rdb)
 	d.worker = newWorker(d.ledger, d.stalled, d.resume)
@@ -135,23 +148,20 @@ func setup(opts options) (*demo, error) {
 	d.mux = mux
 	mux.Handle(typeDeposit, d.worker)
 	// With FENCEKIT_TRACE=stdout every job gets a span; the lock's spans nest inside it.
+	mux.Use(d.countBusy)
 	mux.Use(jobSpan(tr.Provider.Tracer("github.com/fencekit/fencekit/examples/asynqworker")))
 	// A 1s lease keeps the demonstration quick: a busy deposit comes back after about the
 	// holder's remaining lease. The lease is renewed while a deposit runs.
 	mux.Use(asynqfence.Middleware(d.locker, accountOf, asynqfence.WithTTL(time.Second)))
-	d.srv = asynq.NewServerFromRedisClient(d.rdb, asynq.Config{
+	// ServerConfig makes a busy attempt no failure (it neither uses up retries nor counts in
+	// the statistics), brings a busy task back when the lease would end, and keeps busy
+	// errors away from the ErrorHandler; countBusy sees them before it.
+	d.srv = asynq.NewServerFromRedisClient(d.rdb, asynqfence.ServerConfig(asynq.Config{
 		Concurrency: 8,
 		Queues:      map[string]int{d.queue: 1},
-		// Busy is no failure: it neither uses up retries nor counts in the statistics...
-		IsFailure: asynqfence.IsFailure(nil),
-		// ...and a busy task comes back when the lease would end. Real failures retry
-		// after 1s here; pass nil for Asynq's default back-off.
-		RetryDelayFunc: asynqfence.RetryDelay(func(int, error, *asynq.Task) time.Duration { return time.Second }),
+		// Real failures retry after 1s here; leave it nil for Asynq's default back-off.
+		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return time.Second },
 		ErrorHandler: asynq.ErrorHandlerFunc(func(_ context.Context, _ *asynq.Task, err error) {
-			if asynqfence.IsBusy(err) {
-				d.busy.Add(1)
-				return
-			}
 			d.failed.Add(1)
 			d.lastErr.Store(err.Error())
 		}),
@@ -159,7 +169,7 @@ func setup(opts options) (*demo, error) {
 		DelayedTaskCheckInterval: 200 * time.Millisecond,
 		ShutdownTimeout:          3 * time.Second,
 		Logger:                   quietLogger{},
-	})
+	}))
 	return d, nil
 }
 
@@ -195,6 +205,9 @@ func (d *demo) close() {
 
 func (d *demo) run(ctx context.Context, out io.Writer) error {
 	fmt.Fprintf(out, "asynqworker: %s, queue %s, 8 workers\n", d.where, d.queue)
+	for _, w := range d.warnings {
+		fmt.Fprintf(out, "asynqworker: warning: %s\n", w)
+	}
 	if err := d.srv.Start(d.mux); err != nil {
 		return err
 	}
@@ -358,6 +371,17 @@ func (quietLogger) Info(...any)  {}
 func (quietLogger) Warn(...any)  {}
 func (quietLogger) Error(...any) {}
 func (quietLogger) Fatal(...any) {}
+
+// countBusy counts the attempts that found their account busy (asynqfence.IsBusy).
+func (d *demo) countBusy(next asynq.Handler) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		err := next.ProcessTask(ctx, t)
+		if asynqfence.IsBusy(err) {
+			d.busy.Add(1)
+		}
+		return err
+	})
+}
 
 // jobSpan starts a consumer span around every task, as an Asynq instrumentation would.
 func jobSpan(tracer trace.Tracer) asynq.MiddlewareFunc {

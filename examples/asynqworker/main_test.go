@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/fencekit/fencekit/internal/redistest"
 )
 
 // redisAddr returns the Redis the tests use: embedded miniredis unless FENCING_REDIS_ADDR
@@ -49,5 +52,18 @@ func TestRunUnfenced(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, &out)
 		}
+	}
+}
+
+// TestLeavesNothingBehind runs the program on a database of its own of the real Redis named
+// by FENCING_REDIS_ADDR and checks that no key is left: no lock, no fence counter, no Asynq
+// queue or statistics.
+func TestLeavesNothingBehind(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	redistest.Dedicated(t, redistest.DBAsynqWorker)
+	addr := fmt.Sprintf("redis://%s/%d", os.Getenv(redistest.EnvAddr), redistest.DBAsynqWorker)
+	var out bytes.Buffer
+	if code := run(t.Context(), &out, options{redisAddr: addr}); code != 0 {
+		t.Fatalf("got exit code %d, want 0; output:\n%s", code, &out)
 	}
 }

@@ -26,6 +26,9 @@ type deposit struct {
 }
 
 // accountOf is the asynqfence.ResourceFunc: one lock per account.
+// maxAmount bounds a deposit, so no balance can overflow.
+const maxAmount = 1_000_000
+
 func accountOf(t *asynq.Task) (string, error) {
 	switch t.Type() {
 	case typeDeposit:
@@ -33,8 +36,13 @@ func accountOf(t *asynq.Task) (string, error) {
 		if err := json.Unmarshal(t.Payload(), &d); err != nil {
 			return "", err
 		}
-		if d.Account == "" {
+		// Check the whole payload here, before the lock is taken: a task that can never
+		// succeed is archived at once (asynq.SkipRetry) and uses up no token.
+		switch {
+		case d.Account == "":
 			return "", fmt.Errorf("deposit %q names no account", d.ID)
+		case d.Amount <= 0 || d.Amount > maxAmount:
+			return "", fmt.Errorf("deposit %q: amount %d not in [1, %d]", d.ID, d.Amount, maxAmount)
 		}
 		return "account:" + d.Account, nil
 	}

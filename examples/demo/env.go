@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,16 +49,45 @@ func newEnv(cfg config) (*env, error) {
 		}
 		e.mini, e.where = m, "embedded miniredis"
 		e.opt = &redis.Options{Addr: m.Addr()}
+	} else if strings.Contains(cfg.redisAddr, "://") {
+		opt, err := redis.ParseURL(cfg.redisAddr) // redis://host:port/db
+		if err != nil {
+			return nil, err
+		}
+		e.where, e.opt = fmt.Sprintf("%s, db %d", opt.Addr, opt.DB), opt
 	} else {
 		e.where = cfg.redisAddr
 		e.opt = &redis.Options{Addr: cfg.redisAddr}
 	}
+	// ContextTimeoutEnabled bounds every command by its context, so a hung Redis cannot
+	// hold a caller longer than its deadline.
+	e.opt.ContextTimeoutEnabled = true
 	e.rdb = redis.NewClient(e.opt)
 	if err := e.rdb.Ping(context.Background()).Err(); err != nil {
 		e.close()
 		return nil, fmt.Errorf("redis at %s: %w", e.where, err)
 	}
 	return e, nil
+}
+
+// checkServer checks the server's settings once, as a service would at start: it refuses an
+// allkeys-* eviction policy, which can evict the fencing counters, and prints other risks
+// to w. Settings that cannot be read (miniredis implements neither CONFIG nor these INFO
+// sections) are reported and the demo goes on.
+func (e *env) checkServer(ctx context.Context, w io.Writer) error {
+	locker := fencing.New(e.rdb, fencing.WithPrefix(e.prefix))
+	defer locker.Close()
+	report, err := locker.CheckServer(ctx)
+	switch {
+	case errors.Is(err, fencing.ErrUnsafeServer):
+		return err
+	case err != nil && e.mini == nil:
+		fmt.Fprintf(w, "server settings not checked: %v\n", err)
+	}
+	for _, warning := range report.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", warning)
+	}
+	return nil
 }
 
 func (e *env) close() {
@@ -72,6 +102,11 @@ func (e *env) close() {
 		insp := asynq.NewInspectorFromRedisClient(e.rdb)
 		for _, run := range []string{"with-checks", "without-checks"} {
 			_ = insp.DeleteQueue(e.queue(run), true)
+			// DeleteQueue leaves the queue's statistics (processed and failed counters).
+			iter := e.rdb.Scan(ctx, 0, "asynq:{"+e.queue(run)+"}:*", 1000).Iterator()
+			for iter.Next(ctx) {
+				e.rdb.Del(ctx, iter.Val())
+			}
 		}
 	}
 	_ = e.rdb.Close()
@@ -127,9 +162,12 @@ func (e *env) runOnce(ctx context.Context, cfg config, l ledger, fenced bool, pr
 	begin := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
-	wg.Go(func() { errs <- e.httpDeposits(ctx, cfg, locker, ids, deposit) })
-	wg.Go(func() { errs <- e.jobDeposits(ctx, cfg, locker, ids, run, deposit) })
-	wg.Go(func() { errs <- e.pausedHolders(ctx, cfg, locker, ids, c, deposit) })
+	wg.Add(1)
+	go func() { defer wg.Done(); errs <- e.httpDeposits(ctx, cfg, locker, ids, deposit) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); errs <- e.jobDeposits(ctx, cfg, locker, ids, run, deposit) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); errs <- e.pausedHolders(ctx, cfg, locker, ids, c, deposit) }()
 	wg.Wait()
 	elapsed := time.Since(begin)
 	stop()
@@ -183,7 +221,9 @@ func (e *env) httpDeposits(ctx context.Context, cfg config, locker *fencing.Lock
 	var failed atomic.Value
 	var wg sync.WaitGroup
 	for range 16 {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for id := range work {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/accounts/"+id+"/deposit", nil)
 				resp, err := ts.Client().Do(req)
@@ -196,7 +236,7 @@ func (e *env) httpDeposits(ctx context.Context, cfg config, locker *fencing.Lock
 					failed.Store(fmt.Errorf("POST /accounts/%s/deposit: %s", id, resp.Status))
 				}
 			}
-		})
+		}()
 	}
 	for i := range cfg.requests {
 		work <- ids[i%len(ids)]
@@ -214,15 +254,13 @@ func (e *env) jobDeposits(ctx context.Context, cfg config, locker *fencing.Locke
 	queue := e.queue(run)
 	conn := asynq.RedisClientOpt{Addr: e.opt.Addr, DB: e.opt.DB}
 	var done, failed atomic.Int64
-	srv := asynq.NewServer(conn, asynq.Config{
+	srv := asynq.NewServer(conn, asynqfence.ServerConfig(asynq.Config{
 		Concurrency:       8,
 		Queues:            map[string]int{queue: 1},
 		TaskCheckInterval: 20 * time.Millisecond,
-		IsFailure:         asynqfence.IsFailure(nil),
-		RetryDelayFunc:    asynqfence.RetryDelay(nil),
 		Logger:            quiet{},
 		LogLevel:          asynq.FatalLevel,
-	})
+	}))
 	mux := asynq.NewServeMux()
 	mux.Use(asynqfence.Middleware(locker, func(t *asynq.Task) (string, error) {
 		return "account:" + string(t.Payload()), nil
@@ -266,14 +304,16 @@ func (e *env) pausedHolders(ctx context.Context, cfg config, locker *fencing.Loc
 	var wg sync.WaitGroup
 	errs := make(chan error, len(ids))
 	for _, id := range ids {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for range cfg.pauses {
 				if err := e.onePause(ctx, locker, id, c, deposit); err != nil {
 					errs <- err
 					return
 				}
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	close(errs)
@@ -315,7 +355,9 @@ func showProgress(w io.Writer, run string, c *counted, cfg config) (stop func())
 		c.mu.Unlock()
 		fmt.Fprintf(w, "\r%-15s %4d/%d writes", run, n, total)
 	}
-	wg.Go(func() {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
@@ -328,7 +370,7 @@ func showProgress(w io.Writer, run string, c *counted, cfg config) (stop func())
 				line()
 			}
 		}
-	})
+	}()
 	return func() { close(done); wg.Wait() }
 }
 

@@ -3,7 +3,7 @@
 // many stale writes got through and how many updates were lost.
 //
 //	go run ./examples/demo                                   # embedded miniredis, in-memory ledger
-//	REDIS_ADDR=127.0.0.1:6379 go run ./examples/demo         # a real Redis
+//	REDIS_ADDR=127.0.0.1:6379 go run ./examples/demo         # a real Redis (or redis://host:port/db)
 //	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test?sslmode=disable go run ./examples/demo
 //
 // The workload: deposits to a few accounts arrive at once as HTTP requests through the Echo
@@ -64,6 +64,9 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (int, error) 
 		return 0, err
 	}
 	defer env.close()
+	if err := env.checkServer(ctx, progress); err != nil {
+		return 0, err
+	}
 
 	var db *sql.DB
 	if cfg.databaseURL != "" {

@@ -2,16 +2,25 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"regexp"
 	"strconv"
 	"testing"
+
+	"github.com/fencekit/fencekit/internal/redistest"
 )
 
 // TestDemo runs the demo on a small workload and checks its report's figures. It uses a
 // real Redis when FENCING_REDIS_ADDR is set and PostgreSQL when FENCING_DATABASE_URL is.
+//
+// FENCING_REQUIRE_POSTGRES=1 without FENCING_DATABASE_URL fails the test, as it does in
+// package store.
 func TestDemo(t *testing.T) {
+	if os.Getenv("FENCING_REQUIRE_POSTGRES") == "1" && os.Getenv("FENCING_DATABASE_URL") == "" {
+		t.Fatal("FENCING_REQUIRE_POSTGRES=1 but FENCING_DATABASE_URL is not set")
+	}
 	cfg := config{
 		redisAddr:   os.Getenv("FENCING_REDIS_ADDR"),
 		databaseURL: os.Getenv("FENCING_DATABASE_URL"),
@@ -58,4 +67,22 @@ func figures(t *testing.T, report, name string) [2]int64 {
 	a, _ := strconv.ParseInt(m[1], 10, 64)
 	b, _ := strconv.ParseInt(m[2], 10, 64)
 	return [2]int64{a, b}
+}
+
+// TestLeavesNothingBehind runs the demo on a database of its own of the real Redis named by
+// FENCING_REDIS_ADDR and checks that no key is left: no lock, no fence counter, no Asynq
+// queue or statistics.
+func TestLeavesNothingBehind(t *testing.T) {
+	redistest.Dedicated(t, redistest.DBDemo)
+	cfg := config{
+		redisAddr: fmt.Sprintf("redis://%s/%d", os.Getenv(redistest.EnvAddr), redistest.DBDemo),
+		accounts:  2,
+		requests:  20,
+		jobs:      10,
+		pauses:    1,
+	}
+	var out bytes.Buffer
+	if code, err := run(t.Context(), cfg, &out, io.Discard); err != nil || code != 0 {
+		t.Fatalf("got exit status %d, error %v; report:\n%s", code, err, &out)
+	}
 }

@@ -1,5 +1,6 @@
 // Command echoservice is a small Echo service whose writes run under fencekit's Echo
-// middleware and land in an in-memory store that checks fencing tokens.
+// middleware and land in an in-memory ledger whose writes go through store.Memory, which
+// checks fencing tokens. It uses only public packages: copy it into a module of your own.
 //
 // It keeps account balances. Both write routes lock "account:<id>" (the middleware's
 // Namespace "account" and the path parameter id), so a deposit and a withdrawal on one
@@ -11,13 +12,18 @@
 //	POST /accounts/:id/withdraw?amount=N    tries the lock once: 423 Locked with
 //	                                        Retry-After when busy; 409 on insufficient funds
 //
+// A bad amount (not a positive int64) is answered 400 before the lock is taken; a deposit
+// that would take the balance past the largest int64 is answered 422. At start the service
+// checks the Redis server's settings (Locker.CheckServer) and refuses an allkeys-* eviction
+// policy. FENCEKIT_TRACE=stdout prints the spans.
+//
 // Usage:
 //
 //	go run ./examples/echoservice                       # serve on 127.0.0.1:8080
 //	go run ./examples/echoservice -addr :9000           # serve elsewhere
 //	go run ./examples/echoservice -selftest             # serve on 127.0.0.1:0, send concurrent
 //	                                                    # requests, print a report, exit 0 if consistent
-//	REDIS_ADDR=127.0.0.1:6379 go run ./examples/echoservice   # a real Redis, not the embedded one
+//	REDIS_ADDR=127.0.0.1:6379 go run ./examples/echoservice   # a real Redis (or redis://host:port/db)
 //
 // Without REDIS_ADDR the locks live in an embedded miniredis. Try it:
 //
@@ -35,6 +41,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -42,7 +49,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/traceprint"
 )
 
 // keyPrefix keeps the example's keys apart from other users of the Redis.
@@ -69,22 +75,31 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	}
 
 	backend := "REDIS_ADDR=" + getenv("REDIS_ADDR")
-	redisAddr := getenv("REDIS_ADDR")
-	if redisAddr == "" {
+	opt := &redis.Options{Addr: getenv("REDIS_ADDR")}
+	switch {
+	case opt.Addr == "":
 		mr, err := miniredis.Run()
 		if err != nil {
 			return err
 		}
 		defer mr.Close()
-		redisAddr, backend = mr.Addr(), "embedded miniredis"
+		opt.Addr, backend = mr.Addr(), "embedded miniredis"
+	case strings.Contains(opt.Addr, "://"):
+		var err error
+		if opt, err = redis.ParseURL(opt.Addr); err != nil { // redis://host:port/db
+			return err
+		}
 	}
-	client := redis.NewClient(&redis.Options{Addr: redisAddr, DisableIdentity: true})
+	// ContextTimeoutEnabled bounds every command by its context, so a hung Redis cannot
+	// hold a request longer than its deadline.
+	opt.DisableIdentity, opt.ContextTimeoutEnabled = true, true
+	client := redis.NewClient(opt)
 	defer client.Close()
 	if err := client.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis at %s: %w", redisAddr, err)
+		return fmt.Errorf("redis at %s: %w", opt.Addr, err)
 	}
 
-	tr, err := traceprint.FromEnv(out)
+	tr, err := newTracing(getenv("FENCEKIT_TRACE"), out)
 	if err != nil {
 		return err
 	}
@@ -94,6 +109,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	}
 	locker := fencing.New(client, fencing.WithPrefix(keyPrefix), tr.Lock)
 	defer locker.Close()
+	if err := checkServer(ctx, locker, out); err != nil {
+		return err
+	}
 	e, err := newService(locker, newLedger(), tr.Provider)
 	if err != nil {
 		return err
@@ -103,7 +121,29 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		return err
 	}
 	fmt.Fprintf(out, "echoservice: serving on http://%s (%s)\n", ln.Addr(), backend)
+	// The ledger lives in memory and goes with the process, so the fence counters that
+	// guard it can go too: the service removes its keys when it stops. A service whose
+	// store outlives it keeps its counters.
+	defer deleteKeys(context.WithoutCancel(ctx), client, keyPrefix, out)
 	return serve(ctx, ln, e)
+}
+
+// checkServer checks the Redis server's settings once at start: it refuses an allkeys-*
+// eviction policy, which can evict the fencing counters, and prints the other risks. A
+// server whose settings cannot be read (miniredis, or an ACL without CONFIG and INFO) is
+// reported and used.
+func checkServer(ctx context.Context, locker *fencing.Locker, out io.Writer) error {
+	report, err := locker.CheckServer(ctx)
+	switch {
+	case errors.Is(err, fencing.ErrUnsafeServer):
+		return err
+	case err != nil:
+		fmt.Fprintf(out, "echoservice: server settings not checked: %v\n", err)
+	}
+	for _, w := range report.Warnings {
+		fmt.Fprintf(out, "echoservice: warning: %s\n", w)
+	}
+	return nil
 }
 
 // serve serves h on ln until ctx ends, then shuts down gracefully.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -19,7 +20,6 @@ import (
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/redistest"
-	"github.com/fencekit/fencekit/internal/traceprint"
 	"github.com/fencekit/fencekit/tracing"
 )
 
@@ -52,7 +52,7 @@ func TestSelftest(t *testing.T) {
 	var out bytes.Buffer
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	tr := &traceprint.Tracing{
+	tr := &tracingSetup{
 		Provider: tp,
 		Lock:     fencing.WithHooks(tracing.Hooks(tracing.WithTracerProvider(tp))),
 		Shutdown: tp.Shutdown,
@@ -83,14 +83,21 @@ func TestSelftest(t *testing.T) {
 	}
 }
 
-// TestRunServes starts the server on a free port, sends a deposit and reads the balance,
-// then stops it by cancelling the context.
+// TestRunServes starts the server on a free port, sends deposits and withdrawals and reads
+// the balance, then stops it by cancelling the context.
 func TestRunServes(t *testing.T) {
+	serveOnce(t, func(string) string { return "" })
+}
+
+// serveOnce runs the service with getenv on a free port, sends it a few requests, checks the
+// answers and stops it.
+func serveOnce(t *testing.T, getenv func(string) string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	out := &syncBuffer{}
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"-addr", "127.0.0.1:0"}, func(string) string { return "" }, out) }()
+	go func() { done <- run(ctx, []string{"-addr", "127.0.0.1:0"}, getenv, out) }()
 
 	addr := regexp.MustCompile(`http://\S+`)
 	var base string
@@ -109,9 +116,13 @@ func TestRunServes(t *testing.T) {
 		status       int
 		body         string
 	}{
+		// Bad amounts are refused before the lock is taken, so they use up no token.
+		{http.MethodPost, "/accounts/a/withdraw?amount=x", http.StatusBadRequest, "positive integer"},
+		{http.MethodPost, "/accounts/a/deposit?amount=0", http.StatusBadRequest, "positive integer"},
+		{http.MethodPost, "/accounts/a/deposit?amount=9223372036854775808", http.StatusBadRequest, "positive integer"},
 		{http.MethodPost, "/accounts/a/deposit?amount=7", http.StatusOK, `"token":1`},
 		{http.MethodPost, "/accounts/a/withdraw?amount=9", http.StatusConflict, "insufficient funds"},
-		{http.MethodPost, "/accounts/a/withdraw?amount=x", http.StatusBadRequest, "positive integer"},
+		{http.MethodPost, "/accounts/a/deposit?amount=9223372036854775807", http.StatusUnprocessableEntity, "overflow"},
 		{http.MethodGet, "/accounts/a", http.StatusOK, `{"balance":7}`},
 	} {
 		req, _ := http.NewRequestWithContext(ctx, tc.method, base+tc.path, nil)
@@ -159,4 +170,26 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestLeavesNothingBehind runs the self-test, then the service for one deposit, on a
+// database of its own of the real Redis named by FENCING_REDIS_ADDR and checks that no key
+// is left: no lock, no fence counter.
+func TestLeavesNothingBehind(t *testing.T) {
+	client := redistest.Dedicated(t, redistest.DBEchoService)
+	url := fmt.Sprintf("redis://%s/%d", os.Getenv(redistest.EnvAddr), redistest.DBEchoService)
+	serveOnce(t, func(key string) string {
+		if key == "REDIS_ADDR" {
+			return url
+		}
+		return ""
+	})
+	tr, err := newTracing("", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := selftest(t.Context(), client, keyPrefix, "dedicated database", tr, &out); err != nil {
+		t.Fatalf("selftest: %v\n%s", err, &out)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,7 +18,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/traceprint"
 )
 
 // The self-test's load: per account, deposits of depositAmount; on the first account,
@@ -29,14 +29,19 @@ const (
 	withdrawAmount     = 5
 )
 
-// selftest serves the service on 127.0.0.1:0 with locks under prefix, sends concurrent
-// deposits and withdrawals, then checks that every deposit got through (waiting its turn),
-// that no update was lost (the balances add up), that the store refused no write and that
-// no lock is left held. It writes a report to out and
-// returns an error when a check fails.
-func selftest(ctx context.Context, client redis.UniversalClient, prefix, backend string, tr *traceprint.Tracing, out io.Writer) error {
+// selftest serves the service on 127.0.0.1:0 with locks under a prefix of its own inside
+// prefix, sends concurrent deposits and withdrawals, then checks that every deposit got
+// through (waiting its turn), that no update was lost (the balances add up), that the store
+// refused no write and that no lock is left held. It writes a report to out, deletes every
+// key it created (locks and fence counters) and returns an error when a check fails.
+func selftest(ctx context.Context, client redis.UniversalClient, prefix, backend string, tr *tracingSetup, out io.Writer) error {
+	prefix = fmt.Sprintf("%sselftest-%d-%d:", prefix, os.Getpid(), time.Now().UnixNano())
+	defer deleteKeys(context.WithoutCancel(ctx), client, prefix, out)
 	locker := fencing.New(client, fencing.WithPrefix(prefix), tr.Lock)
 	defer locker.Close()
+	if err := checkServer(ctx, locker, out); err != nil {
+		return err
+	}
 	store := newLedger()
 	e, err := newService(locker, store, tr.Provider)
 	if err != nil {
@@ -67,7 +72,9 @@ func selftest(ctx context.Context, client redis.UniversalClient, prefix, backend
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	send := func(route, account string, amount int) {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			<-start
 			url := fmt.Sprintf("%s/accounts/%s/%s?amount=%d", base, account, route, amount)
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
@@ -83,7 +90,7 @@ func selftest(ctx context.Context, client redis.UniversalClient, prefix, backend
 			_, _ = io.Copy(io.Discard, resp.Body)
 			_ = resp.Body.Close()
 			results <- result{route: route, account: account, status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After")}
-		})
+		}()
 	}
 	for _, a := range accounts {
 		for range depositsPerAccount {
@@ -161,6 +168,19 @@ func selftest(ctx context.Context, client redis.UniversalClient, prefix, backend
 	}
 	fmt.Fprintln(out, "OK")
 	return nil
+}
+
+// deleteKeys deletes every key under prefix.
+func deleteKeys(ctx context.Context, client redis.UniversalClient, prefix string, out io.Writer) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	iter := client.Scan(ctx, 0, prefix+"*", 500).Iterator()
+	for iter.Next(ctx) {
+		client.Del(ctx, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		fmt.Fprintf(out, "echoservice: deleting the self-test's keys: %v\n", err)
+	}
 }
 
 // statuses formats status counts as "3 × 200, 1 × 423".

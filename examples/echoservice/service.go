@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -51,22 +52,43 @@ func newService(locker *fencing.Locker, store *ledger, tp trace.TracerProvider) 
 	e.GET("/accounts/:id", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]int64{"balance": store.balance(c.Param("id"))})
 	})
-	e.POST("/accounts/:id/deposit", func(c echo.Context) error { return move(c, store, +1) }, wait)
-	e.POST("/accounts/:id/withdraw", func(c echo.Context) error { return move(c, store, -1) }, tryOnce)
+	// The amount is checked before the lock is taken: a bad request uses up no token and
+	// never waits for the account.
+	e.POST("/accounts/:id/deposit", func(c echo.Context) error { return move(c, store, +1) }, validAmount, wait)
+	e.POST("/accounts/:id/withdraw", func(c echo.Context) error { return move(c, store, -1) }, validAmount, tryOnce)
 	return e, nil
 }
 
-// move adds sign × amount to the account: a read, some work, and a fenced write.
-func move(c echo.Context, store *ledger, sign int64) error {
-	amount, err := strconv.ParseInt(c.QueryParam("amount"), 10, 64)
-	if err != nil || amount <= 0 {
-		return echo.NewHTTPError(http.StatusBadRequest, "amount must be a positive integer")
+// amountKey is where validAmount leaves the parsed amount for the handler.
+const amountKey = "amount"
+
+// validAmount answers 400 unless the query parameter amount is a positive integer that
+// fits in an int64, and stores it under amountKey otherwise.
+func validAmount(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		amount, err := strconv.ParseInt(c.QueryParam("amount"), 10, 64)
+		if err != nil || amount <= 0 {
+			return echo.NewHTTPError(http.StatusBadRequest, "amount must be a positive integer below 2^63")
+		}
+		c.Set(amountKey, amount)
+		return next(c)
 	}
+}
+
+// move adds sign × amount to the account: a read, some work, and a fenced write. It
+// answers 409 when a withdrawal exceeds the balance and 422 when a deposit would take the
+// balance past the largest int64.
+func move(c echo.Context, store *ledger, sign int64) error {
+	amount, _ := c.Get(amountKey).(int64)
 	token, _ := fencemw.TokenFromEcho(c)
 	id := c.Param("id")
 	ctx := c.Request().Context()
 
-	balance := store.balance(id) + sign*amount
+	current := store.balance(id)
+	if sign > 0 && current > math.MaxInt64-amount {
+		return echo.NewHTTPError(http.StatusUnprocessableEntity, "the balance would overflow")
+	}
+	balance := current + sign*amount
 	if balance < 0 {
 		return echo.NewHTTPError(http.StatusConflict, "insufficient funds")
 	}

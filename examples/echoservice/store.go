@@ -1,65 +1,48 @@
 package main
 
 import (
-	"fmt"
+	"errors"
 	"sync"
+	"sync/atomic"
+
+	"github.com/fencekit/fencekit/store"
 )
 
-// ledger is a tiny in-memory store of account balances that checks fencing tokens: each
-// account remembers the highest token that wrote it (its high-water mark) and refuses
-// writes with a lower one. The lock keeps writers apart; this check is what makes a late
-// write from a holder whose lease lapsed harmless.
+// ledger keeps account balances in memory. Every write goes through a [store.Memory],
+// which remembers per account the highest fencing token that wrote it (its high-water mark)
+// and refuses writes with a lower one. The lock keeps writers apart; this check is what
+// makes a late write from a holder whose lease lapsed harmless.
 type ledger struct {
+	guard    store.Memory
 	mu       sync.Mutex
-	accounts map[string]*account
-	refused  int
+	balances map[string]int64
+	refused  atomic.Int64
 }
 
-type account struct {
-	balance int64
-	mark    int64
-}
-
-// errStale is returned for a write whose token is below the account's mark.
-type errStale struct{ token, mark int64 }
-
-func (e *errStale) Error() string {
-	return fmt.Sprintf("stale fencing token %d: the account was written with %d", e.token, e.mark)
-}
-
-func newLedger() *ledger { return &ledger{accounts: map[string]*account{}} }
+func newLedger() *ledger { return &ledger{balances: map[string]int64{}} }
 
 // balance returns an account's balance, 0 for a new account.
 func (l *ledger) balance(id string) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if a := l.accounts[id]; a != nil {
-		return a.balance
-	}
-	return 0
+	return l.balances[id]
 }
 
 // set writes an account's balance if token is at least the account's mark, and raises the
-// mark to token. It returns *errStale and writes nothing otherwise.
+// mark to token. Otherwise it writes nothing and returns an error matching
+// [store.ErrStaleToken].
 func (l *ledger) set(id string, token, balance int64) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	a := l.accounts[id]
-	if a == nil {
-		a = &account{}
-		l.accounts[id] = a
+	err := l.guard.Write("account:"+id, token, func() error {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.balances[id] = balance
+		return nil
+	})
+	if errors.Is(err, store.ErrStaleToken) {
+		l.refused.Add(1)
 	}
-	if token < 1 || token < a.mark {
-		l.refused++
-		return &errStale{token: token, mark: a.mark}
-	}
-	a.balance, a.mark = balance, token
-	return nil
+	return err
 }
 
 // refusedWrites returns how many writes were refused as stale.
-func (l *ledger) refusedWrites() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.refused
-}
+func (l *ledger) refusedWrites() int { return int(l.refused.Load()) }

@@ -1,51 +1,61 @@
-// Command quickstart takes a fenced lock, prints its token and releases it.
-//
-//	go run ./examples/quickstart            # on an embedded miniredis
-//	REDIS_ADDR=127.0.0.1:6379 go run ./examples/quickstart
+// Command quickstart takes a fenced lock, writes under it with the lock's fencing token
+// through a store that checks the token, and removes the keys it created. It needs a Redis:
+// the one at REDIS_ADDR, or at 127.0.0.1:6379.
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log"
 	"os"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/store"
 )
 
 func main() {
-	if err := run(context.Background(), os.Getenv("REDIS_ADDR"), os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "quickstart:", err)
-		os.Exit(1)
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	// ContextTimeoutEnabled bounds every command by its context.
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	if err := run(context.Background(), rdb, os.Stdout); err != nil {
+		log.Fatal(err)
 	}
 }
 
-func run(ctx context.Context, addr string, out io.Writer) error {
-	if addr == "" {
-		mr, err := miniredis.Run()
-		if err != nil {
-			return err
-		}
-		defer mr.Close()
-		addr = mr.Addr()
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
-
+func run(ctx context.Context, rdb *redis.Client, out io.Writer) error {
 	locker := fencing.New(rdb, fencing.WithPrefix("quickstart:"))
 	defer locker.Close()
+	// Refuse a server whose eviction policy can drop the token counters (allkeys-*).
+	if _, err := locker.CheckServer(ctx); errors.Is(err, fencing.ErrUnsafeServer) {
+		return err
+	}
+	orders := store.NewRedis(rdb) // refuses a write whose token is below one it has seen
 
-	lock, err := locker.Acquire(ctx, "order-42")
+	// Do waits for the lock, renews its lease while the function runs, cancels ctx if the
+	// lock is lost, and releases it when the function returns.
+	err := locker.Do(ctx, "order-42", func(ctx context.Context) error {
+		token, _ := fencing.TokenFromContext(ctx)
+		fmt.Fprintln(out, "holding order-42 with fencing token", token)
+		return orders.Write(ctx, "quickstart:order-42", token, "paid")
+	})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "acquired %q with fencing token %d\n", lock.Resource(), lock.Token())
-	if err := lock.Release(ctx); err != nil {
+	status, mark, err := orders.Read(ctx, "quickstart:order-42")
+	if err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "released")
-	return nil
+	fmt.Fprintf(out, "order-42 is %q, last written with token %d\n", status, mark)
+
+	// A throwaway program removes what it created. A real service keeps its counters:
+	// deleting one while the resource is in use lets tokens start again at 1.
+	return rdb.Del(ctx, "quickstart:order-42", "quickstart:{order-42}:fence").Err()
 }

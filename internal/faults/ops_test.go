@@ -114,7 +114,8 @@ func TestBusyScript(t *testing.T) {
 	looper := s.Client(t, func(o *redis.Options) { o.ReadTimeout = 20 * time.Second; o.MaxRetries = -1 })
 	var wg sync.WaitGroup
 	var loopErr error
-	wg.Go(func() { loopErr = looper.Eval(context.Background(), "while true do end", nil).Err() })
+	wg.Add(1)
+	go func() { defer wg.Done(); loopErr = looper.Eval(context.Background(), "while true do end", nil).Err() }()
 	defer wg.Wait()
 	killed := false
 	defer func() {

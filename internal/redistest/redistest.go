@@ -106,3 +106,47 @@ func sanitize(name string) string {
 		return '_'
 	}, name)
 }
+
+// Dedicated database numbers for the tests that check that a program leaves nothing behind
+// on a real Redis: each such test owns one database, empties it first and checks with SCAN
+// that it is empty afterwards.
+const (
+	DBDemo        = 11
+	DBEchoService = 12
+	DBAsynqWorker = 13
+	DBQuickstart  = 14
+)
+
+// Dedicated returns a client for database db of the real Redis named by
+// FENCING_REDIS_ADDR, emptied with FLUSHDB, and skips t when the variable is not set. When t
+// ends it fails t if a key is left in db, names up to ten of them, and empties db again.
+func Dedicated(t testing.TB, db int) *redis.Client {
+	t.Helper()
+	addr := os.Getenv(EnvAddr)
+	if addr == "" {
+		t.Skipf("set %s to check that nothing is left behind on a real Redis", EnvAddr)
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, DB: db, DisableIdentity: true})
+	ctx := context.Background()
+	if err := c.FlushDB(ctx).Err(); err != nil {
+		_ = c.Close()
+		t.Fatalf("redistest: FLUSHDB on database %d: %v", db, err)
+	}
+	t.Cleanup(func() {
+		defer c.Close()
+		var left []string
+		iter := c.Scan(ctx, 0, "*", 500).Iterator()
+		for iter.Next(ctx) {
+			left = append(left, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			t.Errorf("redistest: SCAN database %d: %v", db, err)
+		}
+		if len(left) > 0 {
+			shown := left[:min(len(left), 10)]
+			t.Errorf("%d keys left behind in database %d, such as %q", len(left), db, shown)
+			_ = c.FlushDB(ctx).Err()
+		}
+	})
+	return c
+}
