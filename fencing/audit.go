@@ -109,7 +109,7 @@ func (l *Locker) CheckServer(ctx context.Context) (ServerReport, error) {
 		defer mu.Unlock()
 		nodes = append(nodes, n)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("fencing: check server %s: %w", addr, err))
+			errs = append(errs, opErr("check server "+addr, "", err))
 		}
 		return nil
 	}
@@ -131,7 +131,7 @@ func (l *Locker) CheckServer(ctx context.Context) (ServerReport, error) {
 		err = check(ctx, c, "")
 	}
 	if err != nil {
-		errs = append(errs, fmt.Errorf("fencing: check server: %w", err))
+		errs = append(errs, opErr("check server", "", err))
 	}
 	slices.SortFunc(nodes, func(a, b NodeReport) int { return strings.Compare(a.Addr, b.Addr) })
 	rep.Nodes = nodes
@@ -148,7 +148,7 @@ func (l *Locker) CheckServer(ctx context.Context) (ServerReport, error) {
 		rep.TokensCanRegress = true
 		rep.Warnings = append(rep.Warnings, "a Ring moves a resource to another shard when shards are added or removed, and tokens then restart from that shard's counter; use WithServerTimeFloor, or a Client or ClusterClient")
 	}
-	return rep, errors.Join(errs...)
+	return rep, joinAll(errs)
 }
 
 // configParams are the settings CheckServer reads with CONFIG GET, one per command so that

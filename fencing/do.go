@@ -66,9 +66,7 @@ func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Co
 		case rerr != nil && err == nil:
 			err = rerr
 		}
-		if lost != nil {
-			err = errors.Join(err, lost)
-		}
+		err = join(err, lost)
 	}()
 	err = fn(work)
 	returned = true

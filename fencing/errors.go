@@ -1,6 +1,10 @@
 package fencing
 
-import "errors"
+import (
+	"errors"
+	"strconv"
+	"strings"
+)
 
 // Sentinel errors. Match them with [errors.Is]: the errors returned by this package wrap them,
 // and an error that ends a wait also matches the context's error.
@@ -32,3 +36,77 @@ var (
 	// may evict keys that have no TTL once memory is full. [Locker.CheckServer] returns it.
 	ErrUnsafeServer = errors.New("fencing: unsafe server settings")
 )
+
+// opError is an operation's error: its text has one "fencing: " prefix and one line, such as
+// `fencing: release "r": not held`, while errors.Is and errors.As still see err.
+type opError struct {
+	op, resource string
+	err          error
+}
+
+func (e *opError) Error() string {
+	msg := strings.TrimPrefix(e.err.Error(), "fencing: ")
+	if e.resource == "" {
+		return "fencing: " + e.op + ": " + msg
+	}
+	return "fencing: " + e.op + " " + strconv.Quote(e.resource) + ": " + msg
+}
+
+func (e *opError) Unwrap() error { return e.err }
+
+// opErr wraps err, unless it is nil, as op's error on resource ("" for none).
+func opErr(op, resource string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &opError{op: op, resource: resource, err: err}
+}
+
+// both is two errors as one: errors.Is and errors.As match either, and the text is one line,
+// such as `fencing: not acquired: "r" is held by another owner: context deadline exceeded`.
+type both struct{ first, second error }
+
+func (e *both) Error() string {
+	first, second := e.first.Error(), e.second.Error()
+	if strings.HasPrefix(first, "fencing: ") {
+		second = strings.TrimPrefix(second, "fencing: ")
+	}
+	return first + ": " + second
+}
+
+func (e *both) Unwrap() []error { return []error{e.first, e.second} }
+
+// join returns first and second as one error; either may be nil.
+func join(first, second error) error {
+	switch {
+	case first == nil:
+		return second
+	case second == nil:
+		return first
+	}
+	return &both{first, second}
+}
+
+// list is errors.Join on one line: the texts are separated by "; ".
+type list []error
+
+func (l list) Error() string {
+	texts := make([]string, len(l))
+	for i, err := range l {
+		texts[i] = err.Error()
+	}
+	return strings.Join(texts, "; ")
+}
+
+func (l list) Unwrap() []error { return l }
+
+// joinAll returns errs as one error, nil when there are none.
+func joinAll(errs []error) error {
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	return list(errs)
+}

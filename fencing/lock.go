@@ -2,7 +2,6 @@ package fencing
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"time"
 )
@@ -49,16 +48,16 @@ func (k *Lock) Resource() string {
 // connection) may report ErrNotHeld for a lock its first attempt did free.
 func (k *Lock) Release(ctx context.Context) error {
 	if k == nil {
-		return fmt.Errorf("fencing: release: %w", ErrNotHeld)
+		return opErr("release", "", ErrNotHeld)
 	}
 	ctx = k.hooks.start(ctx, OpRelease, k.resource)
 	begin := time.Now()
 	released, err := k.locker.release(ctx, k.keys, k.value)
 	switch {
 	case err != nil:
-		err = fmt.Errorf("fencing: release %q: %w", k.resource, err)
+		err = opErr("release", k.resource, err)
 	case !released:
-		err = fmt.Errorf("fencing: release %q: %w", k.resource, ErrNotHeld)
+		err = opErr("release", k.resource, ErrNotHeld)
 		if k.valid() {
 			// Held by the local clock, gone in Redis: perhaps this is a retry whose first
 			// run granted the lock to this Locker's own waiters without a message. They
@@ -82,20 +81,21 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 
 func (k *Lock) extend(ctx context.Context, ttl time.Duration, op Op) error {
 	if k == nil {
-		return fmt.Errorf("fencing: extend: %w", ErrNotHeld)
-	}
-	if err := validTTL(ttl); err != nil {
-		return err
+		return opErr("extend", "", ErrNotHeld)
 	}
 	ctx = k.hooks.start(ctx, op, k.resource)
 	begin := time.Now()
+	if err := validTTL(ttl); err != nil {
+		k.hooks.end(ctx, k.event(op, begin, err))
+		return err
+	}
 	ms := millis(ttl)
 	n, err := extendScript.Run(ctx, k.locker.client, []string{k.keys.lock}, k.value, ms).Int64()
 	switch {
 	case err != nil:
-		err = fmt.Errorf("fencing: extend %q: %w", k.resource, err)
+		err = opErr("extend", k.resource, err)
 	case n == 0:
-		err = fmt.Errorf("fencing: extend %q: %w", k.resource, ErrNotHeld)
+		err = opErr("extend", k.resource, ErrNotHeld)
 	default:
 		k.setValidUntil(begin, time.Duration(ms)*time.Millisecond)
 	}
@@ -130,15 +130,15 @@ func (l *Locker) confirm(ctx context.Context, cfg *config, k *Lock) error {
 // [ErrNotHeld] when this acquisition no longer holds the lock.
 func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if k == nil {
-		return 0, fmt.Errorf("fencing: ttl: %w", ErrNotHeld)
+		return 0, opErr("ttl", "", ErrNotHeld)
 	}
 	ms, err := ttlScript.Run(ctx, k.locker.client, []string{k.keys.lock}, k.value).Int64()
 	switch {
 	case err != nil:
-		return 0, fmt.Errorf("fencing: ttl %q: %w", k.resource, err)
+		return 0, opErr("ttl", k.resource, err)
 	case ms < 0:
 		// -3: not ours; -2 cannot happen; -1 (no TTL) means someone else rewrote the key.
-		return 0, fmt.Errorf("fencing: ttl %q: %w", k.resource, ErrNotHeld)
+		return 0, opErr("ttl", k.resource, ErrNotHeld)
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }

@@ -52,6 +52,13 @@ func isNil(c redis.UniversalClient) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
+// Err reports whether the Locker is usable: it returns the error, wrapping [ErrInvalid], that
+// every TryAcquire, Acquire and Do call would return because of a nil client or an invalid
+// option given to [New], and nil otherwise. It sends nothing to Redis.
+func (l *Locker) Err() error {
+	return l.cfg.err
+}
+
 // Close frees the Locker's subscription and wakes its waiters, whose Acquire calls then
 // return an error wrapping [ErrClosed]; later TryAcquire, Acquire and Do calls return it too.
 // Locks already held can still be released and extended. Close does not close the Redis
@@ -63,19 +70,24 @@ func (l *Locker) Close() error {
 // TryAcquire makes one attempt to take the lock on resource. It returns the lock and its
 // fencing token, or an error wrapping [ErrNotAcquired] when another owner holds it or
 // waiters are queued for it (the error also carries the holder's remaining TTL; see
-// [RetryAfter]) or when the reply came back too late to trust the lease. Any other error (Redis unreachable, invalid input
-// wrapping [ErrInvalid], a context already done) means nothing is held. A context that is already done sends nothing to Redis. Options override the
+// [RetryAfter]) or when the reply came back too late to trust the lease. Any other error
+// (Redis unreachable, invalid input wrapping [ErrInvalid], a context already done) means
+// nothing is held. A call refused before it reaches Redis (invalid input, a closed Locker, a
+// context already done) sends nothing, and hooks still observe it. Options override the
 // Locker's settings for this call, such as [WithTTL].
 func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...Option) (*Lock, error) {
 	cfg := l.cfg.with(opts)
-	if err := l.check(ctx, cfg, resource); err != nil {
-		return nil, err
-	}
 	ctx = cfg.hooks.start(ctx, OpTryAcquire, resource)
 	begin := time.Now()
-	k := resourceKeys(cfg.prefix, resource)
-	lock, r, err := l.attempt(ctx, cfg, resource, k, false, "", "")
-	ev := Event{Op: OpTryAcquire, Resource: resource, Attempts: 1, Elapsed: time.Since(begin)}
+	var lock *Lock
+	var r attemptReply
+	attempts := 0
+	err := l.check(ctx, cfg, resource)
+	if err == nil {
+		attempts = 1
+		lock, r, err = l.attempt(ctx, cfg, resource, resourceKeys(cfg.prefix, resource), false, "", "")
+	}
+	ev := Event{Op: OpTryAcquire, Resource: resource, Attempts: attempts, Elapsed: time.Since(begin)}
 	switch {
 	case err != nil:
 		ev.Outcome, ev.Err = outcomeOf(err), err
@@ -108,12 +120,14 @@ func (l *Locker) Acquire(ctx context.Context, resource string, opts ...Option) (
 
 // acquire is Acquire with the call's settings resolved.
 func (l *Locker) acquire(ctx context.Context, cfg *config, resource string) (*Lock, error) {
-	if err := l.check(ctx, cfg, resource); err != nil {
-		return nil, err
-	}
 	ctx = cfg.hooks.start(ctx, OpAcquire, resource)
 	begin := time.Now()
-	lock, attempts, err := l.wait(ctx, cfg, resource)
+	var lock *Lock
+	attempts := 0
+	err := l.check(ctx, cfg, resource)
+	if err == nil {
+		lock, attempts, err = l.wait(ctx, cfg, resource)
+	}
 	ev := Event{Op: OpAcquire, Resource: resource, Attempts: attempts, Elapsed: time.Since(begin)}
 	if err != nil {
 		ev.Outcome, ev.Err = outcomeOf(err), err
@@ -136,7 +150,7 @@ func (l *Locker) check(ctx context.Context, cfg *config, resource string) error 
 		return ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return errors.Join(ErrNotAcquired, err)
+		return join(ErrNotAcquired, err)
 	}
 	return nil
 }
@@ -180,13 +194,13 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 			l.releaseOwner(ctx, k, owner)
 		}
 		if ctx.Err() != nil {
-			return nil, attemptReply{}, errors.Join(ErrNotAcquired, ctx.Err())
+			return nil, attemptReply{}, join(ErrNotAcquired, ctx.Err())
 		}
-		return nil, attemptReply{}, fmt.Errorf("fencing: acquire %q: %w", resource, err)
+		return nil, attemptReply{}, opErr("acquire", resource, err)
 	}
 	a, err := parseAcquire(res)
 	if err != nil {
-		return nil, attemptReply{}, fmt.Errorf("fencing: acquire %q: %w", resource, err)
+		return nil, attemptReply{}, opErr("acquire", resource, err)
 	}
 	switch a.flag {
 	case flagBusy:
@@ -206,7 +220,7 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 	lock.setValidUntil(sent, time.Duration(ms)*time.Millisecond)
 	if err := ctx.Err(); err != nil {
 		l.releaseOwner(ctx, k, owner)
-		return nil, attemptReply{}, errors.Join(ErrNotAcquired, err)
+		return nil, attemptReply{}, join(ErrNotAcquired, err)
 	}
 	if !lock.valid() {
 		// The reply came back after the lease could have run out: the lock may already

@@ -3,6 +3,7 @@ package fencing_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -476,5 +477,61 @@ func TestAcquireRacingCancellationReleases(t *testing.T) {
 	}
 	if v := r.Client.Get(context.Background(), r.Prefix+"{res}:fence").Val(); v != "1" {
 		t.Fatalf("fence: got %q, want 1: the script did run", v)
+	}
+}
+
+// TestErrorText checks that errors read as one line with one "fencing: " prefix, and still
+// match their sentinels and the context's error.
+func TestErrorText(t *testing.T) {
+	r := redistest.New(t)
+	l := newLocker(t, r)
+	lock := mustAcquire(t, l, "r")
+	_ = lock.Release(t.Context())
+	err := lock.Release(t.Context())
+	if got, want := fmt.Sprint(err), `fencing: release "r": not held`; got != want || !errors.Is(err, fencing.ErrNotHeld) {
+		t.Errorf("second release: got %q, want %q matching ErrNotHeld", got, want)
+	}
+	_ = mustAcquire(t, l, "busy")
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	_, err = l.Acquire(ctx, "busy")
+	if !errors.Is(err, fencing.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire past its deadline: got %v, want ErrNotAcquired and DeadlineExceeded", err)
+	}
+	if want := `fencing: not acquired: "busy" is held by another owner: context deadline exceeded`; err.Error() != want {
+		t.Errorf("Acquire past its deadline: got %q, want %q", err, want)
+	}
+	for _, e := range []error{err, lock.Extend(t.Context(), time.Second), fencing.New(nil).Err()} {
+		if s := e.Error(); strings.Count(s, "fencing: ") != 1 || strings.Contains(s, "\n") {
+			t.Errorf("%q: want one line with one prefix", s)
+		}
+	}
+}
+
+// TestLockerErr checks that a Locker reports an unusable configuration up front.
+func TestLockerErr(t *testing.T) {
+	r := redistest.New(t)
+	for _, tc := range []struct {
+		name string
+		l    *fencing.Locker
+		ok   bool
+	}{
+		{"valid", fencing.New(r.Client, fencing.WithPrefix(r.Prefix)), true},
+		{"nil client", fencing.New(nil), false},
+		{"prefix with a brace", fencing.New(r.Client, fencing.WithPrefix("{x}")), false},
+		{"ttl of zero", fencing.New(r.Client, fencing.WithPrefix(r.Prefix), fencing.WithTTL(0)), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer tc.l.Close()
+			err := tc.l.Err()
+			if tc.ok != (err == nil) || (err != nil && !errors.Is(err, fencing.ErrInvalid)) {
+				t.Fatalf("Err: got %v, want ok=%v or ErrInvalid", err, tc.ok)
+			}
+			lock, terr := tc.l.TryAcquire(t.Context(), "res")
+			if !tc.ok && !errors.Is(terr, fencing.ErrInvalid) {
+				t.Fatalf("TryAcquire: got %v, want the same ErrInvalid", terr)
+			}
+			_ = lock.Release(t.Context())
+		})
 	}
 }

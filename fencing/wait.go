@@ -133,7 +133,7 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 		case h.isClosed():
 			return ErrClosed
 		case parent.Err() != nil:
-			return errors.Join(b, parent.Err())
+			return join(b, parent.Err())
 		}
 		return b // WithMaxWait ran out
 	}
@@ -473,7 +473,7 @@ func (l *Locker) take(ctx context.Context, cfg *config, resource string, k keys,
 	}
 	l.passOn(k, g.value)
 	if ctx.Err() != nil {
-		return nil, errors.Join(ErrNotAcquired, ctx.Err())
+		return nil, join(ErrNotAcquired, ctx.Err())
 	}
 	return nil, err
 }

@@ -327,6 +327,54 @@ func TestFailedOperationSpans(t *testing.T) {
 			},
 			span: "fencing.acquire", outcome: "error", errType: "closed",
 		},
+		// Calls refused before they reach Redis get their span and metrics too.
+		{
+			name: "refused: closed locker",
+			run: func(t *testing.T, tel *telemetry) error {
+				l := newLocker(t, r, tel.hooks())
+				_ = l.Close()
+				_, err := l.TryAcquire(ctx, "res")
+				return err
+			},
+			span: "fencing.acquire", outcome: "error", errType: "closed",
+		},
+		{
+			name: "refused: empty resource",
+			run: func(t *testing.T, tel *telemetry) error {
+				_, err := newLocker(t, r, tel.hooks()).Acquire(ctx, "")
+				return err
+			},
+			span: "fencing.acquire", outcome: "error", errType: "invalid",
+		},
+		{
+			name: "refused: invalid prefix",
+			run: func(t *testing.T, tel *telemetry) error {
+				return newLocker(t, r, tel.hooks(), fencing.WithPrefix("{x}")).Do(ctx, "res", func(context.Context) error { return nil })
+			},
+			span: "fencing.acquire", outcome: "error", errType: "invalid",
+		},
+		{
+			name: "refused: context already cancelled",
+			run: func(t *testing.T, tel *telemetry) error {
+				cctx, cancel := context.WithCancel(ctx)
+				cancel()
+				_, err := newLocker(t, r, tel.hooks()).TryAcquire(cctx, "res")
+				return err
+			},
+			span: "fencing.acquire", outcome: "cancelled", errType: "cancelled",
+		},
+		{
+			name: "refused: Extend(0)",
+			run: func(t *testing.T, tel *telemetry) error {
+				lock, err := newLocker(t, r, tel.hooks()).TryAcquire(ctx, "zero")
+				if err != nil {
+					t.Fatalf("TryAcquire: %v", err)
+				}
+				defer lock.Release(ctx)
+				return lock.Extend(ctx, 0)
+			},
+			span: "fencing.extend", outcome: "error", errType: "invalid",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

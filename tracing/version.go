@@ -1,8 +1,10 @@
 package tracing
 
+import "github.com/fencekit/fencekit"
+
 // ScopeName is the instrumentation scope of the spans and metrics this package records: its
 // import path.
 const ScopeName = "github.com/fencekit/fencekit/tracing"
 
-// Version is the instrumentation version recorded with ScopeName.
-const Version = "0.1.0"
+// Version is the instrumentation version recorded with ScopeName: the module's release.
+const Version = fencekit.Version
