@@ -28,6 +28,8 @@ type hub struct {
 	client  redis.UniversalClient
 	publish string // "PUBLISH", "SPUBLISH", or "" when waiters poll
 	sharded bool
+	// idArg and publishArg are id and publish boxed once, for the scripts' arguments.
+	idArg, publishArg any
 
 	closed atomic.Bool
 	done   chan struct{} // closed by close
@@ -63,6 +65,7 @@ func newHub(l *Locker, usable bool) *hub {
 	if !usable {
 		h.publish = ""
 	}
+	h.idArg, h.publishArg = h.id, h.publish
 	return h
 }
 

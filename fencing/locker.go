@@ -179,11 +179,11 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 		floor = "1"
 	}
 	ms := millis(cfg.ttl)
-	var queueAs string
+	var queueAs, entryArg any = "", ""
 	if queue {
-		queueAs = id
+		queueAs, entryArg = l.hub.idArg, entry
 	}
-	args := []any{owner, ms, floor, queueAs, entryTTL.Milliseconds(), entry, k.channel, l.hub.publish}
+	args := []any{owner, ms, floor, queueAs, entryTTLms, entryArg, k.channel, l.hub.publishArg}
 	sent := time.Now()
 	res, err := l.runAcquire(ctx, cfg, k, args)
 	if err != nil {
@@ -297,7 +297,11 @@ func (l *Locker) releaseOwner(ctx context.Context, k keys, owner string) {
 func (l *Locker) release(ctx context.Context, k keys, value string) (bool, error) {
 	h := l.hub
 	sent := time.Now()
-	res, err := releaseScript.Run(ctx, l.client, k.script(), value, k.channel, h.publish, h.id, h.selfEntry(k.channel)).Result()
+	var self any = ""
+	if e := h.selfEntry(k.channel); e != "" {
+		self = e
+	}
+	res, err := releaseScript.Run(ctx, l.client, k.script(), value, k.channel, h.publishArg, h.idArg, self).Result()
 	if err != nil {
 		return false, err
 	}

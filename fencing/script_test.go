@@ -1,6 +1,7 @@
 package fencing
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/fencekit/fencekit/internal/redistest"
@@ -34,5 +35,12 @@ func TestAcquireScriptIdempotentForOwner(t *testing.T) {
 	}
 	if v := r.Client.Get(t.Context(), k.fence).Val(); v != "1" {
 		t.Fatalf("fence: got %s, want 1 (one token issued)", v)
+	}
+}
+
+// TestEntryTTLArgument checks that the scripts' argument spells entryTTL.
+func TestEntryTTLArgument(t *testing.T) {
+	if got, want := entryTTLms, strconv.FormatInt(entryTTL.Milliseconds(), 10); got != want {
+		t.Fatalf("entryTTLms %q, want %q", got, want)
 	}
 }

@@ -26,7 +26,8 @@ import (
 const (
 	// entryTTL is how long a Locker's queue entries outlive its last renewal. Every Locker
 	// uses the same figure: any of them may renew the queue key for all.
-	entryTTL = 3 * time.Second
+	entryTTL   = 3 * time.Second
+	entryTTLms = "3000" // entryTTL in milliseconds, as the scripts take it
 	// pollEvery is how often the front waiter of a Locker checks with Redis at most apart
 	// (less jitter) when no announcement arrives; it renews the entries well within entryTTL.
 	pollEvery = time.Second
@@ -262,8 +263,8 @@ func (l *Locker) poll(ctx context.Context, ln *line) error {
 	entry := ln.value(ln.entry)
 	h.mu.Unlock()
 	sent := time.Now()
-	res, err := pollScript.Run(ctx, l.client, ln.k.script(), h.id, queued, last, entryTTL.Milliseconds(),
-		entry, ln.k.channel, h.publish).Slice()
+	res, err := pollScript.Run(ctx, l.client, ln.k.script(), h.idArg, queued, last, entryTTLms,
+		entry, ln.k.channel, h.publishArg).Slice()
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // the caller's context ended: the wait ends with that
