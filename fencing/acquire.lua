@@ -8,7 +8,8 @@
 -- ARGV[6]: the Locker's waiter value "<lease ms>:<floor>:<since>", or "" when its waiter key
 --          is known to be alive (it is then left as it is).
 -- ARGV[7]: the resource's notification channel; ARGV[8]: 'PUBLISH', 'SPUBLISH' or ''.
--- Returns {1, token, pttl} when acquired, also when ARGV[1] already holds the lock (a retried
+-- ARGV[9]: the counter's expiry in milliseconds, or "" for none.
+-- Returns {1, token, pttl, behind} when acquired (behind: see next_token), also when ARGV[1] already holds the lock (a retried
 -- call); {0, pttl} when busy (pttl is -2 when the lock is free but waiters come first); and,
 -- when ARGV[4] is set, {3, held} after queueing, where held is the lock value ("" if none).
 -- A free lock goes to the first live waiter: a newcomer never jumps the queue. The counter
@@ -22,11 +23,11 @@ if held then
 else
   -- EXISTS first: under maxmemory, Redis refuses a script's INCR only while the script has
   -- not written yet, and LPOP counts as a write even on a missing key.
-  local g = redis.call('EXISTS', KEYS[3]) == 1 and grant_next(ARGV[7], ARGV[8], '', '')
+  local g = redis.call('EXISTS', KEYS[3]) == 1 and grant_next(ARGV[7], ARGV[8], '', '', ARGV[9])
   if not g then
-    local token = next_token(ARGV[3])
+    local token, behind = next_token(ARGV[3], ARGV[9])
     redis.call('SET', KEYS[1], ARGV[1] .. ':' .. token, 'PX', ARGV[2])
-    return {1, token, tonumber(ARGV[2])}
+    return {1, token, tonumber(ARGV[2]), behind}
   end
   held = g[1] .. ':' .. g[2]
 end

@@ -10,22 +10,35 @@
 
 -- next_token moves the counter and returns the new token as a string (a Lua number is a
 -- double and would round it above 2^53). With floor '1', the token is at least the server
--- clock in microseconds.
-local function next_token(floor)
+-- clock in microseconds; the second result is then how many microseconds the clock is behind
+-- the last token, when that is more than a second (the clock stepped back), and 0 otherwise.
+-- With expiry set (milliseconds), the counter expires after that long without a new token.
+local function next_token(floor, expiry)
+  local token
+  local behind = 0
   if floor == '1' then
     local now = redis.call('TIME')
     local f = now[1] .. string.format('%06d', tonumber(now[2]))
     local last = redis.call('GET', KEYS[2]) or '0'
     if string.sub(last, 1, 1) == '-' or #last < #f or (#last == #f and last < f) then
       redis.call('SET', KEYS[2], f)
-      return f
+      token = f
+    elseif tonumber(last) - tonumber(f) > 1000000 then
+      behind = tonumber(last) - tonumber(f)
     end
   end
-  local n = redis.call('INCR', KEYS[2])
-  if n < 9007199254740992 then
-    return string.format('%d', n)
+  if not token then
+    local n = redis.call('INCR', KEYS[2])
+    if n < 9007199254740992 then
+      token = string.format('%d', n)
+    else
+      token = redis.call('GET', KEYS[2])
+    end
   end
-  return redis.call('GET', KEYS[2])
+  if expiry and expiry ~= '' then
+    redis.call('PEXPIRE', KEYS[2], expiry)
+  end
+  return token, behind
 end
 
 -- waiter_key returns the key of a waiting Locker.
@@ -38,8 +51,8 @@ end
 -- publish ('PUBLISH' or 'SPUBLISH'; '' sends nothing). Dead waiters at the head are dropped
 -- on the way. self is the calling Locker's id and self_entry its waiter value: it is not
 -- notified (the caller gets the grant in the reply) and its key need not be read. Returns
--- {id, token}, or nil when nobody waits.
-local function grant_next(channel, publish, self, self_entry)
+-- {id, token}, or nil when nobody waits. expiry is the counter's expiry, as in next_token.
+local function grant_next(channel, publish, self, self_entry, expiry)
   while true do
     local id = redis.call('LPOP', KEYS[3])
     if not id then
@@ -54,7 +67,7 @@ local function grant_next(channel, publish, self, self_entry)
     if entry then
       local lease, floor = string.match(entry, '^(%d+):([01])')
       if lease then
-        local token = next_token(floor)
+        local token = next_token(floor, expiry)
         local value = id .. ':' .. token
         redis.call('SET', KEYS[1], value, 'PX', lease)
         if id ~= self and publish ~= '' then

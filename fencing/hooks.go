@@ -63,6 +63,13 @@ type Event struct {
 	Elapsed time.Duration
 	// Held is the time since the acquisition was sent, for releases and lost locks.
 	Held time.Duration
+	// ClockBehind is set on an acquisition with a server-time floor ([WithServerTimeFloor],
+	// [WithCounterExpiry]) when the Redis server's clock was more than a second behind the
+	// last token issued for the resource: the clock stepped back. The token is still higher
+	// than every token before it while the counter exists; a counter that expires and is
+	// created again before the clock catches up would issue lower tokens, which a store that
+	// checks tokens refuses. Zero otherwise, and for locks granted from the queue.
+	ClockBehind time.Duration
 }
 
 // Hooks observe a Locker's operations; any field may be nil. Give them to [WithHooks]. They

@@ -52,11 +52,18 @@ func isNil(c redis.UniversalClient) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
-// Err reports whether the Locker is usable: it returns the error, wrapping [ErrInvalid], that
-// every TryAcquire, Acquire and Do call would return because of a nil client or an invalid
-// option given to [New], and nil otherwise. It sends nothing to Redis.
+// Err reports whether the Locker is usable: it returns the error that every TryAcquire,
+// Acquire and Do call would return before reaching Redis, one wrapping [ErrInvalid] for a nil
+// client or an invalid option given to [New], or [ErrClosed] after Close; nil otherwise. It
+// sends nothing to Redis.
 func (l *Locker) Err() error {
-	return l.cfg.err
+	if l.cfg.err != nil {
+		return l.cfg.err
+	}
+	if l.hub.isClosed() {
+		return ErrClosed
+	}
+	return nil
 }
 
 // Close frees the Locker's subscription and wakes its waiters, whose Acquire calls then
@@ -95,7 +102,7 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...Option
 		ev.Outcome = OutcomeBusy
 		err = &busyError{resource: resource, retryAfter: r.pttl}
 	default:
-		ev.Outcome, ev.Token = OutcomeAcquired, lock.token
+		ev.Outcome, ev.Token, ev.ClockBehind = OutcomeAcquired, lock.token, lock.behind
 	}
 	cfg.hooks.end(ctx, ev)
 	return lock, err
@@ -132,7 +139,7 @@ func (l *Locker) acquire(ctx context.Context, cfg *config, resource string) (*Lo
 	if err != nil {
 		ev.Outcome, ev.Err = outcomeOf(err), err
 	} else {
-		ev.Outcome, ev.Token = OutcomeAcquired, lock.token
+		ev.Outcome, ev.Token, ev.ClockBehind = OutcomeAcquired, lock.token, lock.behind
 	}
 	cfg.hooks.end(ctx, ev)
 	return lock, err
@@ -142,6 +149,9 @@ func (l *Locker) acquire(ctx context.Context, cfg *config, resource string) (*Lo
 func (l *Locker) check(ctx context.Context, cfg *config, resource string) error {
 	if cfg.err != nil {
 		return cfg.err
+	}
+	if cfg.expiry > 0 && cfg.ttl > cfg.expiry {
+		return invalidf("ttl %v exceeds the counter expiry %v", cfg.ttl, cfg.expiry)
 	}
 	if err := validResource(resource); err != nil {
 		return err
@@ -183,7 +193,7 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 	if queue {
 		queueAs, entryArg = l.hub.idArg, entry
 	}
-	args := []any{owner, ms, floor, queueAs, entryTTLms, entryArg, k.channel, l.hub.publishArg}
+	args := []any{owner, ms, floor, queueAs, entryTTLms, entryArg, k.channel, l.hub.publishArg, cfg.expiryArg()}
 	sent := time.Now()
 	res, err := l.runAcquire(ctx, cfg, k, args)
 	if err != nil {
@@ -216,6 +226,7 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 		value:    owner + ":" + strconv.FormatInt(a.token, 10),
 		token:    a.token,
 		acquired: sent,
+		behind:   time.Duration(a.behind) * time.Microsecond,
 	}
 	lock.setValidUntil(sent, time.Duration(ms)*time.Millisecond)
 	if err := ctx.Err(); err != nil {
@@ -301,7 +312,7 @@ func (l *Locker) release(ctx context.Context, k keys, value string) (bool, error
 	if e := h.selfEntry(k.channel); e != "" {
 		self = e
 	}
-	res, err := releaseScript.Run(ctx, l.client, k.script(), value, k.channel, h.publishArg, h.idArg, self).Result()
+	res, err := releaseScript.Run(ctx, l.client, k.script(), value, k.channel, h.publishArg, h.idArg, self, l.cfg.expiryArg()).Result()
 	if err != nil {
 		return false, err
 	}
@@ -345,10 +356,11 @@ const (
 
 // acquireReply is the acquire script's reply.
 type acquireReply struct {
-	flag  int64
-	token int64  // flagAcquired
-	pttl  int64  // flagAcquired and flagBusy
-	held  string // flagQueued
+	flag   int64
+	token  int64  // flagAcquired
+	pttl   int64  // flagAcquired and flagBusy
+	held   string // flagQueued
+	behind int64  // flagAcquired: microseconds the server clock is behind the last token
 }
 
 // parseAcquire decodes the acquire script's reply.
@@ -372,6 +384,9 @@ func parseAcquire(res any) (acquireReply, error) {
 		a.token = token
 		if len(arr) > 2 {
 			a.pttl, _ = arr[2].(int64)
+		}
+		if len(arr) > 3 {
+			a.behind, _ = arr[3].(int64)
 		}
 	default:
 		return acquireReply{}, fmt.Errorf("unexpected reply %v", res)

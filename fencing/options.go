@@ -15,6 +15,8 @@ const (
 	// MaxTTL is the longest lease a Locker grants; a longer TTL is rejected with [ErrInvalid].
 	// A holder that needs longer renews the lease ([Lock.Extend], or [Locker.Do] does it).
 	MaxTTL = 7 * 24 * time.Hour
+	// MinCounterExpiry is the shortest idle period [WithCounterExpiry] accepts.
+	MinCounterExpiry = time.Second
 	// MinTTL is the shortest lease: Redis counts TTLs in milliseconds. A TTL that is not a
 	// whole number of milliseconds is rounded up.
 	MinTTL = time.Millisecond
@@ -40,6 +42,7 @@ type config struct {
 	replicas  int
 	replicaTO time.Duration
 	timeFloor bool
+	expiry    time.Duration // the fence counter's idle expiry; 0: never
 	maxWait   time.Duration // < 0: wait until the context ends
 	renewed   bool          // Do renews the lease: a grant from the queue may start shorter
 	hooks     hookList
@@ -147,6 +150,32 @@ func WithReplicas(n int, timeout time.Duration) Option {
 // Default: off (tokens count 1, 2, 3, …).
 func WithServerTimeFloor() Option {
 	return optionFunc(func(c *config) { c.timeFloor = true })
+}
+
+// WithCounterExpiry lets a resource's fence counter expire once no token has been issued for
+// it for d, so that Redis does not keep a counter for every resource ever locked. It implies
+// [WithServerTimeFloor]: a counter created again starts at the server clock in
+// microseconds, above every token issued before it, as long as the server clock has not
+// stepped back by more than d (see the guarantees in docs/design.md). Every acquisition and
+// every grant from the queue resets the expiry in the same script. d must be at least
+// [MinCounterExpiry] and at least the lease ([WithTTL]); otherwise calls return an error
+// wrapping [ErrInvalid]. Every Locker that locks the same resources must use the same
+// setting. Default: counters never expire.
+func WithCounterExpiry(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < MinCounterExpiry && c.err == nil {
+			c.err = invalidf("counter expiry %v below %v", d, MinCounterExpiry)
+		}
+		c.expiry, c.timeFloor = d, true
+	})
+}
+
+// expiryArg returns the counter expiry as the scripts take it: milliseconds, or "" for none.
+func (c *config) expiryArg() any {
+	if c.expiry <= 0 {
+		return ""
+	}
+	return millis(c.expiry)
 }
 
 // WithHooks adds hooks that observe the Locker's operations (see [Hooks]); the tracing

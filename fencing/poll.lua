@@ -7,6 +7,7 @@
 -- ARGV[4]: the lifetime of queue entries in milliseconds.
 -- ARGV[5]: the Locker's waiter value "<lease ms>:<floor>:<since>".
 -- ARGV[6]: the resource's notification channel; ARGV[7]: 'PUBLISH', 'SPUBLISH' or ''.
+-- ARGV[8]: the counter's expiry in milliseconds, or "" for none.
 -- Returns {2, token} when the lock is granted to the Locker with a token it has not received
 -- (one of its elements was used for it), and otherwise {0, held}: the lock value, "" if none. A free lock (its holder's lease
 -- ran out) goes to the first live waiter. The Locker's elements are then made to number
@@ -16,7 +17,7 @@ local mine = ARGV[1] .. ':'
 local granted
 local held = redis.call('GET', KEYS[1])
 if not held then
-  local g = grant_next(ARGV[6], ARGV[7], ARGV[1], ARGV[5])
+  local g = grant_next(ARGV[6], ARGV[7], ARGV[1], ARGV[5], ARGV[8])
   if g then
     held = g[1] .. ':' .. g[2]
     if g[1] == ARGV[1] then

@@ -321,9 +321,9 @@ type dropOnce struct {
 }
 
 // isRelease reports whether p is the release script as go-redis writes it: EVALSHA, or EVAL
-// after NOSCRIPT, with three keys and five arguments.
+// after NOSCRIPT, with three keys and six arguments.
 func isRelease(p []byte) bool {
-	return bytes.HasPrefix(p, []byte("*11\r\n$7\r\nevalsha\r\n")) || bytes.HasPrefix(p, []byte("*11\r\n$4\r\neval\r\n"))
+	return bytes.HasPrefix(p, []byte("*12\r\n$7\r\nevalsha\r\n")) || bytes.HasPrefix(p, []byte("*12\r\n$4\r\neval\r\n"))
 }
 
 func (c *dropOnce) Write(p []byte) (int, error) {

@@ -5,6 +5,7 @@
 --          whatever token that owner holds (after an acquire whose reply was lost).
 -- ARGV[2]: the resource's notification channel; ARGV[3]: 'PUBLISH', 'SPUBLISH' or ''.
 -- ARGV[4]: the releasing Locker's id; ARGV[5]: its waiter value, or "" (see grant_next).
+-- ARGV[6]: the counter's expiry in milliseconds, or "" for none.
 -- Returns 0 when ARGV[1] does not hold the lock; {1} when it deleted the lock; {2, id, token}
 -- when it handed the lock to a waiter of Locker id with a new token.
 -- A retried call (go-redis retries after a lost reply) finds the lock gone or handed on and
@@ -14,7 +15,7 @@ if not held or (held ~= ARGV[1] and
     (string.sub(ARGV[1], -1) ~= ':' or string.sub(held, 1, #ARGV[1]) ~= ARGV[1])) then
   return 0
 end
-local g = grant_next(ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+local g = grant_next(ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
 if g then
   return {2, g[1], g[2]}
 end

@@ -15,7 +15,7 @@ func TestAcquireScriptIdempotentForOwner(t *testing.T) {
 	k := resourceKeys(r.Prefix, "res")
 	run := func(owner string) (bool, int64) {
 		t.Helper()
-		res, err := acquireScript.Run(t.Context(), r.Client, k.script(), owner, 30000, "0", "", 3000, "", k.channel, "PUBLISH").Result()
+		res, err := acquireScript.Run(t.Context(), r.Client, k.script(), owner, 30000, "0", "", 3000, "", k.channel, "PUBLISH", "").Result()
 		if err != nil {
 			t.Fatal(err)
 		}

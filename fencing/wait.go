@@ -264,7 +264,7 @@ func (l *Locker) poll(ctx context.Context, ln *line) error {
 	h.mu.Unlock()
 	sent := time.Now()
 	res, err := pollScript.Run(ctx, l.client, ln.k.script(), h.idArg, queued, last, entryTTLms,
-		entry, ln.k.channel, h.publishArg).Slice()
+		entry, ln.k.channel, h.publishArg, l.cfg.expiryArg()).Slice()
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // the caller's context ended: the wait ends with that

@@ -1,11 +1,11 @@
 package middleware
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/errtext"
@@ -206,14 +206,19 @@ func newFence(config Config) (*fence, error) {
 	return f, nil
 }
 
-// probe reports an unusable Locker without talking to Redis: TryAcquire with a context that
-// is already done checks the Locker's options, the call's options and whether the Locker is
-// closed, then sends nothing and returns ErrNotAcquired.
+// probe reports an unusable Locker or call options without talking to Redis and without a
+// call the Locker's hooks would observe: Locker.Err, then the options on a Locker of their own
+// (New only applies them; the client it is given never connects).
 func probe(l *fencing.Locker, opts []fencing.Option) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_, err := l.TryAcquire(ctx, "fencemw-probe", opts...)
-	if errors.Is(err, fencing.ErrInvalid) || errors.Is(err, fencing.ErrClosed) {
+	err := l.Err()
+	if err == nil && len(opts) > 0 {
+		c := redis.NewClient(&redis.Options{})
+		defer c.Close()
+		check := fencing.New(c, opts...)
+		defer check.Close()
+		err = check.Err()
+	}
+	if err != nil {
 		return errtext.New("fencemw: ", "Locker", err)
 	}
 	return nil

@@ -136,7 +136,7 @@ func (scripted) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if !ok || cmd.Name() != "evalsha" {
 			return next(ctx, cmd)
 		}
-		if args := cmd.Args(); len(args) == 3+3+8 { // three keys and eight arguments: the acquire script
+		if args := cmd.Args(); len(args) == 3+3+9 { // three keys and nine arguments: the acquire script
 			c.SetVal([]any{int64(1), "7", int64(30000)})
 		} else {
 			c.SetVal([]any{int64(1)}) // the release script: deleted, nobody waiting
