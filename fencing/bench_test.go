@@ -275,3 +275,103 @@ func BenchmarkRoundTrip(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCounterMemory locks b.N distinct resources once each and reports how much the
+// server's used_memory grew per resource ("B/resource") and in all ("MB"): with counters that
+// never expire (the default), and with WithCounterExpiry(1s) once the idle period has passed
+// (it waits until Redis has removed the expired counters, up to two minutes). It deletes its
+// keys afterwards. Run it on a private, otherwise idle Redis:
+//
+//	FENCING_REDIS_ADDR=127.0.0.1:6390 go test -run '^$' -bench CounterMemory -benchtime 1000000x -timeout 30m ./fencing/
+func BenchmarkCounterMemory(b *testing.B) {
+	r := redistest.New(b)
+	if r.Mini != nil {
+		b.Skip("measures a real Redis's used_memory; runs with FENCING_REDIS_ADDR")
+	}
+	ctx := context.Background()
+	for _, mode := range []struct {
+		name string
+		opts []fencing.Option
+	}{
+		{"never", nil},
+		{"expiry=1s", []fencing.Option{fencing.WithCounterExpiry(time.Second), fencing.WithTTL(time.Second)}},
+	} {
+		b.Run(mode.name, func(b *testing.B) {
+			prefix := r.Prefix + mode.name + ":"
+			l := fencing.New(r.Client, append([]fencing.Option{fencing.WithPrefix(prefix)}, mode.opts...)...)
+			defer l.Close()
+			keys := r.Client.DBSize(ctx).Val()
+			before := usedMemory(b, r)
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			for range 32 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+						lock, err := l.TryAcquire(ctx, "r"+strconv.FormatInt(i, 10))
+						if err == nil {
+							err = lock.Release(ctx)
+						}
+						if err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if len(mode.opts) > 0 {
+				deadline := time.Now().Add(2 * time.Minute)
+				for r.Client.DBSize(ctx).Val() > keys && time.Now().Before(deadline) {
+					time.Sleep(250 * time.Millisecond)
+				}
+			}
+			grown := usedMemory(b, r) - before
+			b.ReportMetric(float64(grown)/float64(b.N), "B/resource")
+			b.ReportMetric(float64(grown)/1e6, "MB")
+			b.StopTimer()
+			deletePrefix(b, r, prefix)
+		})
+	}
+}
+
+// usedMemory returns INFO memory's used_memory.
+func usedMemory(b *testing.B, r *redistest.Redis) int64 {
+	info := r.Client.Info(context.Background(), "memory").Val()
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return n
+		}
+	}
+	b.Fatal("no used_memory in INFO memory")
+	return 0
+}
+
+// deletePrefix unlinks every key under prefix, in batches.
+func deletePrefix(b *testing.B, r *redistest.Redis, prefix string) {
+	ctx := context.Background()
+	iter := r.Client.Scan(ctx, 0, prefix+"*", 10000).Iterator()
+	batch := make([]string, 0, 1000)
+	flush := func() {
+		if len(batch) > 0 {
+			if err := r.Client.Unlink(ctx, batch...).Err(); err != nil {
+				b.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	for iter.Next(ctx) {
+		if batch = append(batch, iter.Val()); len(batch) == cap(batch) {
+			flush()
+		}
+	}
+	flush()
+	if err := iter.Err(); err != nil {
+		b.Fatal(err)
+	}
+}
