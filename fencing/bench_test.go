@@ -73,6 +73,31 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			b.ReportMetric(float64(floorNS.Load())/float64(fencedNS.Load()), "of-floor")
 		})
 	}
+	// The server-time floor's cost: the default and WithServerTimeFloor alternate in one loop;
+	// "of-default" is the floored throughput as a fraction of the default's.
+	floored := fencing.New(r.Client, fencing.WithPrefix(r.Prefix+"floored:"), fencing.WithServerTimeFloor())
+	defer floored.Close()
+	b.Run("timefloor-ratio/goroutines=1", func(b *testing.B) {
+		var plainNS, flooredNS time.Duration
+		runParallel(b, 1, func(ctx context.Context, id string) error {
+			t0 := time.Now()
+			if err := fenced(ctx, id); err != nil {
+				return err
+			}
+			t1 := time.Now()
+			lock, err := floored.TryAcquire(ctx, id)
+			if err != nil {
+				return err
+			}
+			if err := lock.Release(ctx); err != nil {
+				return err
+			}
+			plainNS += t1.Sub(t0)
+			flooredNS += time.Since(t1)
+			return nil
+		})
+		b.ReportMetric(float64(plainNS)/float64(flooredNS), "of-default")
+	})
 }
 
 // serverTime reports, on a real Redis, the time the server spent executing commands per
