@@ -173,20 +173,11 @@ func TestGrantResetsCounterExpiry(t *testing.T) {
 	held := mustAcquire(t, holder, "res")
 	fence := r.Prefix + "{res}:fence"
 	r.Client.PExpire(context.Background(), fence, 10*time.Second) // as if idle for 50s
-	got := acquireAsync(t.Context(), waiter, "res")
-	waitFor(t, 5*time.Second, "the waiter in the queue", func() bool { return queueLen(r, "res") == 1 })
-	if err := held.Release(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	a := <-got
-	if a.err != nil {
-		t.Fatal(a.err)
-	}
-	defer a.lock.Release(context.Background())
+	lock := handOver(t, r, held, waiter, nil)
 	if ttl := r.Client.PTTL(context.Background(), fence).Val(); ttl < 50*time.Second || ttl > time.Minute {
 		t.Fatalf("counter TTL after the grant: %v, want reset to about a minute", ttl)
 	}
-	if a.lock.Token() <= held.Token() {
-		t.Fatalf("granted token %d, want above %d", a.lock.Token(), held.Token())
+	if lock.Token() <= held.Token() {
+		t.Fatalf("granted token %d, want above %d", lock.Token(), held.Token())
 	}
 }

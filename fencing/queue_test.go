@@ -34,6 +34,27 @@ func queueLen(r *redistest.Redis, resource string) int64 {
 	return r.Client.LLen(context.Background(), r.Prefix+"{"+resource+"}:queue").Val()
 }
 
+// handOver queues waiter for "res" behind held, releases held and returns the waiter's lock,
+// which it releases when the test ends. before runs after the waiter is queued, just before
+// the release.
+func handOver(t *testing.T, r *redistest.Redis, held *fencing.Lock, waiter *fencing.Locker, before func()) *fencing.Lock {
+	t.Helper()
+	got := acquireAsync(t.Context(), waiter, "res")
+	waitFor(t, 5*time.Second, "the waiter in the queue", func() bool { return queueLen(r, "res") == 1 })
+	if before != nil {
+		before()
+	}
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	a := <-got
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	t.Cleanup(func() { _ = a.lock.Release(context.Background()) })
+	return a.lock
+}
+
 // quick is how soon a grant must arrive to show it did not come from polling: a queued
 // waiter polls at most once a second, 0.8s at the earliest with jitter.
 const quick = 500 * time.Millisecond
@@ -417,19 +438,10 @@ func TestTimeFloorWaiter(t *testing.T) {
 	if held.Token() != 1 {
 		t.Fatalf("holder token %d, want 1", held.Token())
 	}
-	got := acquireAsync(t.Context(), waiter, "res")
-	waitFor(t, 5*time.Second, "the waiter in the queue", func() bool { return queueLen(r, "res") == 1 })
-	before := r.Client.Time(context.Background()).Val()
-	if err := held.Release(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	a := <-got
-	if a.err != nil {
-		t.Fatal(a.err)
-	}
-	defer a.lock.Release(context.Background())
-	if floor := before.UnixMicro(); a.lock.Token() < floor {
-		t.Fatalf("granted token %d below the server clock %d", a.lock.Token(), floor)
+	var before time.Time
+	lock := handOver(t, r, held, waiter, func() { before = r.Client.Time(context.Background()).Val() })
+	if floor := before.UnixMicro(); lock.Token() < floor {
+		t.Fatalf("granted token %d below the server clock %d", lock.Token(), floor)
 	}
 }
 
@@ -447,19 +459,9 @@ func TestRingWaitersPoll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := acquireAsync(t.Context(), waiter, "res")
-	waitFor(t, 5*time.Second, "the waiter in the queue", func() bool { return queueLen(r, "res") == 1 })
-	if err := held.Release(t.Context()); err != nil {
-		t.Fatal(err)
+	if lock := handOver(t, r, held, waiter, nil); lock.Token() != held.Token()+1 {
+		t.Fatalf("token %d, want %d", lock.Token(), held.Token()+1)
 	}
-	a := <-got
-	if a.err != nil {
-		t.Fatal(a.err)
-	}
-	if a.lock.Token() != held.Token()+1 {
-		t.Fatalf("token %d, want %d", a.lock.Token(), held.Token()+1)
-	}
-	_ = a.lock.Release(t.Context())
 }
 
 // TestDoGrantStartsShortAndRenews checks a waiter inside Do with a long TTL: the grant it gets
