@@ -74,10 +74,12 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		})
 	}
 	// The server-time floor's cost: the default and WithServerTimeFloor alternate in one loop;
-	// "of-default" is the floored throughput as a fraction of the default's.
+	// "of-default" is the floored throughput as a fraction of the default's, and cmds/op counts
+	// the commands of both cycles.
 	floored := fencing.New(r.Client, fencing.WithPrefix(r.Prefix+"floored:"), fencing.WithServerTimeFloor())
 	defer floored.Close()
 	b.Run("timefloor-ratio/goroutines=1", func(b *testing.B) {
+		defer serverTime(b, r)() // cmds/op: both cycles, the default's and the floored one
 		var plainNS, flooredNS time.Duration
 		runParallel(b, 1, func(ctx context.Context, id string) error {
 			t0 := time.Now()

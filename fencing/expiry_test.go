@@ -181,3 +181,30 @@ func TestGrantResetsCounterExpiry(t *testing.T) {
 		t.Fatalf("granted token %d, want above %d", lock.Token(), held.Token())
 	}
 }
+
+// TestQueueKeysDoNotOutliveWaiters checks that the waiting queue leaves nothing behind: once
+// the waiters are served or gone, the queue and the waiters' keys expire within 3s, and only
+// the counter remains (it too expires with WithCounterExpiry).
+func TestQueueKeysDoNotOutliveWaiters(t *testing.T) {
+	r := redistest.New(t)
+	opts := []fencing.Option{fencing.WithCounterExpiry(time.Second), fencing.WithTTL(time.Second)}
+	holder, waiter, quitter := process(t, r, opts...), process(t, r, opts...), process(t, r, opts...)
+	held := mustAcquire(t, holder, "res")
+	qctx, cancel := context.WithCancel(t.Context())
+	quit := acquireAsync(qctx, quitter, "res")
+	waitFor(t, 5*time.Second, "the quitter in the queue", func() bool { return queueLen(r, "res") == 1 })
+	lock := handOver(t, r, held, waiter, cancel) // the quitter leaves as the holder releases
+	if a := <-quit; a.err == nil {
+		_ = a.lock.Release(t.Context())
+	}
+	if err := lock.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	keys := func() []string {
+		return r.Client.Keys(context.Background(), r.Prefix+"*").Val()
+	}
+	r.Advance(3500 * time.Millisecond)
+	if left := keys(); len(left) != 0 {
+		t.Fatalf("keys left 3.5s after the last waiter: %q", left)
+	}
+}
