@@ -129,8 +129,8 @@ func (h *hub) subscribe(ctx context.Context, ch string) {
 	go h.read(s)
 }
 
-// unsubscribe drops ch from its subscription, closing the subscription when it carries
-// nothing else.
+// unsubscribe drops a dropped line's use of ch from its subscription, closing the
+// subscription when it carries nothing else. A new line for ch keeps the channel subscribed.
 func (h *hub) unsubscribe(ch string) {
 	if h.publish == "" {
 		return
@@ -149,10 +149,14 @@ func (h *hub) unsubscribe(ch string) {
 	if last {
 		delete(h.subs, key)
 	}
+	again := h.lines[ch] != nil // a new line for ch subscribed, or is about to
 	h.mu.Unlock()
 	if last {
 		_ = s.ps.Close()
 		<-s.done
+		return
+	}
+	if again {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
