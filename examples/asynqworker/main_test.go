@@ -2,14 +2,11 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
-
-	"github.com/fencekit/fencekit/internal/redistest"
 )
 
 // redisAddr returns the Redis the tests use: embedded miniredis unless FENCING_REDIS_ADDR
@@ -60,8 +57,7 @@ func TestRunUnfenced(t *testing.T) {
 // queue or statistics.
 func TestLeavesNothingBehind(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	redistest.Dedicated(t, redistest.DBAsynqWorker)
-	addr := fmt.Sprintf("redis://%s/%d", os.Getenv(redistest.EnvAddr), redistest.DBAsynqWorker)
+	_, addr := dedicated(t, 13)
 	var out bytes.Buffer
 	if code := run(t.Context(), &out, options{redisAddr: addr}); code != 0 {
 		t.Fatalf("got exit code %d, want 0; output:\n%s", code, &out)

@@ -2,14 +2,11 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"os"
 	"regexp"
 	"strconv"
 	"testing"
-
-	"github.com/fencekit/fencekit/internal/redistest"
 )
 
 // TestDemo runs the demo on a small workload and checks its report's figures. It uses a
@@ -73,9 +70,9 @@ func figures(t *testing.T, report, name string) [2]int64 {
 // FENCING_REDIS_ADDR and checks that no key is left: no lock, no fence counter, no Asynq
 // queue or statistics.
 func TestLeavesNothingBehind(t *testing.T) {
-	redistest.Dedicated(t, redistest.DBDemo)
+	_, addr := dedicated(t, 11)
 	cfg := config{
-		redisAddr: fmt.Sprintf("redis://%s/%d", os.Getenv(redistest.EnvAddr), redistest.DBDemo),
+		redisAddr: addr,
 		accounts:  2,
 		requests:  20,
 		jobs:      10,

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -19,7 +18,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/redistest"
 	"github.com/fencekit/fencekit/tracing"
 )
 
@@ -48,7 +46,7 @@ func TestRunSelftest(t *testing.T) {
 // TestSelftest runs the self-test on the test Redis: miniredis, or the real server named by
 // FENCING_REDIS_ADDR.
 func TestSelftest(t *testing.T) {
-	r := redistest.New(t)
+	rdb, prefix := testRedis(t)
 	var out bytes.Buffer
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
@@ -57,7 +55,7 @@ func TestSelftest(t *testing.T) {
 		Lock:     fencing.WithHooks(tracing.Hooks(tracing.WithTracerProvider(tp))),
 		Shutdown: tp.Shutdown,
 	}
-	if err := selftest(t.Context(), r.Client, r.Prefix, "test redis", tr, &out); err != nil {
+	if err := selftest(t.Context(), rdb, prefix, "test redis", tr, &out); err != nil {
 		t.Fatalf("selftest: %v\n%s", err, out.String())
 	}
 	t.Logf("\n%s", out.String())
@@ -176,8 +174,7 @@ func (s *syncBuffer) String() string {
 // database of its own of the real Redis named by FENCING_REDIS_ADDR and checks that no key
 // is left: no lock, no fence counter.
 func TestLeavesNothingBehind(t *testing.T) {
-	client := redistest.Dedicated(t, redistest.DBEchoService)
-	url := fmt.Sprintf("redis://%s/%d", os.Getenv(redistest.EnvAddr), redistest.DBEchoService)
+	client, url := dedicated(t, 12)
 	serveOnce(t, func(key string) string {
 		if key == "REDIS_ADDR" {
 			return url

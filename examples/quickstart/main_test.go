@@ -6,14 +6,12 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/fencekit/fencekit/internal/redistest"
 )
 
 func TestRun(t *testing.T) {
-	r := redistest.New(t)
+	rdb, _ := testRedis(t)
 	var out bytes.Buffer
-	if err := run(t.Context(), r.Client, &out); err != nil {
+	if err := run(t.Context(), rdb, &out); err != nil {
 		t.Fatal(err)
 	}
 	want := regexp.MustCompile(`^holding order-42 with fencing token ([1-9][0-9]*)\norder-42 is "paid", last written with token ([1-9][0-9]*)\n$`)
@@ -26,7 +24,7 @@ func TestRun(t *testing.T) {
 // TestLeavesNothingBehind runs the program on a database of its own of the real Redis named
 // by FENCING_REDIS_ADDR and checks that no key is left.
 func TestLeavesNothingBehind(t *testing.T) {
-	rdb := redistest.Dedicated(t, redistest.DBQuickstart)
+	rdb, _ := dedicated(t, 14)
 	if err := run(t.Context(), rdb, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
