@@ -3,7 +3,8 @@
 -- ARGV[1]: the owner value, random and unique per acquisition, without ':'.
 -- ARGV[2]: the lease length in milliseconds (a positive integer).
 -- ARGV[3]: "1" to keep tokens at or above the server clock in microseconds, "0" otherwise.
--- ARGV[4]: "" for a single attempt; otherwise the calling Locker's id, to queue when busy.
+-- ARGV[4]: "" for a single attempt; otherwise the waiter's queue element "<Locker id>.<n>",
+--          to queue when busy.
 -- ARGV[5]: the lifetime of queue entries in milliseconds.
 -- ARGV[6]: the Locker's waiter value "<lease ms>:<floor>:<since>", or "" when its waiter key
 --          is known to be alive (it is then left as it is).
@@ -37,6 +38,6 @@ end
 redis.call('RPUSH', KEYS[3], ARGV[4])
 redis.call('PEXPIRE', KEYS[3], ARGV[5])
 if ARGV[6] ~= '' then
-  redis.call('SET', waiter_key(ARGV[4]), ARGV[6], 'PX', ARGV[5])
+  redis.call('SET', waiter_key(locker_of(ARGV[4])), ARGV[6], 'PX', ARGV[5])
 end
 return {3, held or ''}

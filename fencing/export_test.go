@@ -2,14 +2,14 @@ package fencing
 
 // Waiters returns the number of waiters queued in l, for tests.
 func Waiters(l *Locker) int {
-	l.hub.mu.Lock()
-	defer l.hub.mu.Unlock()
+	l.waits.mu.Lock()
+	defer l.waits.mu.Unlock()
 	n := 0
-	for _, ln := range l.hub.lines {
+	for _, ln := range l.waits.lines {
 		n += len(ln.waiters)
 	}
 	return n
 }
 
 // ID returns l's id in the Redis queues, for tests.
-func ID(l *Locker) string { return l.hub.id }
+func ID(l *Locker) string { return l.waits.id }

@@ -2,7 +2,7 @@
 -- this file is put in front of acquire.lua, release.lua and poll.lua. They expect
 -- KEYS[1]: the lock key; its value is "<owner>:<token>".
 -- KEYS[2]: the fence key: the resource's token counter.
--- KEYS[3]: the queue key: a list of waiting Locker ids, one element per queued waiter, the
+-- KEYS[3]: the queue key: a list with one element per queued waiter, "<Locker id>.<n>", the
 --          next to be served at the head. The key "<KEYS[3] less 'queue'>w:<id>" of each
 --          waiting Locker holds "<lease ms>:<floor 0|1>:<since unix ms>" and expires unless
 --          that Locker renews it: an element whose Locker key is gone is a dead waiter. All
@@ -41,23 +41,30 @@ local function next_token(floor, expiry)
   return token, behind
 end
 
+-- locker_of returns the Locker id of a queue element.
+local function locker_of(element)
+  return string.match(element, '^[^.]*')
+end
+
 -- waiter_key returns the key of a waiting Locker.
 local function waiter_key(id)
   return string.sub(KEYS[3], 1, #KEYS[3] - 5) .. 'w:' .. id
 end
 
 -- grant_next hands the free lock to the waiter at the head of the queue: it sets the lock to
--- "<id>:<token>" with the lease that Locker asked for and notifies it on channel with
--- publish ('PUBLISH' or 'SPUBLISH'; '' sends nothing). Dead waiters at the head are dropped
--- on the way. self is the calling Locker's id and self_entry its waiter value: it is not
--- notified (the caller gets the grant in the reply) and its key need not be read. Returns
--- {id, token}, or nil when nobody waits. expiry is the counter's expiry, as in next_token.
+-- "<element>:<token>" with the lease that the waiter's Locker asked for and announces that
+-- value on channel with publish ('PUBLISH' or 'SPUBLISH'; '' sends nothing). Dead waiters at
+-- the head are dropped on the way. self is the calling Locker's id and self_entry its waiter
+-- value: it is not notified (the caller gets the grant in the reply) and its key need not be
+-- read. Returns {element, token}, or nil when nobody waits. expiry is the counter's expiry, as
+-- in next_token.
 local function grant_next(channel, publish, self, self_entry, expiry)
   while true do
-    local id = redis.call('LPOP', KEYS[3])
-    if not id then
+    local element = redis.call('LPOP', KEYS[3])
+    if not element then
       return nil
     end
+    local id = locker_of(element)
     local entry
     if id == self and self_entry ~= '' then
       entry = self_entry
@@ -68,12 +75,12 @@ local function grant_next(channel, publish, self, self_entry, expiry)
       local lease, floor = string.match(entry, '^(%d+):([01])')
       if lease then
         local token = next_token(floor, expiry)
-        local value = id .. ':' .. token
+        local value = element .. ':' .. token
         redis.call('SET', KEYS[1], value, 'PX', lease)
         if id ~= self and publish ~= '' then
           redis.call(publish, channel, value)
         end
-        return {id, token}
+        return {element, token}
       end
     end
   end

@@ -19,7 +19,7 @@ import (
 type Locker struct {
 	client redis.UniversalClient
 	cfg    config
-	hub    *hub
+	waits  *waiting
 }
 
 // New returns a Locker that keeps its locks on client: a *redis.Client (also from
@@ -40,7 +40,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 	if isNil(client) && l.cfg.err == nil {
 		l.cfg.err = invalidf("nil redis client")
 	}
-	l.hub = newHub(l, l.cfg.err == nil)
+	l.waits = newWaiting(l, l.cfg.err == nil)
 	return l
 }
 
@@ -60,7 +60,7 @@ func (l *Locker) Err() error {
 	if l.cfg.err != nil {
 		return l.cfg.err
 	}
-	if l.hub.isClosed() {
+	if l.waits.closed.Load() {
 		return ErrClosed
 	}
 	return nil
@@ -71,7 +71,8 @@ func (l *Locker) Err() error {
 // Locks already held can still be released and extended. Close does not close the Redis
 // client. It is safe to call more than once.
 func (l *Locker) Close() error {
-	return l.hub.close()
+	l.waits.close()
+	return nil
 }
 
 // TryAcquire makes one attempt to take the lock on resource. It returns the lock and its
@@ -92,7 +93,7 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...Option
 	err := l.check(ctx, cfg, resource)
 	if err == nil {
 		attempts = 1
-		lock, r, err = l.attempt(ctx, cfg, resource, resourceKeys(cfg.prefix, resource), false, "", "")
+		lock, r, err = l.attempt(ctx, cfg, resource, resourceKeys(cfg.prefix, resource), "", "")
 	}
 	ev := Event{Op: OpTryAcquire, Resource: resource, Attempts: attempts, Elapsed: time.Since(begin)}
 	switch {
@@ -156,7 +157,7 @@ func (l *Locker) check(ctx context.Context, cfg *config, resource string) error 
 	if err := validResource(resource); err != nil {
 		return err
 	}
-	if l.hub.isClosed() {
+	if l.waits.closed.Load() {
 		return ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
@@ -175,11 +176,11 @@ type attemptReply struct {
 	held string        // queued: the lock value the script saw, "" when none
 }
 
-// attempt runs the acquire script once. When queue is set and the resource is busy, the
-// script appends an element for the Locker with id to the resource's queue, and writes entry
-// to its waiter key unless entry is "" (see acquire.lua). It returns the lock, or nil and
-// what the script saw, or an error.
-func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k keys, queue bool, id, entry string) (*Lock, attemptReply, error) {
+// attempt runs the acquire script once. When elem is set and the resource is busy, the script
+// appends elem to the resource's queue, and writes entry to the Locker's waiter key unless
+// entry is "" (see acquire.lua). It returns the lock, or nil and what the script saw, or an
+// error.
+func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k keys, elem, entry string) (*Lock, attemptReply, error) {
 	owner, err := newOwner()
 	if err != nil {
 		return nil, attemptReply{}, err
@@ -189,11 +190,7 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 		floor = "1"
 	}
 	ms := millis(cfg.ttl)
-	var queueAs, entryArg any = "", ""
-	if queue {
-		queueAs, entryArg = l.hub.idArg, entry
-	}
-	args := []any{owner, ms, floor, queueAs, entryTTLms, entryArg, k.channel, l.hub.publishArg, cfg.expiryArg()}
+	args := []any{owner, ms, floor, elem, entryTTLms, entry, k.channel, l.waits.publishArg, cfg.expiryArg()}
 	sent := time.Now()
 	res, err := l.runAcquire(ctx, cfg, k, args)
 	if err != nil {
@@ -306,13 +303,13 @@ func (l *Locker) releaseOwner(ctx context.Context, k keys, owner string) {
 // It reports whether that value held the lock. A grant of the lock to this Locker's own
 // waiters, which the script returns instead of announcing, is delivered to them.
 func (l *Locker) release(ctx context.Context, k keys, value string) (bool, error) {
-	h := l.hub
+	ws := l.waits
 	sent := time.Now()
 	var self any = ""
-	if e := h.selfEntry(k.channel); e != "" {
+	if e := ws.selfEntry(k.channel); e != "" {
 		self = e
 	}
-	res, err := releaseScript.Run(ctx, l.client, k.script(), value, k.channel, h.publishArg, h.idArg, self, l.cfg.expiryArg()).Result()
+	res, err := releaseScript.Run(ctx, l.client, k.script(), value, k.channel, ws.publishArg, ws.idArg, self, l.cfg.expiryArg()).Result()
 	if err != nil {
 		return false, err
 	}
@@ -323,14 +320,15 @@ func (l *Locker) release(ctx context.Context, k keys, value string) (bool, error
 	if len(arr) == 0 {
 		return false, fmt.Errorf("unexpected reply %v", res)
 	}
-	h.seenRelease(k.channel, sent, value)
-	if len(arr) == 3 && arr[1] == h.id {
-		token, err := parseToken(arr[2])
-		if err != nil {
+	var elem string
+	var token int64
+	if len(arr) == 3 {
+		elem, _ = arr[1].(string)
+		if token, err = parseToken(arr[2]); err != nil {
 			return true, err
 		}
-		l.granted(k, token, sent)
 	}
+	ws.released(k, sent, value, elem, token)
 	return true, nil
 }
 

@@ -222,40 +222,45 @@ func TestCancelledWaiterJustGranted(t *testing.T) {
 }
 
 // TestKilledWaiterProcess queues a waiter in a child process (this test binary run again)
-// behind a holder and a waiter of this process, then kills the child with SIGKILL:
-//   - released at once, the lock goes to the dead child, whose queue entry is still alive,
-//     and stays with it for the lease of the grant: the child's TTL when it waited in
-//     Acquire, at most 3s (grantLease) when it waited in Do, even with a TTL of a minute; the
-//     local waiter gets the lock after that lease and at most one poll (1.2s);
-//   - released after entryTTL (3s), the child's entry has lapsed and is skipped: the local
-//     waiter gets the lock by a grant at once.
+// behind a holder and a waiter of this process, then kills the child with SIGKILL, with TTLs
+// of 10s and 60s, in Acquire and in Do:
+//   - released at once, the lock goes to the dead child, whose waiter key is still alive,
+//     with the short lease every grant starts with (grantLease, 3s) whatever the TTL: the
+//     child would have extended it (Acquire) or renewed it (Do). The local waiter gets the lock
+//     once that lease has run out, at its next poll (at most 1.2s);
+//   - released after entryTTL (3s), the child's waiter key has lapsed and is skipped: the
+//     local waiter gets the lock by a grant at once.
 //
-// The longest a waiter killed with SIGKILL holds up a resource is thus its entry's lifetime
-// (3s), plus the grant's lease, plus one poll (1.2s).
+// So a waiter killed with SIGKILL holds a resource up for at most grantLease plus one poll,
+// 4.2s, after the release, whatever its TTL and whichever call it waited in.
 func TestKilledWaiterProcess(t *testing.T) {
 	if os.Getenv("FENCEKIT_CHILD_WAITER") != "" {
 		childWaiter()
 		return
 	}
 	const slack = 1200*time.Millisecond + 500*time.Millisecond // one poll, and a loaded machine
+	const granted = 3 * time.Second                             // the lease of every grant
 	for _, tc := range []struct {
 		name    string
 		do      bool          // the child waits in Do rather than Acquire
-		lease   time.Duration // the child's TTL
-		granted time.Duration // the lease a grant to the child gets
+		ttl     time.Duration // the child's TTL
 		before  time.Duration // between the kill and the release
 		maxWait time.Duration // from the release to the local waiter's lock
 	}{
-		{"acquire/granted-to-the-dead", false, 1500 * time.Millisecond, 1500 * time.Millisecond, 0, 1500*time.Millisecond + slack},
-		{"do/granted-to-the-dead", true, time.Minute, 3 * time.Second, 0, 3*time.Second + slack},
-		{"acquire/entry-lapsed", false, 1500 * time.Millisecond, 0, 3 * time.Second, quick},
+		{"acquire/ttl=10s/granted-to-the-dead", false, 10 * time.Second, 0, granted + slack},
+		{"acquire/ttl=60s/granted-to-the-dead", false, time.Minute, 0, granted + slack},
+		{"do/ttl=10s/granted-to-the-dead", true, 10 * time.Second, 0, granted + slack},
+		{"do/ttl=60s/granted-to-the-dead", true, time.Minute, 0, granted + slack},
+		{"acquire/ttl=60s/entry-lapsed", false, time.Minute, 3 * time.Second, quick},
+		{"do/ttl=60s/entry-lapsed", true, time.Minute, 3 * time.Second, quick},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			r := redistest.New(t)
 			holder, local := process(t, r), process(t, r)
 			held := mustAcquire(t, holder, "res", fencing.WithTTL(time.Hour))
 			child := exec.Command(os.Args[0], "-test.run=^TestKilledWaiterProcess$")
-			child.Env = append(os.Environ(), "FENCEKIT_CHILD_WAITER="+r.Addr+","+strconv.Itoa(r.DB)+","+r.Prefix+","+strconv.FormatInt(tc.lease.Milliseconds(), 10)+","+strconv.FormatBool(tc.do))
+			child.Env = append(os.Environ(), "FENCEKIT_CHILD_WAITER="+r.Addr+","+strconv.Itoa(r.DB)+","+r.Prefix+","+strconv.FormatInt(tc.ttl.Milliseconds(), 10)+","+strconv.FormatBool(tc.do))
 			var out bytes.Buffer
 			child.Stdout, child.Stderr = &out, &out
 			if err := child.Start(); err != nil {
@@ -286,7 +291,7 @@ func TestKilledWaiterProcess(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.before == 0 {
-				r.Advance(tc.granted) // on miniredis, the dead child's lease runs out only so
+				r.Advance(granted) // on miniredis, the dead child's lease runs out only so
 			}
 			var a acquired
 			select {

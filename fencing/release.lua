@@ -6,8 +6,8 @@
 -- ARGV[2]: the resource's notification channel; ARGV[3]: 'PUBLISH', 'SPUBLISH' or ''.
 -- ARGV[4]: the releasing Locker's id; ARGV[5]: its waiter value, or "" (see grant_next).
 -- ARGV[6]: the counter's expiry in milliseconds, or "" for none.
--- Returns 0 when ARGV[1] does not hold the lock; {1} when it deleted the lock; {2, id, token}
--- when it handed the lock to a waiter of Locker id with a new token.
+-- Returns 0 when ARGV[1] does not hold the lock; {1} when it deleted the lock; {2, element,
+-- token} when it handed the lock to the waiter of that queue element with a new token.
 -- A retried call (go-redis retries after a lost reply) finds the lock gone or handed on and
 -- returns 0; the waiter that got it was notified by the first run.
 local held = redis.call('GET', KEYS[1])
