@@ -4,8 +4,9 @@
 // the literature on distributed locks names: a lock holder paused past its lease, kill -9
 // with and without persistence, a restart from an older snapshot, a failover to a replica
 // that missed the latest acquisitions, Redis going down while work runs under Do, SCRIPT
-// FLUSH, CLIENT PAUSE, a busy script, running out of memory, eviction policies, and a Redis
-// Cluster with awkward resource names. Each test checks the promise that no stale write is
+// FLUSH, CLIENT PAUSE, a busy script, running out of memory, eviction policies, a Redis
+// Cluster with awkward resource names, and waiters on many resources of a Cluster through
+// killed pub/sub connections, a slot migration, a primary restart and a failover. Each test checks the promise that no stale write is
 // accepted by a store that checks the token, or shows where a configuration breaks it,
 // and logs its measurements as lines of the form
 //

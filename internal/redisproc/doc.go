@@ -1,6 +1,8 @@
 // Package redisproc starts and controls real redis-server processes for fault-injection
 // tests: crash and restart, persistence, process pauses, replication and promotion, and a
-// small Redis Cluster.
+// small Redis Cluster, with replicas if asked (ClusterReplicas), a manual failover
+// (Cluster.Failover), slot migration (Cluster.MigrateSlot, Cluster.MigrateKey) and node
+// restarts (Cluster.RestartNode).
 //
 // Every server listens on a free loopback port, keeps all its files (log, RDB, AOF,
 // nodes.conf) in a directory from t.TempDir, runs in a process group of its own, and is
@@ -14,11 +16,12 @@
 //
 // Failures are reported with t.Fatalf on the testing.TB given to Start or StartCluster,
 // including the tail of the server's log, so the methods that wait (Start, Restart, Stop,
-// ReplicaOf, Promote, WaitSynced, StartCluster, WaitOK) must be called from the goroutine
-// running that test. Kill, Pause and Resume report failures with t.Errorf and may be
-// called from any goroutine. A Server may be used from several goroutines, but
-// lifecycle changes of one server (Kill, Stop, Restart, ReplicaOf, Promote) must not
-// overlap.
+// ReplicaOf, Promote, WaitSynced, StartCluster, WaitOK, Failover, MigrateSlot, MigrateKey,
+// RestartNode) and the Cluster's queries (NodeFor, SlotOwner, Slot, Primaries, ReplicasOf)
+// must be called from the goroutine running that test. Kill, Pause and Resume report
+// failures with t.Errorf and may be called from any goroutine. A Server may be used from
+// several goroutines, but lifecycle changes of one server (Kill, Stop, Restart, ReplicaOf,
+// Promote) must not overlap, nor may changes of a Cluster's topology.
 //
 // Every wait is bounded (10 s by default, see Timeout); no wait relies on a fixed sleep.
 // Tests that use the package skip, through Require, when redis-server is not on PATH.

@@ -13,6 +13,7 @@ type config struct {
 	env       []string
 	replicaOf *Server
 	cluster   bool
+	replicas  int // replicas per primary, for StartCluster
 	timeout   time.Duration
 }
 
@@ -51,6 +52,13 @@ func ReplicaOf(primary *Server) Option {
 // other node; StartCluster does that. By default cluster mode is off.
 func ClusterMode() Option {
 	return func(c *config) { c.cluster = true }
+}
+
+// ClusterReplicas makes StartCluster give each primary n replicas (CLUSTER REPLICATE), and
+// makes it and WaitOK wait until every replica is linked to its primary and done syncing.
+// Start ignores it. By default a cluster has no replicas; values < 0 count as 0.
+func ClusterReplicas(n int) Option {
+	return func(c *config) { c.replicas = max(n, 0) }
 }
 
 // Timeout bounds each wait: for PING after a start, for a replica to sync, for a process

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -307,10 +308,132 @@ func TestClusterNodeRestart(t *testing.T) {
 		t.Fatalf("SET: %v", err)
 	}
 	node := cl.NodeFor("k")
-	node.Kill()
-	node.Restart()
-	cl.WaitOK()
+	pid := node.PID()
+	cl.RestartNode(node)
+	if node.PID() == pid || cl.NodeFor("k") != node {
+		t.Errorf("after RestartNode: pid %d (was %d), k served by %s; want a new pid and %s", node.PID(), pid, cl.NodeFor("k").Addr(), node.Addr())
+	}
 	if got, err := client.Get(c, "k").Result(); err != nil || got != "v" {
 		t.Fatalf("GET k after restarting %s: got %q, %v; want v", node.Addr(), got, err)
 	}
+}
+
+func TestClusterReplicasFailover(t *testing.T) {
+	t.Parallel()
+	cl := redisproc.StartCluster(t, 3, redisproc.ClusterReplicas(1))
+	primaries, replicas := cl.Nodes(), cl.Replicas()
+	if len(primaries) != 3 || len(replicas) != 3 || len(cl.AllNodes()) != 6 {
+		t.Fatalf("got %d primaries, %d replicas, %d nodes; want 3, 3, 6", len(primaries), len(replicas), len(cl.AllNodes()))
+	}
+	if got := cl.Primaries(); !slices.Equal(got, primaries) {
+		t.Fatalf("Primaries: got %v, want %v", addrs(got), addrs(primaries))
+	}
+	for i, p := range primaries {
+		if got := cl.ReplicasOf(p); len(got) != 1 || got[0] != replicas[i] {
+			t.Fatalf("ReplicasOf(%s): got %v, want [%s]", p.Addr(), addrs(got), replicas[i].Addr())
+		}
+	}
+	client := cl.Client(t)
+	c := ctx(t)
+	if err := client.Set(c, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	old := cl.NodeFor("k")
+	replica := cl.ReplicasOf(old)[0]
+	// A replica answers DBSIZE without a redirection: the key reached it.
+	if err := waitTrue(c, func() bool { return replica.Do(c, "DBSIZE").Val() == int64(1) }); err != nil {
+		t.Fatalf("DBSIZE on the replica %s: want 1: %v", replica.Addr(), err)
+	}
+
+	cl.Failover(replica)
+	if got := cl.NodeFor("k"); got != replica {
+		t.Fatalf("after Failover: k served by %s, want the promoted %s", got.Addr(), replica.Addr())
+	}
+	if got := cl.ReplicasOf(replica); len(got) != 1 || got[0] != old {
+		t.Fatalf("after Failover: ReplicasOf(%s) = %v, want the old primary %s", replica.Addr(), addrs(got), old.Addr())
+	}
+	if !slices.Contains(cl.Primaries(), replica) || slices.Contains(cl.Primaries(), old) {
+		t.Fatalf("after Failover: Primaries %v, want %s in and %s out", addrs(cl.Primaries()), replica.Addr(), old.Addr())
+	}
+	if got, err := client.Get(c, "k").Result(); err != nil || got != "v" {
+		t.Fatalf("GET k after Failover: got %q, %v; want v", got, err)
+	}
+	if err := client.Set(c, "k", "w", 0).Err(); err != nil {
+		t.Fatalf("SET k after Failover: %v", err)
+	}
+	if role := old.Do(c, "ROLE").Val(); fmt.Sprint(role) == "" || !strings.HasPrefix(fmt.Sprint(role), "[slave") {
+		t.Errorf("ROLE on the old primary: got %v, want slave", role)
+	}
+}
+
+func TestClusterMigrateSlot(t *testing.T) {
+	t.Parallel()
+	cl := redisproc.StartCluster(t, 3)
+	client := cl.Client(t)
+	c := ctx(t)
+	const keys = 150 // more than one MIGRATE batch
+	for i := range keys {
+		if err := client.Set(c, fmt.Sprintf("{tag}:%d", i), i, time.Hour).Err(); err != nil {
+			t.Fatalf("SET: %v", err)
+		}
+	}
+	if err := client.Set(c, "other", "x", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	from := cl.NodeFor("{tag}")
+	var to *redisproc.Server
+	for _, n := range cl.Nodes() {
+		if n != from {
+			to = n
+			break
+		}
+	}
+	slot := cl.Slot("{tag}")
+	cl.MigrateKey("{tag}", to)
+	if got := cl.NodeFor("{tag}:7"); got != to {
+		t.Fatalf("after MigrateKey: {tag} served by %s, want %s", got.Addr(), to.Addr())
+	}
+	if got := cl.SlotOwner(slot); got != to {
+		t.Fatalf("SlotOwner(%d): %s, want %s", slot, got.Addr(), to.Addr())
+	}
+	for node, want := range map[*redisproc.Server]int64{from: 0, to: keys} {
+		if n, err := node.Do(c, "CLUSTER", "COUNTKEYSINSLOT", slot).Int64(); err != nil || n != want {
+			t.Errorf("COUNTKEYSINSLOT %d on %s: got %d, %v; want %d", slot, node.Addr(), n, err, want)
+		}
+	}
+	if got, err := client.Get(c, "{tag}:42").Result(); err != nil || got != "42" {
+		t.Fatalf("GET {tag}:42 after the migration: got %q, %v; want 42", got, err)
+	}
+	if ttl, err := client.TTL(c, "{tag}:42").Result(); err != nil || ttl <= 0 {
+		t.Errorf("TTL {tag}:42 after the migration: got %v, %v; want the key's TTL kept", ttl, err)
+	}
+	if got, err := client.Get(c, "other").Result(); err != nil || got != "x" {
+		t.Errorf("GET other: got %q, %v; want x", got, err)
+	}
+	cl.MigrateKey("{tag}", to) // already there: nothing to do
+	cl.MigrateSlot(slot, from) // and back
+	if got := cl.NodeFor("{tag}"); got != from {
+		t.Fatalf("after migrating back: {tag} served by %s, want %s", got.Addr(), from.Addr())
+	}
+	cl.WaitOK()
+}
+
+// waitTrue polls cond until it holds or c ends.
+func waitTrue(c context.Context, cond func() bool) error {
+	for !cond() {
+		select {
+		case <-c.Done():
+			return c.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func addrs(nodes []*redisproc.Server) []string {
+	out := make([]string, len(nodes))
+	for i, n := range nodes {
+		out[i] = n.Addr()
+	}
+	return out
 }
