@@ -85,8 +85,8 @@ func serverVersion(t *testing.T, srv *redisproc.Server) (name, version string) {
 // TestCheckManaged runs check the way a managed Redis or Valkey allows it. With CONFIG
 // renamed away (rename-command CONFIG ""), check falls back to INFO, says what it could not
 // read, names the server and exits 0. With an ACL user lacking +config and +info, the verdict
-// is unknown, the error names the permissions needed, and check exits 1; locking still works
-// for that user.
+// is unknown, the error names the permissions needed, and check exits 1. Locking works in
+// both cases.
 func TestCheckManaged(t *testing.T) {
 	redisproc.Require(t)
 	t.Run("config-renamed", func(t *testing.T) {
@@ -108,6 +108,7 @@ func TestCheckManaged(t *testing.T) {
 		if n := got.Nodes[0]; got.Error != "" || n.EvictionPolicy != "noeviction" || n.AppendFsync != "" || n.Server != name || n.Version != version {
 			t.Errorf("--json: got %+v", got)
 		}
+		lockOnce(t, srv.Client(t))
 	})
 	t.Run("acl-no-config-no-info", func(t *testing.T) {
 		srv := redisproc.Start(t)
@@ -119,17 +120,22 @@ func TestCheckManaged(t *testing.T) {
 		if !strings.Contains(r.stdout, "Verdict: unknown") || !strings.Contains(r.stderr, "+config|get or +info") || !strings.Contains(r.stderr, "NOPERM") {
 			t.Errorf("got stdout:\n%s\nstderr:\n%s\nwant the verdict unknown and an error naming +config|get or +info", r.stdout, r.stderr)
 		}
-		client := srv.Client(t, func(o *redis.Options) { o.Username, o.Password = "app", "pw" })
-		l := fencing.New(client)
-		defer l.Close()
-		lock, err := l.TryAcquire(context.Background(), "managed")
-		if err != nil {
-			t.Fatalf("the user without CONFIG and INFO cannot lock: %v", err)
-		}
-		if err := lock.Release(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		lockOnce(t, srv.Client(t, func(o *redis.Options) { o.Username, o.Password = "app", "pw" }))
 	})
+}
+
+// lockOnce takes and releases a lock through client, failing t on error.
+func lockOnce(t *testing.T, client *redis.Client) {
+	t.Helper()
+	l := fencing.New(client)
+	defer l.Close()
+	lock, err := l.TryAcquire(context.Background(), "managed")
+	if err != nil {
+		t.Fatalf("cannot lock: %v", err)
+	}
+	if err := lock.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestCheckCluster checks every primary of a Cluster.
