@@ -11,7 +11,7 @@
 -- ARGV[7]: the resource's notification channel; ARGV[8]: 'PUBLISH', 'SPUBLISH' or ''.
 -- ARGV[9]: the counter's expiry in milliseconds, or "" for none.
 -- Returns {1, token, pttl, behind} when acquired (behind: see next_token), also when ARGV[1] already holds the lock (a retried
--- call); {0, pttl} when busy (pttl is -2 when the lock is free but waiters come first); and,
+-- call, which resets the lease); {0, pttl} when busy (pttl is -2 when the lock is free but waiters come first); and,
 -- when ARGV[4] is set, {3, held} after queueing, where held is the lock value ("" if none).
 -- A free lock goes to the first live waiter: a newcomer never jumps the queue. The counter
 -- moves before the lock is set, so a failing INCR (at the int64 maximum) leaves no lock.
@@ -19,6 +19,7 @@ local held = redis.call('GET', KEYS[1])
 if held then
   local mine = ARGV[1] .. ':'
   if string.sub(held, 1, #mine) == mine then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2]) -- a write, so that a WAIT after a retry waits for it
     return {1, string.sub(held, #mine + 1), redis.call('PTTL', KEYS[1])}
   end
 else

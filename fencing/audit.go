@@ -35,6 +35,10 @@ type ServerReport struct {
 type NodeReport struct {
 	// Addr is the server's address as the client knows it.
 	Addr string
+	// Server names the server software from INFO server: its server_name ("valkey"), or
+	// "redis" when it reports none; "" when unknown. Version is its version (valkey_version
+	// on Valkey, redis_version on Redis); "" when unknown.
+	Server, Version string
 	// Role is "master" or "slave", as INFO replication reports it; "" when unknown.
 	Role string
 	// Replicas is the number of replicas connected to the server, or -1 when unknown.
@@ -65,8 +69,9 @@ type NodeReport struct {
 }
 
 // CheckServer reads the settings of every Redis server behind the Locker (CONFIG GET
-// maxmemory-policy, maxmemory, appendonly, appendfsync and save, and INFO replication) and
-// reports whether its fencing tokens can regress, for a start-up check. It sends no write.
+// maxmemory-policy, maxmemory, appendonly, appendfsync and save, and INFO replication and
+// server) and reports whether its fencing tokens can regress, for a start-up check, and which
+// server and version it found (Redis or Valkey). It sends no write.
 //
 // It returns an error wrapping [ErrUnsafeServer] when a server's maxmemory-policy is
 // allkeys-* (whatever maxmemory is, since it can be set at run time): such a server may
@@ -165,7 +170,11 @@ func readNode(ctx context.Context, c redis.Cmdable, addr string) (NodeReport, er
 		cfgs[i] = pipe.ConfigGet(ctx, p)
 	}
 	repl := pipe.Info(ctx, "replication")
+	srv := pipe.Info(ctx, "server")
 	_, _ = pipe.Exec(ctx)
+	if text, err := srv.Result(); err == nil {
+		applyServer(&n, parseInfo(text))
+	}
 
 	settings := make(map[string]string)
 	var cfgErr error
@@ -262,6 +271,17 @@ func applyReplication(n *NodeReport, fields map[string]string) {
 	n.Role = fields["role"]
 	if v, err := strconv.Atoi(fields["connected_slaves"]); err == nil && v >= 0 {
 		n.Replicas = v
+	}
+}
+
+// applyServer records the server software and version from INFO server.
+func applyServer(n *NodeReport, f map[string]string) {
+	n.Server = f["server_name"]
+	if n.Server == "" && f["redis_version"] != "" {
+		n.Server = "redis"
+	}
+	if n.Server != "" {
+		n.Version = f[n.Server+"_version"]
 	}
 }
 

@@ -295,3 +295,26 @@ func FuzzAssess(f *testing.F) {
 		}
 	})
 }
+
+// TestApplyServer names the server and its version from INFO server as Redis 7.0.15 and
+// Valkey 8.0.1 answer it (Valkey also reports the Redis version it is compatible with).
+func TestApplyServer(t *testing.T) {
+	cases := []struct {
+		name, text, server, version string
+	}{
+		{"redis", "# Server\r\nredis_version:7.0.15\r\nredis_git_sha1:00000000\r\nredis_mode:standalone\r\n", "redis", "7.0.15"},
+		{"valkey", "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.0.1\r\nserver_mode:standalone\r\n", "valkey", "8.0.1"},
+		{"other name, no version", "server_name:other\r\nredis_version:7.2.4\r\n", "other", ""},
+		{"no version field", "# Server\r\nprocess_id:42\r\n", "", ""},
+		{"empty", "", "", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var n NodeReport
+			applyServer(&n, parseInfo(tc.text))
+			if n.Server != tc.server || n.Version != tc.version {
+				t.Fatalf("got %q %q, want %q %q", n.Server, n.Version, tc.server, tc.version)
+			}
+		})
+	}
+}

@@ -3,13 +3,15 @@ package fencing
 import (
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/fencekit/fencekit/internal/redistest"
 )
 
 // TestAcquireScriptIdempotentForOwner replays the acquire script with the same owner value,
 // as go-redis does when a connection drops after the script ran: the replay must return the
-// same token, not strand the lock or issue a second token.
+// same token, not strand the lock or issue a second token, and must reset the lease, so that
+// a WAIT after it (WithReplicas) has a write to wait for.
 func TestAcquireScriptIdempotentForOwner(t *testing.T) {
 	r := redistest.New(t)
 	k := resourceKeys(r.Prefix, "res")
@@ -26,9 +28,13 @@ func TestAcquireScriptIdempotentForOwner(t *testing.T) {
 		return a.flag == flagAcquired, a.token
 	}
 	ok1, t1 := run("owner-a")
+	r.Client.PExpire(t.Context(), k.lock, time.Second)
 	ok2, t2 := run("owner-a") // the retry
 	if !ok1 || !ok2 || t1 != t2 {
 		t.Fatalf("got (%v, %d) then (%v, %d), want the same token twice", ok1, t1, ok2, t2)
+	}
+	if ttl := r.Client.PTTL(t.Context(), k.lock).Val(); ttl <= time.Second {
+		t.Fatalf("after the retry the lock's TTL is %v, want the lease reset to 30s (a write for WAIT to cover)", ttl)
 	}
 	if ok, _ := run("owner-b"); ok {
 		t.Fatal("another owner got the lock")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fencekit/fencekit/fencing"
@@ -12,7 +13,7 @@ import (
 
 const checkHelp = `Audits the settings of every server behind the URL (every primary with --cluster) with
 fencing's CheckServer: the eviction policy, persistence and replicas, and whether they let
-tokens go back. It sends no write. Pass --time-floor and --replicas as your Locker is
+tokens go back; it also names the server and version found (Redis or Valkey). It sends no write. Pass --time-floor and --replicas as your Locker is
 configured (WithServerTimeFloor, WithReplicas) for the same verdict.
 
 Exits 3 when a server is unsafe (maxmemory-policy allkeys-*: it may evict fence counters,
@@ -35,6 +36,8 @@ type checkOutput struct {
 
 type nodeOutput struct {
 	Addr             string   `json:"addr"`
+	Server           string   `json:"server"`
+	Version          string   `json:"version"`
 	Role             string   `json:"role"`
 	Replicas         int      `json:"replicas"`
 	EvictionPolicy   string   `json:"maxmemory_policy"`
@@ -93,7 +96,7 @@ func (c *cli) check(ctx context.Context, args []string) int {
 			w = []string{}
 		}
 		out.Nodes = append(out.Nodes, nodeOutput{
-			Addr: n.Addr, Role: n.Role, Replicas: n.Replicas, EvictionPolicy: n.EvictionPolicy,
+			Addr: n.Addr, Server: n.Server, Version: n.Version, Role: n.Role, Replicas: n.Replicas, EvictionPolicy: n.EvictionPolicy,
 			MaxMemory: n.MaxMemory, AppendOnly: n.AppendOnly, AppendFsync: n.AppendFsync, Save: n.Save,
 			Persistence: n.Persistence, TokensCanRegress: n.TokensCanRegress, Unsafe: n.Unsafe, Warnings: w,
 		})
@@ -117,7 +120,7 @@ func (c *cli) check(ctx context.Context, args []string) int {
 
 func (c *cli) printCheck(out checkOutput) {
 	tw := newTable(c.stdout)
-	fmt.Fprintln(tw, "NODE\tROLE\tREPLICAS\tMAXMEMORY-POLICY\tMAXMEMORY\tPERSISTENCE\tTOKENS CAN REGRESS\tUNSAFE")
+	fmt.Fprintln(tw, "NODE\tROLE\tREPLICAS\tMAXMEMORY-POLICY\tMAXMEMORY\tPERSISTENCE\tTOKENS CAN REGRESS\tUNSAFE\tSERVER")
 	for _, n := range out.Nodes {
 		replicas := strconv.Itoa(n.Replicas)
 		if n.Replicas < 0 {
@@ -130,8 +133,8 @@ func (c *cli) printCheck(out checkOutput) {
 		case n.MaxMemory > 0:
 			maxmem = byteSize(n.MaxMemory)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Addr, orDash(n.Role), replicas, orDash(n.EvictionPolicy),
-			maxmem, orDash(n.Persistence), yesNo(n.TokensCanRegress), yesNo(n.Unsafe))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Addr, orDash(n.Role), replicas, orDash(n.EvictionPolicy),
+			maxmem, orDash(n.Persistence), yesNo(n.TokensCanRegress), yesNo(n.Unsafe), orDash(strings.TrimSpace(n.Server+" "+n.Version)))
 	}
 	_ = tw.Flush()
 	if len(out.Warnings) > 0 {

@@ -24,6 +24,8 @@
 // Promote) must not overlap, nor may changes of a Cluster's topology.
 //
 // Every wait is bounded (10 s by default, see Timeout); no wait relies on a fixed sleep.
-// Tests that use the package skip, through Require, when redis-server is not on PATH.
+// The server executable is redis-server from PATH, or the one FENCING_REDIS_SERVER names
+// (EnvServer), such as valkey-server. Tests that use the package skip, through Require, when
+// redis-server is not on PATH, and fail when FENCING_REDIS_SERVER names a missing executable.
 // The package needs a Unix system; process pauses are confirmed through /proc on Linux.
 package redisproc

@@ -58,7 +58,7 @@ type Server struct {
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	Require(t)
-	bin, err := exec.LookPath(binary)
+	bin, err := exec.LookPath(binary())
 	if err != nil {
 		t.Fatalf("redisproc: %v", err)
 	}
