@@ -13,12 +13,20 @@ const (
 // capacityPrimaries are the cluster sizes of BenchmarkCapacity.
 var capacityPrimaries = []int{1, 3, 6}
 
+// uncontendedContenders are the contenders of the uncontended rows: fencekit, and
+// bsm/redislock as the control, a lock of plain commands and one short script.
+var uncontendedContenders = []contender{fencekitTry, redislockOnce}
+
 // BenchmarkCapacity measures how fencekit's cost spreads over the primaries of a Redis
 // Cluster, on local clusters of 1, 3 and 6 primaries that it starts (a 1-primary cluster
 // serves all slots on one node). Each size runs two workloads, for -rowtime each:
 //
-//   - uncontended: 8 processes of 8 goroutines, each goroutine cycling through resources
-//     of its own out of 2,000 with TryAcquire and Release, no hold: the lock's own cost;
+//   - uncontended/fencekit-try: 8 processes of 8 goroutines, each goroutine cycling
+//     through resources of its own out of 2,000 with TryAcquire and Release, no hold: the
+//     lock's own cost;
+//   - uncontended/redislock-once: the same with bsm/redislock's Obtain (no retry) and
+//     Release, the control: how the servers' own cost per command changes with the number
+//     of primaries on this machine, whatever the library;
 //   - many/goroutines=8 and =64: BenchmarkManyResources's workload with Locker.Do.
 //
 // Each row reports sections/s, cmds/section and cpu-us/section (summed over the primaries,
@@ -37,14 +45,17 @@ func BenchmarkCapacity(b *testing.B) {
 			t := clusterOf(b, n)
 			idle := idleCPU(b, t)
 			results[n] = make(map[string]rowResult)
-			b.Run("uncontended", func(b *testing.B) {
-				r := runRow(b, t, fencekitTry, uncontendedWorkload())
-				r.reportCost(b)
-				r.reportSpread(b)
-				r.reportIdle(b, idle)
-				results[n]["uncontended"] = r
-				logScaling(b, r, results[1]["uncontended"], n)
-			})
+			for _, c := range uncontendedContenders {
+				row := "uncontended/" + c.name
+				b.Run(row, func(b *testing.B) {
+					r := runRow(b, t, c, uncontendedWorkload())
+					r.reportCost(b)
+					r.reportSpread(b)
+					r.reportIdle(b, idle)
+					results[n][row] = r
+					logScaling(b, r, results[1][row], n)
+				})
+			}
 			for _, g := range manyGoroutines {
 				row := fmt.Sprintf("many/goroutines=%d", g)
 				b.Run(row, func(b *testing.B) {

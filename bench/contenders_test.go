@@ -67,24 +67,11 @@ var (
 
 	// bsmRedislock is github.com/bsm/redislock's Obtain with a linear retry every retryDelay.
 	// Obtain retries until ctx ends.
-	bsmRedislock = contender{"redislock", func(client redis.UniversalClient, prefix string) process {
-		c := redislock.New(client)
-		opt := &redislock.Options{RetryStrategy: redislock.LinearBackoff(retryDelay)}
-		return process{
-			section: func(ctx context.Context, resource string, hold func()) error {
-				lock, err := c.Obtain(ctx, peerKey(prefix, "redislock", resource), leaseTTL, opt)
-				if err != nil {
-					return fmt.Errorf("Obtain: %w", err)
-				}
-				hold()
-				if err := lock.Release(ctx); err != nil {
-					return fmt.Errorf("Release: %w", err)
-				}
-				return nil
-			},
-			close: func() {},
-		}
-	}}
+	bsmRedislock = redislockWith("redislock", redislock.LinearBackoff(retryDelay))
+
+	// redislockOnce is bsm/redislock's Obtain with no retry: a single attempt, like
+	// fencekitTry. A busy resource is an error.
+	redislockOnce = redislockWith("redislock-once", redislock.NoRetry())
 
 	// redsyncMutex is github.com/go-redsync/redsync/v4 with one go-redis v9 pool (a quorum
 	// of one), a fixed retryDelay between attempts and no practical limit on their number.
@@ -143,6 +130,29 @@ func fencekitTake(name, op string, take func(*fencing.Locker, context.Context, s
 				return nil
 			},
 			close: func() { _ = l.Close() },
+		}
+	}}
+}
+
+// redislockWith returns the contender name that takes the lock with bsm/redislock's Obtain,
+// retrying as retry says, and gives it back with Release.
+func redislockWith(name string, retry redislock.RetryStrategy) contender {
+	return contender{name, func(client redis.UniversalClient, prefix string) process {
+		c := redislock.New(client)
+		opt := &redislock.Options{RetryStrategy: retry}
+		return process{
+			section: func(ctx context.Context, resource string, hold func()) error {
+				lock, err := c.Obtain(ctx, peerKey(prefix, "redislock", resource), leaseTTL, opt)
+				if err != nil {
+					return fmt.Errorf("Obtain: %w", err)
+				}
+				hold()
+				if err := lock.Release(ctx); err != nil {
+					return fmt.Errorf("Release: %w", err)
+				}
+				return nil
+			},
+			close: func() {},
 		}
 	}}
 }
