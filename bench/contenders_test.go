@@ -44,23 +44,12 @@ type process struct {
 var (
 	// fencekitAcquire takes the lock with Locker.Acquire and gives it back with Lock.Release:
 	// one Locker per process.
-	fencekitAcquire = contender{"fencekit", func(client redis.UniversalClient, prefix string) process {
-		l := fencing.New(client, fencing.WithPrefix(prefix))
-		return process{
-			section: func(ctx context.Context, resource string, hold func()) error {
-				lock, err := l.Acquire(ctx, resource)
-				if err != nil {
-					return fmt.Errorf("Acquire: %w", err)
-				}
-				hold()
-				if err := lock.Release(ctx); err != nil {
-					return fmt.Errorf("Release: %w", err)
-				}
-				return nil
-			},
-			close: func() { _ = l.Close() },
-		}
-	}}
+	fencekitAcquire = fencekitTake("fencekit", "Acquire", (*fencing.Locker).Acquire)
+
+	// fencekitTry takes the lock with Locker.TryAcquire, a single attempt, and gives it back
+	// with Lock.Release: one Locker per process. A busy resource is an error, so it suits
+	// only workloads in which no two goroutines want one resource at once.
+	fencekitTry = fencekitTake("fencekit-try", "TryAcquire", (*fencing.Locker).TryAcquire)
 
 	// fencekitDo runs the hold inside Locker.Do, which also starts and stops a renewer.
 	fencekitDo = contender{"fencekit-do", func(client redis.UniversalClient, prefix string) process {
@@ -78,24 +67,11 @@ var (
 
 	// bsmRedislock is github.com/bsm/redislock's Obtain with a linear retry every retryDelay.
 	// Obtain retries until ctx ends.
-	bsmRedislock = contender{"redislock", func(client redis.UniversalClient, prefix string) process {
-		c := redislock.New(client)
-		opt := &redislock.Options{RetryStrategy: redislock.LinearBackoff(retryDelay)}
-		return process{
-			section: func(ctx context.Context, resource string, hold func()) error {
-				lock, err := c.Obtain(ctx, prefix+"redislock:"+resource, leaseTTL, opt)
-				if err != nil {
-					return fmt.Errorf("Obtain: %w", err)
-				}
-				hold()
-				if err := lock.Release(ctx); err != nil {
-					return fmt.Errorf("Release: %w", err)
-				}
-				return nil
-			},
-			close: func() {},
-		}
-	}}
+	bsmRedislock = redislockWith("redislock", redislock.LinearBackoff(retryDelay))
+
+	// redislockOnce is bsm/redislock's Obtain with no retry: a single attempt, like
+	// fencekitTry. A busy resource is an error.
+	redislockOnce = redislockWith("redislock-once", redislock.NoRetry())
 
 	// redsyncMutex is github.com/go-redsync/redsync/v4 with one go-redis v9 pool (a quorum
 	// of one), a fixed retryDelay between attempts and no practical limit on their number.
@@ -109,7 +85,7 @@ var (
 		}
 		return process{
 			section: func(ctx context.Context, resource string, hold func()) error {
-				m := rs.NewMutex(prefix+"redsync:"+resource, opts...)
+				m := rs.NewMutex(peerKey(prefix, "redsync", resource), opts...)
 				if err := m.LockContext(ctx); err != nil {
 					return fmt.Errorf("LockContext: %w", err)
 				}
@@ -127,3 +103,56 @@ var (
 		}
 	}}
 )
+
+// peerKey returns the key a peer library locks resource under: the resource is the key's
+// hash tag, as in fencekit's keys, so that on a cluster every library keeps a resource in
+// the same slot, and the primaries' shares of the work can be compared. resource must not
+// contain '{' or '}'.
+func peerKey(prefix, library, resource string) string {
+	return prefix + library + ":{" + resource + "}"
+}
+
+// fencekitTake returns the contender name that takes the lock with take, the Locker method
+// named op, and gives it back with Lock.Release: one Locker per process.
+func fencekitTake(name, op string, take func(*fencing.Locker, context.Context, string, ...fencing.Option) (*fencing.Lock, error)) contender {
+	return contender{name, func(client redis.UniversalClient, prefix string) process {
+		l := fencing.New(client, fencing.WithPrefix(prefix))
+		return process{
+			section: func(ctx context.Context, resource string, hold func()) error {
+				lock, err := take(l, ctx, resource)
+				if err != nil {
+					return fmt.Errorf("%s: %w", op, err)
+				}
+				hold()
+				if err := lock.Release(ctx); err != nil {
+					return fmt.Errorf("Release: %w", err)
+				}
+				return nil
+			},
+			close: func() { _ = l.Close() },
+		}
+	}}
+}
+
+// redislockWith returns the contender name that takes the lock with bsm/redislock's Obtain,
+// retrying as retry says, and gives it back with Release.
+func redislockWith(name string, retry redislock.RetryStrategy) contender {
+	return contender{name, func(client redis.UniversalClient, prefix string) process {
+		c := redislock.New(client)
+		opt := &redislock.Options{RetryStrategy: retry}
+		return process{
+			section: func(ctx context.Context, resource string, hold func()) error {
+				lock, err := c.Obtain(ctx, peerKey(prefix, "redislock", resource), leaseTTL, opt)
+				if err != nil {
+					return fmt.Errorf("Obtain: %w", err)
+				}
+				hold()
+				if err := lock.Release(ctx); err != nil {
+					return fmt.Errorf("Release: %w", err)
+				}
+				return nil
+			},
+			close: func() {},
+		}
+	}}
+}

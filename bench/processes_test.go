@@ -77,7 +77,7 @@ func contend(b *testing.B, t *target, c contender, processes, goroutines int) {
 	resource := "r" + strconv.FormatInt(resourceSeq.Add(1), 10)
 	procs := make([]process, processes)
 	for i := range procs {
-		client := t.newClient()
+		client := t.newClient(nil)
 		defer client.Close()
 		// Connect (and, on a cluster, load the slots) before the commands are counted.
 		if err := client.Ping(ctx).Err(); err != nil {

@@ -3,6 +3,7 @@ package bench_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -23,11 +24,15 @@ const (
 	standaloneDB = 9
 )
 
+// A dialFunc opens a connection for a client, as redis.Options.Dialer does.
+type dialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
+
 // A target is the Redis that one family of rows runs against: one server, or the primaries
 // of a cluster.
 type target struct {
-	// newClient returns a new client for one process; the caller closes it.
-	newClient func() redis.UniversalClient
+	// newClient returns a new client for one process; the caller closes it. A dial that is
+	// not nil opens every connection of the client, its pub/sub ones included.
+	newClient func(dial dialFunc) redis.UniversalClient
 	// primaries holds a plain client to every primary, for INFO and the cleanup.
 	primaries []*redis.Client
 	// prefix starts every key the family creates; it contains no '{' or '}'.
@@ -46,10 +51,10 @@ func standalone(b *testing.B) *target {
 		b.Skip(envAddr + " is not set: start a private redis-server and point it there (see README.md); " +
 			"the rows read server-wide INFO stats, so the server must be otherwise idle")
 	}
-	options := func() *redis.Options {
-		return &redis.Options{Addr: addr, DB: standaloneDB, DisableIdentity: true, MaintNotificationsConfig: noMaint}
+	options := func(dial dialFunc) *redis.Options {
+		return &redis.Options{Addr: addr, DB: standaloneDB, Dialer: dial, DisableIdentity: true, MaintNotificationsConfig: noMaint}
 	}
-	admin := redis.NewClient(options())
+	admin := redis.NewClient(options(nil))
 	b.Cleanup(func() { _ = admin.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -57,7 +62,7 @@ func standalone(b *testing.B) *target {
 		b.Fatalf("ping %s: %v", addr, err)
 	}
 	t := &target{
-		newClient: func() redis.UniversalClient { return redis.NewClient(options()) },
+		newClient: func(dial dialFunc) redis.UniversalClient { return redis.NewClient(options(dial)) },
 		primaries: []*redis.Client{admin},
 		prefix:    newPrefix(),
 	}
@@ -69,13 +74,21 @@ func standalone(b *testing.B) *target {
 // redis-server is not on PATH.
 func cluster(b *testing.B) *target {
 	b.Helper()
+	return clusterOf(b, 3)
+}
+
+// clusterOf starts a local Redis Cluster of n primaries, without replicas, for b, each
+// primary serving an equal range of slots (with n = 1, all of them), or skips b when
+// redis-server is not on PATH. The servers are stopped when b ends.
+func clusterOf(b *testing.B, n int) *target {
+	b.Helper()
 	if !redisproc.Available() {
 		b.Skip("redis-server is not on PATH: the cluster rows start a local cluster with it")
 	}
-	cl := redisproc.StartCluster(b, 3)
+	cl := redisproc.StartCluster(b, n)
 	t := &target{
-		newClient: func() redis.UniversalClient {
-			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), DisableIdentity: true, MaintNotificationsConfig: noMaint})
+		newClient: func(dial dialFunc) redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Dialer: dial, DisableIdentity: true, MaintNotificationsConfig: noMaint})
 		},
 		prefix: newPrefix(),
 	}
@@ -93,48 +106,122 @@ func newPrefix() string {
 	return fmt.Sprintf("fkbench:%d-%d:", os.Getpid(), time.Now().UnixNano())
 }
 
+// adminCommands are the commands the benchmark itself sends to the servers while a row
+// runs, to read INFO and to sample CLIENT LIST, as INFO commandstats names them. Their calls
+// and their time are taken out of a row's figures.
+var adminCommands = []string{"info", "client|list"}
+
+// serverStats is what one primary reports, in INFO, about the work it has done since it
+// started.
+type serverStats struct {
+	// commands is total_commands_processed: every command, those run by scripts included.
+	commands int64
+	// cpu is used_cpu_sys + used_cpu_user: the CPU time of the whole server process.
+	cpu time.Duration
+	// adminCalls and adminTime are the calls of adminCommands and the time the server spent
+	// executing them (commandstats calls and usec).
+	adminCalls int64
+	adminTime  time.Duration
+}
+
+// sub returns the work done between an earlier reading and s.
+func (s serverStats) sub(earlier serverStats) serverStats {
+	return serverStats{
+		commands:   s.commands - earlier.commands,
+		cpu:        s.cpu - earlier.cpu,
+		adminCalls: s.adminCalls - earlier.adminCalls,
+		adminTime:  s.adminTime - earlier.adminTime,
+	}
+}
+
+// work returns the commands and the CPU time of a difference of two readings, less the
+// benchmark's own INFO and CLIENT LIST calls and the time the server spent executing them.
+// Between two readings a server has counted one INFO: the earlier one.
+func (s serverStats) work() (commands int64, cpu time.Duration) {
+	return s.commands - s.adminCalls, s.cpu - s.adminTime
+}
+
+// stats reads INFO stats, cpu and commandstats from every primary, in the order of
+// t.primaries.
+func (t *target) stats(b *testing.B) []serverStats {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	all := make([]serverStats, len(t.primaries))
+	for i, c := range t.primaries {
+		info, err := c.Info(ctx, "stats", "cpu", "commandstats").Result()
+		if err == nil {
+			all[i], err = parseStats(info)
+		}
+		if err != nil {
+			b.Fatalf("INFO on %s: %v", c.Options().Addr, err)
+		}
+	}
+	return all
+}
+
+// parseStats reads serverStats from an INFO reply with the stats, cpu and commandstats
+// sections.
+func parseStats(info string) (serverStats, error) {
+	fields := make(map[string]string)
+	for line := range strings.Lines(info) {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			fields[k] = v
+		}
+	}
+	var s serverStats
+	var err error
+	if s.commands, err = strconv.ParseInt(fields["total_commands_processed"], 10, 64); err != nil {
+		return s, fmt.Errorf("total_commands_processed: %w", err)
+	}
+	for _, name := range []string{"used_cpu_sys", "used_cpu_user"} {
+		sec, err := strconv.ParseFloat(fields[name], 64)
+		if err != nil {
+			return s, fmt.Errorf("%s: %w", name, err)
+		}
+		s.cpu += time.Duration(sec * float64(time.Second))
+	}
+	for _, name := range adminCommands {
+		stat, ok := fields["cmdstat_"+name]
+		if !ok {
+			continue // never called yet
+		}
+		// calls=3,usec=52,usec_per_call=17.33,rejected_calls=0,failed_calls=0
+		for kv := range strings.SplitSeq(stat, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls", "usec":
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return s, fmt.Errorf("cmdstat_%s %s: %w", name, k, err)
+				}
+				if k == "calls" {
+					s.adminCalls += n
+				} else {
+					s.adminTime += time.Duration(n) * time.Microsecond
+				}
+			}
+		}
+	}
+	return s, nil
+}
+
 // commandCounter reads the primaries' command counts now and returns a function that
 // returns how many commands they have processed since, summed over the primaries. Commands
 // run inside scripts count, as INFO's total_commands_processed counts them; the INFO calls
 // that read the counts do not. Every other client of the servers counts too.
 func (t *target) commandCounter(b *testing.B) func() int64 {
 	b.Helper()
-	before := t.commands(b)
+	before := t.stats(b)
 	return func() int64 {
 		b.Helper()
-		// Between two readings each primary has counted one INFO: the earlier one.
-		return t.commands(b) - before - int64(len(t.primaries))
-	}
-}
-
-// commands sums total_commands_processed from INFO stats over the primaries.
-func (t *target) commands(b *testing.B) int64 {
-	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var total int64
-	for _, c := range t.primaries {
-		info, err := c.Info(ctx, "stats").Result()
-		if err != nil {
-			b.Fatalf("INFO stats on %s: %v", c.Options().Addr, err)
+		var total int64
+		for i, s := range t.stats(b) {
+			n, _ := s.sub(before[i]).work()
+			total += n
 		}
-		n, err := infoField(info, "total_commands_processed")
-		if err != nil {
-			b.Fatalf("INFO stats on %s: %v", c.Options().Addr, err)
-		}
-		total += n
+		return total
 	}
-	return total
-}
-
-// infoField returns the integer field name of an INFO reply.
-func infoField(info, name string) (int64, error) {
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
-			return strconv.ParseInt(v, 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("no field %s", name)
 }
 
 // deleteKeys deletes every key under the target's prefix on every primary, one DEL per
@@ -153,4 +240,23 @@ func (t *target) deleteKeys(b *testing.B) {
 			b.Errorf("cleanup: SCAN on %s: %v", c.Options().Addr, err)
 		}
 	}
+}
+
+// idleWindow is how long idleCPU watches the servers.
+const idleWindow = time.Second
+
+// idleCPU watches t's primaries for idleWindow while the benchmark sends them nothing and
+// returns the CPU time they used per second, summed over the primaries: the servers' own
+// background work (cron, the cluster bus), which cpu-us/section includes.
+func idleCPU(b *testing.B, t *target) time.Duration {
+	b.Helper()
+	before := t.stats(b)
+	time.Sleep(idleWindow) // the measurement's window
+	after := t.stats(b)
+	var cpu time.Duration
+	for i := range after {
+		_, c := after[i].sub(before[i]).work()
+		cpu += c
+	}
+	return time.Duration(float64(cpu) / idleWindow.Seconds())
 }

@@ -1,0 +1,220 @@
+package bench_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// rowTime is how long each row of BenchmarkManyResources and BenchmarkCapacity starts new
+// critical sections; the sections under way then finish.
+var rowTime = flag.Duration("rowtime", 3*time.Second,
+	"how long each row of BenchmarkManyResources and BenchmarkCapacity starts new critical sections")
+
+// A workload is what the goroutines of one timed row do.
+type workload struct {
+	// processes is the number of processes, each a client of its own; goroutines is per
+	// process.
+	processes, goroutines int
+	// resources is the number of resources, named r0 to r<resources-1>.
+	resources int
+	// hold is how long each section sleeps while it holds the lock.
+	hold time.Duration
+	// picker returns, for worker w of workers, the function that picks the resource of its
+	// next section. Each worker calls its own function only.
+	picker func(w, workers int) func() int
+}
+
+// A rowResult is what one timed row measured.
+type rowResult struct {
+	// sections is how many critical sections ran, in elapsed: from the start of the row to
+	// the end of the last section.
+	sections int
+	elapsed  time.Duration
+	// waits holds every section's wait for the lock, sorted.
+	waits []time.Duration
+	// primaries holds each primary's work during the row, the benchmark's own INFO and
+	// CLIENT LIST calls taken out.
+	primaries []serverStats
+	// peaks are the processes' connections at the peak.
+	peaks connPeaks
+}
+
+// runRow runs w on t with contender c for rowTime: every worker goroutine takes the lock on
+// the resource it picks, holds it for w.hold and releases it, again and again, until rowTime
+// has passed; the sections under way then finish. It fails b when two holders of one
+// resource overlap or a section fails.
+func runRow(b *testing.B, t *target, c contender, w workload) rowResult {
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	tracker := newConnTracker()
+	procs := make([]process, w.processes)
+	for i := range procs {
+		client := t.newClient(tracker.dialer(i))
+		defer client.Close()
+		// Connect to every primary (and, on a cluster, load the slots) before the work is
+		// counted.
+		if err := connect(ctx, client); err != nil {
+			b.Fatalf("connect: %v", err)
+		}
+		procs[i] = c.newProcess(client, t.prefix)
+		defer procs[i].close()
+	}
+	names := make([]string, w.resources)
+	for i := range names {
+		names[i] = fmt.Sprintf("r%d", i)
+	}
+	holders := make([]atomic.Int32, w.resources) // holders of each resource right now
+
+	workers := w.processes * w.goroutines
+	waits := make([][]time.Duration, workers) // one wait per section, per worker
+	before := t.stats(b)
+	stopSampling := sampleConnections(b, t, tracker, w.processes)
+	b.ResetTimer()
+	begin := time.Now()
+	deadline := begin.Add(*rowTime)
+	var wg sync.WaitGroup
+	for worker := range workers {
+		p := procs[worker/w.goroutines]
+		pick := w.picker(worker, workers)
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				r := pick()
+				t0 := time.Now()
+				err := p.section(ctx, names[r], func() {
+					waits[worker] = append(waits[worker], time.Since(t0))
+					if n := holders[r].Add(1); n != 1 {
+						b.Errorf("%s: %d holders of %s at once", c.name, n, names[r])
+					}
+					if w.hold > 0 {
+						time.Sleep(w.hold)
+					}
+					holders[r].Add(-1)
+				})
+				if err != nil {
+					b.Errorf("%s: %s: %v", c.name, names[r], err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(begin)
+	b.StopTimer()
+	peaks := stopSampling()
+	after := t.stats(b)
+
+	r := rowResult{elapsed: elapsed, waits: slices.Concat(waits...), peaks: peaks}
+	r.sections = len(r.waits)
+	slices.Sort(r.waits)
+	for i := range after {
+		r.primaries = append(r.primaries, after[i].sub(before[i]))
+	}
+	return r
+}
+
+// connect opens a connection from client to every primary it knows.
+func connect(ctx context.Context, client redis.UniversalClient) error {
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return node.Ping(ctx).Err()
+		})
+	}
+	return client.Ping(ctx).Err()
+}
+
+// work returns the commands and the CPU time of every primary together.
+func (r rowResult) work() (commands int64, cpu time.Duration) {
+	for _, s := range r.primaries {
+		n, c := s.work()
+		commands += n
+		cpu += c
+	}
+	return commands, cpu
+}
+
+// perSection returns the figures that most rows report, per critical section: sections per
+// second, Redis commands per section and Redis CPU per section in µs, summed over the
+// primaries.
+func (r rowResult) perSection() (rate, cmds, cpuUS float64) {
+	n := float64(r.sections)
+	commands, cpu := r.work()
+	return n / r.elapsed.Seconds(), float64(commands) / n, us(cpu) / n
+}
+
+// reportCost reports sections/s, cmds/section and cpu-us/section, and suppresses ns/op,
+// which the benchmark's b.N does not drive. It reports nothing when no section ran.
+func (r rowResult) reportCost(b *testing.B) {
+	b.ReportMetric(0, "ns/op")
+	if r.sections == 0 {
+		return
+	}
+	rate, cmds, cpu := r.perSection()
+	b.ReportMetric(rate, "sections/s")
+	b.ReportMetric(cmds, "cmds/section")
+	b.ReportMetric(cpu, "cpu-us/section")
+}
+
+// reportWaits reports the median, 99th percentile and longest waits for the lock.
+func (r rowResult) reportWaits(b *testing.B) {
+	if r.sections == 0 {
+		return
+	}
+	b.ReportMetric(ms(r.waits[len(r.waits)/2]), "p50-wait-ms")
+	b.ReportMetric(ms(r.waits[len(r.waits)*99/100]), "p99-wait-ms")
+	b.ReportMetric(ms(r.waits[len(r.waits)-1]), "max-wait-ms")
+}
+
+// reportConns reports the peak connections and pub/sub connections, of all processes and
+// of the process that held the most.
+func (r rowResult) reportConns(b *testing.B) {
+	b.ReportMetric(float64(r.peaks.conns), "peak-conns")
+	b.ReportMetric(float64(r.peaks.pubsub), "peak-pubsub")
+	b.ReportMetric(float64(r.peaks.procConns), "peak-conns/proc")
+	b.ReportMetric(float64(r.peaks.procPubsub), "peak-pubsub/proc")
+}
+
+// spread returns how evenly the work spread over the primaries: the largest primary's
+// commands and CPU over the mean of all primaries', and the busiest primary's CPU per
+// section, in µs.
+func (r rowResult) spread() (cmdsMaxMean, cpuMaxMean, busiestCPUUS float64) {
+	var cmdSum, cmdMax int64
+	var cpuSum, cpuMax time.Duration
+	for _, s := range r.primaries {
+		n, c := s.work()
+		cmdSum, cmdMax = cmdSum+n, max(cmdMax, n)
+		cpuSum, cpuMax = cpuSum+c, max(cpuMax, c)
+	}
+	k := float64(len(r.primaries))
+	return float64(cmdMax) / (float64(cmdSum) / k), float64(cpuMax) / (float64(cpuSum) / k),
+		us(cpuMax) / float64(r.sections)
+}
+
+// reportSpread reports cmds-max/mean, cpu-max/mean and busiest-cpu-us/section (see spread).
+func (r rowResult) reportSpread(b *testing.B) {
+	if r.sections == 0 {
+		return
+	}
+	cmds, cpu, busiest := r.spread()
+	b.ReportMetric(cmds, "cmds-max/mean")
+	b.ReportMetric(cpu, "cpu-max/mean")
+	b.ReportMetric(busiest, "busiest-cpu-us/section")
+}
+
+// reportIdle reports idle-cpu-us/section: the CPU the primaries spend per second with no
+// traffic (perSecond), over the row's elapsed time, per section.
+func (r rowResult) reportIdle(b *testing.B, perSecond time.Duration) {
+	if r.sections == 0 {
+		return
+	}
+	b.ReportMetric(us(perSecond)*r.elapsed.Seconds()/float64(r.sections), "idle-cpu-us/section")
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
