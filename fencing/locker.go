@@ -255,26 +255,14 @@ func (l *Locker) runAcquire(ctx context.Context, cfg *config, k keys, args []any
 // connection, and fails with ErrNotReplicated when the script's reply says it wrote (wrote)
 // and fewer replicas than cfg.replicas acknowledged it.
 func (l *Locker) replicated(ctx context.Context, cfg *config, k keys, src string, args []any, wrote func(any) bool) (any, error) {
-	var node redis.Cmdable
-	switch c := l.client.(type) {
-	case *redis.ClusterClient:
-		n, err := c.MasterForKey(ctx, k.lock)
-		if err != nil {
-			return nil, err
-		}
-		node = n
-	case *redis.Client:
-		node = c
-	default:
-		return nil, invalidf("WithReplicas needs a *redis.Client or *redis.ClusterClient, not %T", l.client)
+	res, acks, err := l.pipeWait(ctx, cfg, k, src, args)
+	if c, ok := l.client.(*redis.ClusterClient); ok && isMoved(err) {
+		// The slot moved (a failover, resharding): the script did not run. go-redis learns
+		// of it only from its own commands, not from a reply inside this pipeline, so reload
+		// the slot map and send the pipeline to the new owner.
+		clusterRoute{c}.refresh(ctx)
+		res, acks, err = l.pipeWait(ctx, cfg, k, src, args)
 	}
-	// EVAL, not EVALSHA: a NOSCRIPT reply inside the pipeline would cost a second WAIT.
-	pipe := node.Pipeline()
-	cmd := pipe.Eval(ctx, src, k.script(), args...)
-	acks := redis.NewIntCmd(ctx, "wait", cfg.replicas, cfg.replicaTO.Milliseconds())
-	_ = pipe.Process(ctx, acks)
-	_, _ = pipe.Exec(ctx)
-	res, err := cmd.Result()
 	if err != nil {
 		return nil, err
 	}
@@ -288,6 +276,37 @@ func (l *Locker) replicated(ctx context.Context, cfg *config, k keys, src string
 		}
 	}
 	return res, nil
+}
+
+// isMoved reports whether err is a Cluster's MOVED reply.
+func isMoved(err error) bool {
+	_, moved := redis.IsMovedError(err)
+	return moved
+}
+
+// pipeWait sends a script with EVAL and WAIT in one pipeline to the primary that owns k.
+func (l *Locker) pipeWait(ctx context.Context, cfg *config, k keys, src string, args []any) (any, *redis.IntCmd, error) {
+	var node redis.Cmdable
+	switch c := l.client.(type) {
+	case *redis.ClusterClient:
+		n, err := c.MasterForKey(ctx, k.lock)
+		if err != nil {
+			return nil, nil, err
+		}
+		node = n
+	case *redis.Client:
+		node = c
+	default:
+		return nil, nil, invalidf("WithReplicas needs a *redis.Client or *redis.ClusterClient, not %T", l.client)
+	}
+	// EVAL, not EVALSHA: a NOSCRIPT reply inside the pipeline would cost a second WAIT.
+	pipe := node.Pipeline()
+	cmd := pipe.Eval(ctx, src, k.script(), args...)
+	acks := redis.NewIntCmd(ctx, "wait", cfg.replicas, cfg.replicaTO.Milliseconds())
+	_ = pipe.Process(ctx, acks)
+	_, _ = pipe.Exec(ctx)
+	res, err := cmd.Result()
+	return res, acks, err
 }
 
 // releaseOwner deletes the lock if owner holds it, whatever its token, with a fresh, short

@@ -239,7 +239,7 @@ func TestKilledWaiterProcess(t *testing.T) {
 		return
 	}
 	const slack = 1200*time.Millisecond + 500*time.Millisecond // one poll, and a loaded machine
-	const granted = 3 * time.Second                             // the lease of every grant
+	const granted = 3 * time.Second                            // the lease of every grant
 	for _, tc := range []struct {
 		name    string
 		do      bool          // the child waits in Do rather than Acquire

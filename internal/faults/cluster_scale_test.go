@@ -123,12 +123,12 @@ func TestClusterScaleMigrate(t *testing.T) {
 		}
 		moves = append(moves, fmt.Sprintf("%s:%d->%d", name, from.Port(), to.Port()))
 	}
-	followed := w.followed(names, 2)
+	followed := w.follow(names, 2)
 	w.release(names)
 	w.finish()
 	w.checkBeforeLease()
-	figure(t, "cluster-scale-migrate", "resources=%d waiters=%d moves=[%s] channels_subscribed_on_new_owner_at_release=%d/%d served=%d all_served_after_release=%v stale_writes=%d overlaps=%d",
-		len(names), w.waiters(), strings.Join(moves, " "), followed, len(names), w.servedCount(), w.serveTime().Round(time.Millisecond), w.stale(), w.overlaps.Load())
+	figure(t, "cluster-scale-migrate", "resources=%d waiters=%d moves=[%s] subscriptions_followed_after=%v served=%d all_served_after_release=%v stale_writes=%d overlaps=%d",
+		len(names), w.waiters(), strings.Join(moves, " "), followed.Round(time.Millisecond), w.servedCount(), w.serveTime().Round(time.Millisecond), w.stale(), w.overlaps.Load())
 }
 
 // TestClusterScaleRestart restarts a primary (kill -9, AOF on with appendfsync always)
@@ -213,12 +213,12 @@ func TestClusterScaleFailover(t *testing.T) {
 			moved = append(moved, name)
 		}
 	}
-	followed := w.followed(moved, 2)
+	followed := w.follow(moved, 2)
 	w.release(names)
 	w.finish()
 	w.checkBeforeLease()
-	figure(t, "cluster-scale-failover", "resources=%d on_failed_over_primary=%d waiters=%d failover=%d->%d until_all_nodes_agree=%v channels_subscribed_on_new_primary_at_release=%d/%d served=%d all_served_after_release=%v stale_writes=%d overlaps=%d",
-		len(names), len(moved), w.waiters(), old.Port(), replica.Port(), took.Round(time.Millisecond), followed, len(moved), w.servedCount(), w.serveTime().Round(time.Millisecond), w.stale(), w.overlaps.Load())
+	figure(t, "cluster-scale-failover", "resources=%d on_failed_over_primary=%d waiters=%d failover=%d->%d until_all_nodes_agree=%v subscriptions_followed_after=%v served=%d all_served_after_release=%v stale_writes=%d overlaps=%d",
+		len(names), len(moved), w.waiters(), old.Port(), replica.Port(), took.Round(time.Millisecond), followed.Round(time.Millisecond), w.servedCount(), w.serveTime().Round(time.Millisecond), w.stale(), w.overlaps.Load())
 
 	t.Run("acquire-after-failover", func(t *testing.T) {
 		for _, name := range moved {
@@ -381,20 +381,22 @@ func (w *clusterWait) waitSubscribed(names []string, n int64) {
 	}
 }
 
-// followed returns how many of names have n subscribers on the primary that serves them
-// now, without waiting: whether the subscriptions followed a slot that moved.
-func (w *clusterWait) followed(names []string, n int64) int {
+// follow waits until each of names has n subscribers on the primary that serves it now, and
+// returns how long that took: the subscriptions follow a slot that moved. It fails the test
+// when they have not followed within 10s.
+func (w *clusterWait) follow(names []string, n int64) time.Duration {
 	w.t.Helper()
 	ctx := context.Background()
-	count := 0
+	begin := time.Now()
 	for _, name := range names {
 		channel := grantChannel(w.t, name)
-		v, err := w.cl.NodeFor(channel).Do(ctx, "PUBSUB", "SHARDNUMSUB", channel).Slice()
-		if err == nil && len(v) == 2 && v[1] == n {
-			count++
-		}
+		owner := w.cl.NodeFor(channel)
+		waitUntil(w.t, 10*time.Second, "the subscriptions to "+channel+" on its new primary "+owner.Addr(), func() bool {
+			v, err := owner.Do(ctx, "PUBSUB", "SHARDNUMSUB", channel).Slice()
+			return err == nil && len(v) == 2 && v[1] == n
+		})
 	}
-	return count
+	return time.Since(begin)
 }
 
 // wait is one waiter: it takes the resource, writes to the resource's store with its token

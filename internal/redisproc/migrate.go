@@ -30,6 +30,7 @@ func (c *Cluster) MigrateSlot(slot int, to *Server) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
+	c.settleEpochs(ctx)
 	fromID, toID := c.id(from), c.id(to)
 	s := strconv.Itoa(slot)
 	c.do(ctx, to, "CLUSTER", "SETSLOT", s, "IMPORTING", fromID)
@@ -56,14 +57,37 @@ func (c *Cluster) MigrateSlot(slot int, to *Server) {
 			c.do(ctx, node, "CLUSTER", "SETSLOT", s, "NODE", toID)
 		}
 	}
+	// SETSLOT NODE bumps the target's config epoch without consensus, so two migrations in a
+	// row can leave two primaries with one epoch. Redis resolves such a collision by bumping
+	// one of them, and until then the slot's owner may be seen differently, or even change
+	// back; so wait until every node sees distinct epochs and the slot on to, and give the
+	// slot to to again if it went back.
 	deadline := time.Now().Add(c.timeout)
 	err := waitFor(deadline, nil, func() (bool, string) {
 		for _, node := range c.AllNodes() {
+			nodes, err := node.clusterNodes(ctx)
+			if err != nil {
+				return false, fmt.Sprintf("CLUSTER NODES on %s: %v", node.Addr(), err)
+			}
+			epochs := map[string]bool{}
+			for _, n := range nodes {
+				if !n.primary() {
+					continue
+				}
+				if epochs[n.epoch] {
+					return false, fmt.Sprintf("node %s sees two primaries with config epoch %s", node.Addr(), n.epoch)
+				}
+				epochs[n.epoch] = true
+			}
 			slots, err := node.clusterSlots(ctx)
 			if err != nil {
 				return false, fmt.Sprintf("CLUSTER SLOTS on %s: %v", node.Addr(), err)
 			}
 			if owner := slotOwner(slots, slot); owner != to.Addr() {
+				if owner != "" && owner != to.Addr() && node.primaryOf(ctx, slot) {
+					_ = to.Do(ctx, "CLUSTER", "SETSLOT", s, "NODE", toID).Err()
+					_ = node.Do(ctx, "CLUSTER", "SETSLOT", s, "NODE", toID).Err()
+				}
 				return false, fmt.Sprintf("node %s sees slot %d served by %q", node.Addr(), slot, owner)
 			}
 		}
@@ -72,6 +96,46 @@ func (c *Cluster) MigrateSlot(slot int, to *Server) {
 	if err != nil {
 		c.fatalf("redisproc: migrate slot %d from %s to %s: %v", slot, from.Addr(), to.Addr(), err)
 	}
+}
+
+// settleEpochs waits until every node knows the same current epoch: a SETSLOT NODE bumps the
+// target's config epoch to one above the highest it knows, so a migration that starts before
+// the last one's bump has spread can give two primaries the same epoch.
+func (c *Cluster) settleEpochs(ctx context.Context) {
+	c.tb.Helper()
+	err := waitFor(time.Now().Add(c.timeout), nil, func() (bool, string) {
+		var first string
+		for _, node := range c.AllNodes() {
+			text, err := node.Do(ctx, "CLUSTER", "INFO").Text()
+			if err != nil {
+				return false, fmt.Sprintf("CLUSTER INFO on %s: %v", node.Addr(), err)
+			}
+			epoch := parseFields(text)["cluster_current_epoch"]
+			if first == "" {
+				first = epoch
+			} else if epoch != first {
+				return false, fmt.Sprintf("node %s is at epoch %s, another at %s", node.Addr(), epoch, first)
+			}
+		}
+		return true, ""
+	})
+	if err != nil {
+		c.fatalf("redisproc: %v", err)
+	}
+}
+
+// primaryOf reports whether the server, as it sees itself, is the primary that serves slot.
+func (s *Server) primaryOf(ctx context.Context, slot int) bool {
+	nodes, err := s.clusterNodes(ctx)
+	if err != nil {
+		return false
+	}
+	for _, n := range nodes {
+		if n.hasFlag("myself") {
+			return n.primary() && n.serves(slot)
+		}
+	}
+	return false
 }
 
 // MigrateKey moves the hash slot of key, and with it every key that shares its hash tag,

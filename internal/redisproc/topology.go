@@ -15,6 +15,7 @@ type nodeLine struct {
 	addr   string // "127.0.0.1:<port>", without the bus port and hostname
 	flags  []string
 	master string   // the primary's id for a replica, "-" for a primary
+	epoch  string   // config epoch
 	link   string   // "connected" or "disconnected"
 	slots  []string // ranges ("0-5460") and single slots, without migration markers
 }
@@ -50,7 +51,7 @@ func parseNodes(text string) ([]nodeLine, error) {
 		}
 		addr, _, _ := strings.Cut(f[1], "@")
 		addr, _, _ = strings.Cut(addr, ",")
-		n := nodeLine{id: f[0], addr: addr, flags: strings.Split(f[2], ","), master: f[3], link: f[7]}
+		n := nodeLine{id: f[0], addr: addr, flags: strings.Split(f[2], ","), master: f[3], epoch: f[6], link: f[7]}
 		for _, s := range f[8:] {
 			if !strings.HasPrefix(s, "[") { // "[slot->-id]" and "[slot-<-id]" mark migrations
 				n.slots = append(n.slots, s)
