@@ -1,12 +1,20 @@
 -- Functions shared by the scripts that can hand a free lock to the next waiter: the text of
 -- this file is put in front of acquire.lua, release.lua and poll.lua. They expect
--- KEYS[1]: the lock key; its value is "<owner>:<token>".
--- KEYS[2]: the fence key: the resource's token counter.
--- KEYS[3]: the queue key: a list with one element per queued waiter, "<Locker id>.<n>", the
---          next to be served at the head. The key "<KEYS[3] less 'queue'>w:<id>" of each
---          waiting Locker holds "<lease ms>:<floor 0|1>:<since unix ms>" and expires unless
---          that Locker renews it: an element whose Locker key is gone is a dead waiter. All
---          these keys share one hash tag, so they live in one Redis Cluster slot.
+-- KEYS[1]: the lock key, "<prefix><tag>:lock"; its value is "<owner>:<token>".
+-- KEYS[2]: the fence key, "<prefix><tag>:fence": the resource's token counter.
+-- KEYS[3]: the queue key, "<prefix><tag>:queue": a list with one element per queued waiter,
+--          "<Locker id>.<n>", the next to be served at the head. The key
+--          "<prefix><tag>:w:<id>" of each waiting Locker holds "<lease ms>:<floor 0|1>:<since
+--          unix ms>" and expires unless that Locker renews it: an element whose Locker key is
+--          gone is a dead waiter. All these keys share one hash tag, so they live in one Redis
+--          Cluster slot.
+-- The scripts take their settings in one argument, opts: "<publish><floor><expiry>", where
+-- publish is 'P' (announce grants with PUBLISH on "<prefix><tag>:grant"), 'S' (SPUBLISH) or
+-- '-' (announce nothing), floor is '1' to keep new tokens at or above the server clock in
+-- microseconds or '0', and expiry is the counter's expiry in milliseconds, or nothing.
+
+-- ENTRY_TTL is the lifetime of queue entries in milliseconds, the same for every Locker.
+local ENTRY_TTL = 3000
 
 -- next_token moves the counter and returns the new token as a string (a Lua number is a
 -- double and would round it above 2^53). With floor '1', the token is at least the server
@@ -35,10 +43,20 @@ local function next_token(floor, expiry)
       token = redis.call('GET', KEYS[2])
     end
   end
-  if expiry and expiry ~= '' then
+  if expiry ~= '' then
     redis.call('PEXPIRE', KEYS[2], expiry)
   end
   return token, behind
+end
+
+-- settings returns the floor ('0' or '1') and the counter's expiry ('' or milliseconds) of
+-- opts. The usual settings, no floor and no expiry, are told by comparing opts whole, which
+-- costs Redis less than string.sub.
+local function settings(opts)
+  if opts == 'P0' or opts == 'S0' or opts == '-0' then
+    return '0', ''
+  end
+  return string.sub(opts, 2, 2), string.sub(opts, 3)
 end
 
 -- locker_of returns the Locker id of a queue element.
@@ -48,22 +66,17 @@ end
 
 -- waiter_key returns the key of a waiting Locker.
 local function waiter_key(id)
-  return string.sub(KEYS[3], 1, #KEYS[3] - 5) .. 'w:' .. id
+  return string.sub(KEYS[3], 1, -6) .. 'w:' .. id
 end
 
--- grant_next hands the free lock to the waiter at the head of the queue: it sets the lock to
--- "<element>:<token>" with the lease that the waiter's Locker asked for and announces that
--- value on channel with publish ('PUBLISH' or 'SPUBLISH'; '' sends nothing). Dead waiters at
--- the head are dropped on the way. self is the calling Locker's id and self_entry its waiter
--- value: it is not notified (the caller gets the grant in the reply) and its key need not be
--- read. Returns {element, token}, or nil when nobody waits. expiry is the counter's expiry, as
--- in next_token.
-local function grant_next(channel, publish, self, self_entry, expiry)
-  while true do
-    local element = redis.call('LPOP', KEYS[3])
-    if not element then
-      return nil
-    end
+-- grant_next hands the free lock to the waiter of element, just popped from the head of
+-- the queue, or if it is dead to the next live one: it sets the lock to "<element>:<token>"
+-- with the lease that the waiter's Locker asked for and announces that value as opts says.
+-- Dead waiters are dropped on the way. self is the calling Locker's id and self_entry its
+-- waiter value: it is not notified (the caller gets the grant in the reply) and its key need
+-- not be read. Returns {element, token}, or nil when nobody waits (element is nil).
+local function grant_next(element, opts, self, self_entry)
+  while element do
     local id = locker_of(element)
     local entry
     if id == self and self_entry ~= '' then
@@ -74,14 +87,19 @@ local function grant_next(channel, publish, self, self_entry, expiry)
     if entry then
       local lease, floor = string.match(entry, '^(%d+):([01])')
       if lease then
+        local _, expiry = settings(opts)
         local token = next_token(floor, expiry)
         local value = element .. ':' .. token
         redis.call('SET', KEYS[1], value, 'PX', lease)
-        if id ~= self and publish ~= '' then
-          redis.call(publish, channel, value)
+        local publish = string.sub(opts, 1, 1)
+        if id ~= self and publish ~= '-' then
+          local channel = string.sub(KEYS[3], 1, -6) .. 'grant'
+          redis.call(publish == 'S' and 'SPUBLISH' or 'PUBLISH', channel, value)
         end
         return {element, token}
       end
     end
+    element = redis.call('LPOP', KEYS[3])
   end
+  return nil
 end

@@ -20,6 +20,7 @@ type Locker struct {
 	client redis.UniversalClient
 	cfg    config
 	waits  *waiting
+	opts   any // the scripts' opts argument for cfg, boxed once (see grant.lua)
 }
 
 // New returns a Locker that keeps its locks on client: a *redis.Client (also from
@@ -41,6 +42,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 		l.cfg.err = invalidf("nil redis client")
 	}
 	l.waits = newWaiting(l, l.cfg.err == nil)
+	l.opts = l.cfg.opts(l.waits.publish)
 	return l
 }
 
@@ -185,12 +187,19 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 	if err != nil {
 		return nil, attemptReply{}, err
 	}
-	floor := "0"
-	if cfg.timeFloor {
-		floor = "1"
-	}
 	ms := millis(cfg.ttl)
-	args := []any{owner, ms, floor, elem, entryTTLms, entry, k.channel, l.waits.publishArg, cfg.expiryArg()}
+	opts := l.opts
+	if cfg.timeFloor != l.cfg.timeFloor || cfg.expiry != l.cfg.expiry {
+		opts = cfg.opts(l.waits.publish)
+	}
+	args := []any{owner, ms, opts, elem, entry}
+	switch {
+	case elem != "":
+	case opts == defaultOpts:
+		args = args[:2] // the scripts' default
+	default:
+		args = args[:3]
+	}
 	sent := time.Now()
 	res, err := l.runAcquire(ctx, cfg, k, args)
 	if err != nil {
@@ -324,28 +333,36 @@ func (l *Locker) releaseOwner(ctx context.Context, k keys, owner string) {
 func (l *Locker) release(ctx context.Context, k keys, value string) (bool, error) {
 	ws := l.waits
 	sent := time.Now()
-	var self any = ""
-	if e := ws.selfEntry(k.channel); e != "" {
-		self = e
+	self := ws.selfEntry(k.channel)
+	args := []any{value, l.opts, ws.idArg, self}
+	switch {
+	case self != "":
+	case l.opts == defaultOpts:
+		args = args[:1] // the scripts' default
+	default:
+		args = args[:2]
 	}
-	res, err := releaseScript.Run(ctx, l.client, k.script(), value, k.channel, ws.publishArg, ws.idArg, self, l.cfg.expiryArg()).Result()
+	res, err := releaseScript.Run(ctx, l.client, k.script(), args...).Result()
 	if err != nil {
 		return false, err
 	}
-	if n, ok := res.(int64); ok && n == 0 {
-		return false, nil
-	}
-	arr, _ := res.([]any)
-	if len(arr) == 0 {
-		return false, fmt.Errorf("unexpected reply %v", res)
-	}
 	var elem string
 	var token int64
-	if len(arr) == 3 {
-		elem, _ = arr[1].(string)
-		if token, err = parseToken(arr[2]); err != nil {
+	switch r := res.(type) {
+	case int64:
+		if r == 0 {
+			return false, nil
+		}
+	case []any:
+		if len(r) != 3 {
+			return false, fmt.Errorf("unexpected reply %v", res)
+		}
+		elem, _ = r[1].(string)
+		if token, err = parseToken(r[2]); err != nil {
 			return true, err
 		}
+	default:
+		return false, fmt.Errorf("unexpected reply %v", res)
 	}
 	ws.released(k, sent, value, elem, token)
 	return true, nil
@@ -375,13 +392,18 @@ const (
 type acquireReply struct {
 	flag   int64
 	token  int64  // flagAcquired
-	pttl   int64  // flagAcquired and flagBusy
+	pttl   int64  // flagBusy
 	held   string // flagQueued
 	behind int64  // flagAcquired: microseconds the server clock is behind the last token
 }
 
-// parseAcquire decodes the acquire script's reply.
+// parseAcquire decodes the acquire script's reply: the token alone when acquired, or an
+// array led by a flag.
 func parseAcquire(res any) (acquireReply, error) {
+	if s, ok := res.(string); ok {
+		token, err := parseToken(s)
+		return acquireReply{flag: flagAcquired, token: token}, err
+	}
 	arr, _ := res.([]any)
 	if len(arr) < 2 {
 		return acquireReply{}, fmt.Errorf("unexpected reply %v", res)
@@ -400,10 +422,7 @@ func parseAcquire(res any) (acquireReply, error) {
 		}
 		a.token = token
 		if len(arr) > 2 {
-			a.pttl, _ = arr[2].(int64)
-		}
-		if len(arr) > 3 {
-			a.behind, _ = arr[3].(int64)
+			a.behind, _ = arr[2].(int64)
 		}
 	default:
 		return acquireReply{}, fmt.Errorf("unexpected reply %v", res)

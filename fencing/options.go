@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -170,12 +171,22 @@ func WithCounterExpiry(d time.Duration) Option {
 	})
 }
 
-// expiryArg returns the counter expiry as the scripts take it: milliseconds, or "" for none.
-func (c *config) expiryArg() any {
-	if c.expiry <= 0 {
-		return ""
+// defaultOpts is the scripts' opts when the argument is left out: announce with PUBLISH, no
+// floor, no counter expiry.
+const defaultOpts = "P0"
+
+// opts returns the scripts' opts argument for c (see grant.lua): publish, then '1' when
+// tokens are floored at the server clock ('0' otherwise), then the counter's expiry in
+// milliseconds, if any.
+func (c *config) opts(publish byte) string {
+	b := []byte{publish, '0'}
+	if c.timeFloor {
+		b[1] = '1'
 	}
-	return millis(c.expiry)
+	if c.expiry > 0 {
+		b = strconv.AppendInt(b, millis(c.expiry), 10)
+	}
+	return string(b)
 }
 
 // WithHooks adds hooks that observe the Locker's operations (see [Hooks]); the tracing

@@ -3,26 +3,24 @@
 -- that died).
 -- KEYS[1], KEYS[2], KEYS[3]: the lock, fence and queue keys (see grant.lua).
 -- ARGV[1]: the Locker's id; ARGV[2]: its waiter value "<lease ms>:<floor>:<since>".
--- ARGV[3]: the lifetime of queue entries in milliseconds.
--- ARGV[4]: the resource's notification channel; ARGV[5]: 'PUBLISH', 'SPUBLISH' or ''.
--- ARGV[6]: the counter's expiry in milliseconds, or "" for none.
--- ARGV[7] and on: the queue elements of the Locker's waiters that have not received a grant,
+-- ARGV[3]: opts (see grant.lua).
+-- ARGV[4] and on: the queue elements of the Locker's waiters that have not received a grant,
 --          longest-waiting first.
 -- A free lock (its holder's lease ran out) goes to the first live waiter. Returns {2, element,
--- token, now} when the lock is granted to one of the waiters of ARGV[7..] (now is 1 when this
+-- token, now} when the lock is granted to one of the waiters of ARGV[4..] (now is 1 when this
 -- call granted it, 0 when it was granted before), and otherwise {0, held}: the lock value, ""
--- if none. Elements of ARGV[7..] missing from the queue (dropped while the Locker's key had
+-- if none. Elements of ARGV[4..] missing from the queue (dropped while the Locker's key had
 -- lapsed) are added at the tail, except one that holds the lock.
 local granted, now
 local held = redis.call('GET', KEYS[1])
 if not held then
-  local g = grant_next(ARGV[4], ARGV[5], ARGV[1], ARGV[2], ARGV[6])
+  local g = grant_next(redis.call('LPOP', KEYS[3]), ARGV[3], ARGV[1], ARGV[2])
   if g then
     held, now = g[1] .. ':' .. g[2], 1
   end
 end
 local mine = {}
-for i = 7, #ARGV do
+for i = 4, #ARGV do
   mine[ARGV[i]] = true
 end
 if held then
@@ -32,23 +30,23 @@ if held then
     mine[owner] = nil
   end
 end
-if #ARGV >= 7 then
-  if #ARGV == 7 then
-    if mine[ARGV[7]] and redis.call('LPOS', KEYS[3], ARGV[7]) then
-      mine[ARGV[7]] = nil
+if #ARGV >= 4 then
+  if #ARGV == 4 then
+    if mine[ARGV[4]] and redis.call('LPOS', KEYS[3], ARGV[4]) then
+      mine[ARGV[4]] = nil
     end
   else
     for _, e in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
       mine[e] = nil
     end
   end
-  for i = 7, #ARGV do
+  for i = 4, #ARGV do
     if mine[ARGV[i]] then
       redis.call('RPUSH', KEYS[3], ARGV[i])
     end
   end
-  redis.call('PEXPIRE', KEYS[3], ARGV[3])
-  redis.call('SET', waiter_key(ARGV[1]), ARGV[2], 'PX', ARGV[3])
+  redis.call('PEXPIRE', KEYS[3], ENTRY_TTL)
+  redis.call('SET', waiter_key(ARGV[1]), ARGV[2], 'PX', ENTRY_TTL)
 end
 if granted then
   return granted

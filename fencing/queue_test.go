@@ -347,9 +347,14 @@ type dropOnce struct {
 }
 
 // isRelease reports whether p is the release script as go-redis writes it: EVALSHA, or EVAL
-// after NOSCRIPT, with three keys and six arguments.
+// after NOSCRIPT, with three keys and two or four arguments.
 func isRelease(p []byte) bool {
-	return bytes.HasPrefix(p, []byte("*12\r\n$7\r\nevalsha\r\n")) || bytes.HasPrefix(p, []byte("*12\r\n$4\r\neval\r\n"))
+	for _, n := range []string{"*8", "*10"} {
+		if bytes.HasPrefix(p, []byte(n+"\r\n$7\r\nevalsha\r\n")) || bytes.HasPrefix(p, []byte(n+"\r\n$4\r\neval\r\n")) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *dropOnce) Write(p []byte) (int, error) {

@@ -3,10 +3,10 @@
 -- KEYS[1], KEYS[2], KEYS[3]: the lock, fence and queue keys.
 -- ARGV[1]: the lock value of this acquisition, "<owner>:<token>"; or "<owner>:" to release
 --          whatever token that owner holds (after an acquire whose reply was lost).
--- ARGV[2]: the resource's notification channel; ARGV[3]: 'PUBLISH', 'SPUBLISH' or ''.
--- ARGV[4]: the releasing Locker's id; ARGV[5]: its waiter value, or "" (see grant_next).
--- ARGV[6]: the counter's expiry in milliseconds, or "" for none.
--- Returns 0 when ARGV[1] does not hold the lock; {1} when it deleted the lock; {2, element,
+-- ARGV[2]: opts (see grant.lua); may be left out when it is 'P0' and ARGV[3] is absent.
+-- ARGV[3], ARGV[4]: optional: the releasing Locker's id and its waiter value (see grant_next),
+--          when it has waiters queued for the resource.
+-- Returns 0 when ARGV[1] does not hold the lock; 1 when it deleted the lock; {2, element,
 -- token} when it handed the lock to the waiter of that queue element with a new token.
 -- A retried call (go-redis retries after a lost reply) finds the lock gone or handed on and
 -- returns 0; the waiter that got it was notified by the first run.
@@ -15,9 +15,12 @@ if not held or (held ~= ARGV[1] and
     (string.sub(ARGV[1], -1) ~= ':' or string.sub(held, 1, #ARGV[1]) ~= ARGV[1])) then
   return 0
 end
-local g = grant_next(ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
-if g then
-  return {2, g[1], g[2]}
+local head = redis.call('LPOP', KEYS[3])
+if head then
+  local g = grant_next(head, ARGV[2] or 'P0', ARGV[3] or '', ARGV[4] or '')
+  if g then
+    return {2, g[1], g[2]}
+  end
 end
 redis.call('DEL', KEYS[1])
-return {1}
+return 1

@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +18,7 @@ func TestAcquireScriptIdempotentForOwner(t *testing.T) {
 	k := resourceKeys(r.Prefix, "res")
 	run := func(owner string) (bool, int64) {
 		t.Helper()
-		res, err := acquireScript.Run(t.Context(), r.Client, k.script(), owner, 30000, "0", "", 3000, "", k.channel, "PUBLISH", "").Result()
+		res, err := acquireScript.Run(t.Context(), r.Client, k.script(), owner, 30000, "P0").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,9 +45,10 @@ func TestAcquireScriptIdempotentForOwner(t *testing.T) {
 	}
 }
 
-// TestEntryTTLArgument checks that the scripts' argument spells entryTTL.
-func TestEntryTTLArgument(t *testing.T) {
-	if got, want := entryTTLms, strconv.FormatInt(entryTTL.Milliseconds(), 10); got != want {
-		t.Fatalf("entryTTLms %q, want %q", got, want)
+// TestEntryTTLConstant checks that grant.lua's ENTRY_TTL spells entryTTL.
+func TestEntryTTLConstant(t *testing.T) {
+	want := "local ENTRY_TTL = " + strconv.FormatInt(entryTTL.Milliseconds(), 10) + "\n"
+	if !strings.Contains(grantSrc, want) {
+		t.Fatalf("grant.lua lacks %q", want)
 	}
 }

@@ -31,8 +31,7 @@ import (
 const (
 	// entryTTL is how long a Locker's waiter key outlives its last renewal. Every Locker uses
 	// the same figure: any of them may renew the queue key for all.
-	entryTTL   = 3 * time.Second
-	entryTTLms = "3000" // entryTTL in milliseconds, as the scripts take it
+	entryTTL = 3 * time.Second // ENTRY_TTL in grant.lua
 	// pollEvery is how often the front waiter of a Locker checks with Redis at most apart
 	// (less jitter) when no announcement arrives; it renews the key well within entryTTL.
 	pollEvery = time.Second
@@ -47,9 +46,8 @@ const (
 type waiting struct {
 	l          *Locker
 	id         string // random; the Locker's id in the queues
-	publish    string // "PUBLISH", "SPUBLISH", or "" when waiters poll (Ring)
-	idArg      any    // id and publish boxed once, for the scripts' arguments
-	publishArg any
+	publish    byte   // how the scripts announce grants: 'P' (PUBLISH), 'S' (SPUBLISH), '-' (Ring: waiters poll)
+	idArg      any    // id boxed once, for the scripts' arguments
 	notes      *notifier // nil when waiters poll
 	seq        atomic.Uint64
 	closed     atomic.Bool
@@ -107,17 +105,17 @@ var errEnded = errors.New("fencing: wait ended")
 
 func newWaiting(l *Locker, usable bool) *waiting {
 	id, _ := newOwner() // on a broken random source, "" still works within one Locker
-	ws := &waiting{l: l, id: id, done: make(chan struct{}), lines: map[string]*line{}, queued: map[string]*waiter{}}
+	ws := &waiting{l: l, id: id, publish: '-', done: make(chan struct{}), lines: map[string]*line{}, queued: map[string]*waiter{}}
 	if usable {
 		switch c := l.client.(type) {
 		case *redis.Ring:
 		case *redis.ClusterClient:
-			ws.publish, ws.notes = "SPUBLISH", newNotifier(clusterRoute{c}, ws.heard, ws.subscribed)
+			ws.publish, ws.notes = 'S', newNotifier(clusterRoute{c}, ws.heard, ws.subscribed)
 		default:
-			ws.publish, ws.notes = "PUBLISH", newNotifier(serverRoute{c}, ws.heard, ws.subscribed)
+			ws.publish, ws.notes = 'P', newNotifier(serverRoute{c}, ws.heard, ws.subscribed)
 		}
 	}
-	ws.idArg, ws.publishArg = ws.id, ws.publish
+	ws.idArg = ws.id
 	return ws
 }
 
@@ -265,7 +263,7 @@ func (l *Locker) poll(ctx context.Context, ln *line) error {
 	ln.io.Lock()
 	defer ln.io.Unlock()
 	ws.mu.Lock()
-	args := []any{ws.idArg, ln.entry(), entryTTLms, ln.k.channel, ws.publishArg, l.cfg.expiryArg()}
+	args := []any{ws.idArg, ln.entry(), l.opts}
 	for _, w := range ln.waiters {
 		if w.joined && !w.got {
 			args = append(args, w.elem)

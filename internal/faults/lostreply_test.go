@@ -113,7 +113,7 @@ func TestWithReplicasLostReply(t *testing.T) {
 				r.Pause()
 				defer r.Resume()
 			}
-			d := &replyDropper{match: evalPipeline(15)}
+			d := &replyDropper{match: evalPipeline(9)}
 			l := newLocker(t, dropping(d), fencing.WithReplicas(1, timeout))
 			d.armed.Store(true)
 			lock, err := l.TryAcquire(ctx, resource)
