@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
-	"time"
 
-	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/echofence"
 	"github.com/labstack/echo/v4"
 )
 
@@ -28,13 +26,10 @@ func NewHTTPError(code int, err error) *echo.HTTPError {
 // (Redis unreachable, Locker closed).
 func DefaultErrorHandler(c echo.Context, err error) error {
 	var he *echo.HTTPError
-	switch {
-	case errors.As(err, &he):
+	if errors.As(err, &he) {
 		return he
-	case errors.Is(err, fencing.ErrInvalid):
-		return NewHTTPError(http.StatusBadRequest, err)
 	}
-	return NewHTTPError(http.StatusServiceUnavailable, err)
+	return NewHTTPError(echofence.ErrorStatus(err), err)
 }
 
 // DefaultDenyHandler is the default [Config.DenyHandler]: a 423 Locked [NewHTTPError] with
@@ -44,7 +39,7 @@ func DefaultErrorHandler(c echo.Context, err error) error {
 //		return fencemw.NewHTTPError(http.StatusConflict, err)
 //	}
 func DefaultDenyHandler(c echo.Context, resource string, err error) error {
-	return NewHTTPError(http.StatusLocked, err)
+	return NewHTTPError(echofence.DenyStatus, err)
 }
 
 // publicMessage is an HTTPError message that marshals to {"message":"..."} by itself, so
@@ -56,12 +51,4 @@ func (m publicMessage) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		Message string `json:"message"`
 	}{string(m)})
-}
-
-// retryAfter returns the Retry-After value for a busy error: the holder's remaining lease
-// in whole seconds, rounded up, and at least 1.
-func retryAfter(err error) string {
-	d, _ := fencing.RetryAfter(err)
-	secs := int64((d + time.Second - 1) / time.Second)
-	return strconv.FormatInt(max(secs, 1), 10)
 }

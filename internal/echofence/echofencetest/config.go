@@ -1,0 +1,78 @@
+package echofencetest
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/redistest"
+)
+
+func toMiddleware(t *testing.T, d Driver) {
+	r := redistest.New(t)
+	good := fencing.New(r.Client, fencing.WithPrefix(r.Prefix))
+	defer good.Close()
+	badOpts := fencing.New(r.Client, fencing.WithTTL(-time.Second))
+	defer badOpts.Close()
+	closed := fencing.New(r.Client)
+	_ = closed.Close()
+
+	tests := []struct {
+		name string
+		cfg  Config
+		want error // nil: valid
+	}{
+		{"defaults", Config{Locker: good}, nil},
+		{"every field", Config{Locker: good, SkipSafeMethods: true, KeyLookup: "header:X-Id:Bearer ,query:id",
+			Namespace: "n", TTL: time.Second, MaxWait: time.Second, ContextKey: "k", TokenHeader: "Fencing-Token",
+			DefaultHandlers: true}, nil},
+		{"extractor overrides lookup", Config{Locker: good, KeyLookup: "bogus",
+			KeyExtractor: func(Request) (string, error) { return "k", nil }}, nil}, // KeyLookup is ignored
+		{"nil Locker", Config{}, fencing.ErrInvalid},
+		{"Locker with invalid options", Config{Locker: badOpts}, fencing.ErrInvalid},
+		{"closed Locker", Config{Locker: closed}, fencing.ErrClosed},
+		{"TTL too short", Config{Locker: good, TTL: time.Microsecond}, fencing.ErrInvalid},
+		{"TTL too long", Config{Locker: good, TTL: fencing.MaxTTL + 1}, fencing.ErrInvalid},
+		{"negative TTL", Config{Locker: good, TTL: -time.Second}, fencing.ErrInvalid},
+		{"negative MaxWait", Config{Locker: good, MaxWait: -1}, fencing.ErrInvalid},
+		{"unknown source", Config{Locker: good, KeyLookup: "path:id"}, fencing.ErrInvalid},
+		{"no name", Config{Locker: good, KeyLookup: "param:"}, fencing.ErrInvalid},
+		{"no colon", Config{Locker: good, KeyLookup: "param"}, fencing.ErrInvalid},
+		{"empty fallback", Config{Locker: good, KeyLookup: "param:id,"}, fencing.ErrInvalid},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			mw, err := d.ToMiddleware(tc.cfg)
+			switch {
+			case tc.want == nil && (err != nil || mw == nil):
+				t.Errorf("got %v, want a middleware", err)
+			case tc.want != nil && !errors.Is(err, tc.want):
+				t.Errorf("got error %v, want one matching %v", err, tc.want)
+			case tc.want != nil && mw != nil:
+				t.Errorf("got a middleware with error %v, want none", err)
+			case err != nil && (!strings.HasPrefix(err.Error(), "fencemw: ") || strings.Count(err.Error(), "fencemw") != 1 ||
+				strings.Contains(err.Error(), "\n")):
+				t.Errorf("got error text %q, want one line with one fencemw: prefix", err)
+			}
+		})
+	}
+}
+
+func fenceWithConfigPanics(t *testing.T, d Driver) {
+	for name, f := range map[string]func(){
+		"Fence(nil)":                func() { d.Fence(nil) },
+		"FenceWithConfig(Config{})": func() { d.FenceWithConfig(Config{}) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				err, _ := recover().(error)
+				if !errors.Is(err, fencing.ErrInvalid) {
+					t.Errorf("got panic %v, want an error matching ErrInvalid", err)
+				}
+			}()
+			f()
+		})
+	}
+}
