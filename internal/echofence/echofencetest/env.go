@@ -128,8 +128,9 @@ func recv[T any](t testing.TB, ch <-chan T, what string) T {
 	}
 }
 
-// closedPortClient returns a client for an address nothing listens on.
-func closedPortClient(t *testing.T) *redis.Client {
+// ClosedPortClient returns a client for an address nothing listens on, closed when the
+// test ends.
+func ClosedPortClient(t *testing.T) *redis.Client {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -255,7 +255,7 @@ func unavailable(t *testing.T, d Driver) {
 	t.Run("closed port", func(t *testing.T) {
 		t.Parallel()
 		v := newEnv(t, d)
-		l := fencing.New(closedPortClient(t))
+		l := fencing.New(ClosedPortClient(t))
 		t.Cleanup(func() { _ = l.Close() })
 		v.e.Add(http.MethodPut, "/items/:id", func(Request) error { return nil }, v.mw(Config{Locker: l}))
 		rec := v.serve(http.MethodPut, "/items/1")
@@ -297,7 +297,7 @@ func unavailable(t *testing.T, d Driver) {
 	t.Run("custom ErrorHandler", func(t *testing.T) {
 		t.Parallel()
 		v := newEnv(t, d)
-		l := fencing.New(closedPortClient(t))
+		l := fencing.New(ClosedPortClient(t))
 		t.Cleanup(func() { _ = l.Close() })
 		v.e.Add(http.MethodPut, "/items/:id", func(Request) error { return nil }, v.mw(Config{Locker: l,
 			ErrorHandler: func(r Request, err error) error {
