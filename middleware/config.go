@@ -54,9 +54,11 @@ import (
 //   - ErrorHandler func(c C, err error) error: builds the response when the lock cannot be
 //     tried or taken for a reason other than contention: err wraps [fencing.ErrInvalid]
 //     when the request has no valid key or its resource name is longer than
-//     [fencing.MaxResourceLen], and is a Redis or Locker error ([fencing.ErrClosed], say)
-//     otherwise. Its result is returned to Echo; nil ends the request without running the
-//     handler (write a response first). Default: [DefaultErrorHandler] (400 or 503).
+//     [fencing.MaxResourceLen], and also when the Locker refuses the call's options (a TTL
+//     above its counter expiry, say), and is a Redis or Locker error ([fencing.ErrClosed],
+//     say) otherwise. Its result is returned to Echo; nil ends the request without running
+//     the handler (write a response first). Default: [DefaultErrorHandler] (400, 500 for
+//     options the Locker refuses, or 503).
 //   - DenyHandler func(c C, resource string, err error) error: builds the response when
 //     the resource is busy: err matches [fencing.ErrNotAcquired], and also the context's
 //     error when the request's context ended while waiting. resource is the lock's name.

@@ -35,6 +35,7 @@
 //	resource name over fencing.MaxResourceLen  400 Bad Request            Config.ErrorHandler
 //	resource busy (after MaxWait, if any)      423 Locked + Retry-After   Config.DenyHandler
 //	Redis unreachable, Locker closed           503 Service Unavailable    Config.ErrorHandler
+//	Locker refuses the call's options          500 Internal Server Error  Config.ErrorHandler
 //	handler returned an error                  the handler's error, unchanged
 //	handler panicked                           the panic goes on to Echo's Recover
 //	skipped request                            the handler runs without a lock

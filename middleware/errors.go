@@ -21,9 +21,10 @@ func NewHTTPError(code int, err error) *echo.HTTPError {
 }
 
 // DefaultErrorHandler is the default [Config.ErrorHandler]. It returns an *echo.HTTPError
-// found in err's chain as it is (a KeyExtractor may return one), a 400 [NewHTTPError] when
-// err matches [fencing.ErrInvalid] (the request has no valid key), and a 503 one otherwise
-// (Redis unreachable, Locker closed).
+// found in err's chain as it is (a KeyExtractor may return one), a 500 [NewHTTPError] when the
+// Locker refused the call's options (a TTL above its counter expiry, say: the server's
+// configuration), a 400 one when err matches [fencing.ErrInvalid] otherwise (the request has
+// no valid key), and a 503 one for the rest (Redis unreachable, Locker closed).
 func DefaultErrorHandler(c echo.Context, err error) error {
 	var he *echo.HTTPError
 	if errors.As(err, &he) {

@@ -19,11 +19,20 @@ const Prefix = "fencemw: "
 // DenyStatus is the status of the default answer to a busy resource: 423 Locked.
 const DenyStatus = http.StatusLocked
 
-// ErrorStatus is the status of the default answer to an error passed to the ErrorHandler: 400
-// Bad Request when err matches fencing.ErrInvalid (the request has no valid key), and 503
-// Service Unavailable otherwise (Redis unreachable, Locker closed).
+// errSetup marks an error of the Locker's settings found only when a request called it: the
+// Locker refused the call's options (a TTL above its counter expiry, say).
+var errSetup = errors.New("options refused by the Locker")
+
+// ErrorStatus is the status of the default answer to an error passed to the ErrorHandler: 500
+// Internal Server Error when the Locker refused the call's options (the error also matches
+// fencing.ErrInvalid), 400 Bad Request when err matches fencing.ErrInvalid otherwise (the
+// request has no valid key, or its name is too long), and 503 Service Unavailable for the
+// rest (Redis unreachable, Locker closed).
 func ErrorStatus(err error) int {
-	if errors.Is(err, fencing.ErrInvalid) {
+	switch {
+	case errors.Is(err, errSetup):
+		return http.StatusInternalServerError
+	case errors.Is(err, fencing.ErrInvalid):
 		return http.StatusBadRequest
 	}
 	return http.StatusServiceUnavailable

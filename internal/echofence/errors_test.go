@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/errtext"
 	"github.com/fencekit/fencekit/internal/redistest"
 )
 
@@ -56,6 +57,7 @@ func TestErrorStatus(t *testing.T) {
 		want int
 	}{
 		{invalidf("empty resource key"), http.StatusBadRequest},
+		{errtext.New(Prefix, "Locker call", errSetup, fencing.ErrInvalid), http.StatusInternalServerError},
 		{fencing.ErrInvalid, http.StatusBadRequest},
 		{fencing.ErrClosed, http.StatusServiceUnavailable},
 		{errors.New("dial tcp: connection refused"), http.StatusServiceUnavailable},

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/errtext"
 )
 
 // HeaderRetryAfter is the response header the middleware sets on a busy resource.
@@ -128,6 +129,10 @@ func (f *Fence[C]) Serve(c C, next func(c C) error) error {
 	case errors.Is(err, fencing.ErrNotAcquired):
 		f.header(c).Set(HeaderRetryAfter, RetryAfter(err))
 		return f.denyHandler(c, resource, err)
+	case errors.Is(err, fencing.ErrInvalid):
+		// The name passed the checks above, so the Locker refused its own settings with
+		// the call's options (a TTL above its counter expiry, say): the server's fault.
+		err = errtext.New(Prefix, "Locker call", errSetup, err)
 	}
 	return f.errorHandler(c, err)
 }

@@ -55,6 +55,7 @@ func cases() []testCase {
 		{"ToMiddleware", toMiddleware},
 		{"FenceWithConfigPanicsOnInvalidConfig", fenceWithConfigPanics},
 		{"ResourceNameLimit", resourceNameLimit},
+		{"LockerRefusesOptions", lockerRefusesOptions},
 		{"UntrustedNamesExpire", untrustedNamesExpire},
 	}
 }
@@ -307,6 +308,29 @@ func unavailable(t *testing.T, d Driver) {
 			t.Errorf("got status %d, want 418", rec.Code)
 		}
 	})
+}
+
+// lockerRefusesOptions runs the middleware on a Locker whose counter expiry (1s) is shorter
+// than its lease (30s by default): every call is refused, which is the server's
+// configuration and not the request's fault, so the default answer is 500; a middleware
+// whose TTL fits the expiry works.
+func lockerRefusesOptions(t *testing.T, d Driver) {
+	v := newEnv(t, d, fencing.WithCounterExpiry(time.Second))
+	ok := func(r Request) error { return r.NoContent(http.StatusNoContent) }
+	v.e.Add(http.MethodPut, "/items/:id", ok, v.mw(Config{}))
+	v.e.Add(http.MethodPut, "/short/:id", ok, v.mw(Config{TTL: time.Second}))
+	rec := v.serve(http.MethodPut, "/items/1")
+	AssertBody(t, rec, http.StatusInternalServerError, "expiry", "ttl", "fencing")
+	err := v.lastErr()
+	if !v.isHTTPError(err, http.StatusInternalServerError) || !errors.Is(err, fencing.ErrInvalid) {
+		t.Errorf("got error %v, want the middleware's 500 matching fencing.ErrInvalid", err)
+	}
+	if keys := v.keys("*"); len(keys) != 0 {
+		t.Errorf("got keys %q, want none", keys)
+	}
+	if rec := v.serve(http.MethodPut, "/short/1"); rec.Code != http.StatusNoContent {
+		t.Errorf("with TTL 1s: got status %d, want 204", rec.Code)
+	}
 }
 
 func releases(t *testing.T, d Driver) {
