@@ -53,6 +53,7 @@ type api[C echofence.Context, S ~func(C) bool, M any, Cfg adapterConfig[C, S, M]
 	newHTTPError      func(code int, err error) E
 	tokenFromEcho     func(c C) (int64, bool)
 	maxKeyLen         int
+	defaultKeyLookup  string
 	defaultContextKey string
 }
 
@@ -119,6 +120,10 @@ func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) HTTPStatus(err error) int 
 }
 
 func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) MaxKeyLen() int { return a.api.maxKeyLen }
+
+func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) DefaultKeyLookup() string {
+	return a.api.defaultKeyLookup
+}
 
 func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) DefaultContextKey() string {
 	return a.api.defaultContextKey

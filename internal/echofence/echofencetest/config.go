@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/echofence"
 	"github.com/fencekit/fencekit/internal/redistest"
 )
 
@@ -57,6 +58,17 @@ func toMiddleware(t *testing.T, d Driver) {
 				t.Errorf("got error text %q, want one line with one fencemw: prefix", err)
 			}
 		})
+	}
+}
+
+// constants checks that the adapter's exported defaults and limits are those the shared code
+// applies.
+func constants(t *testing.T, d Driver) {
+	if d.DefaultKeyLookup() != echofence.DefaultKeyLookup || d.DefaultContextKey() != echofence.DefaultContextKey ||
+		d.MaxKeyLen() != echofence.MaxKeyLen {
+		t.Errorf("got DefaultKeyLookup %q, DefaultContextKey %q, MaxKeyLen %d; want %q, %q, %d",
+			d.DefaultKeyLookup(), d.DefaultContextKey(), d.MaxKeyLen(),
+			echofence.DefaultKeyLookup, echofence.DefaultContextKey, echofence.MaxKeyLen)
 	}
 }
 

@@ -38,8 +38,9 @@ type Driver interface {
 	// only an *echo.HTTPError itself (Echo v4 type-asserts), v5 any error in the chain with
 	// a StatusCode method. 0 means none.
 	HTTPStatus(err error) int
-	// MaxKeyLen and DefaultContextKey are the adapter's constants.
+	// MaxKeyLen, DefaultKeyLookup and DefaultContextKey are the adapter's constants.
 	MaxKeyLen() int
+	DefaultKeyLookup() string
 	DefaultContextKey() string
 }
 

@@ -53,6 +53,7 @@ func cases() []testCase {
 		{"ContextKeyKeptForLoggers", contextKeyKeptForLoggers},
 		{"GroupUnknownPath", groupUnknownPath},
 		{"ToMiddleware", toMiddleware},
+		{"Constants", constants},
 		{"FenceWithConfigPanicsOnInvalidConfig", fenceWithConfigPanics},
 		{"ResourceNameLimit", resourceNameLimit},
 		{"LockerRefusesOptions", lockerRefusesOptions},
