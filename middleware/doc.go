@@ -1,5 +1,7 @@
 // Package middleware runs Echo v4 handlers under a fenced Redis lock: one request at a time
-// per resource, with the lock's fencing token in the request's context.
+// per resource, with the lock's fencing token in the request's context. For Echo v5, use
+// [github.com/fencekit/fencekit/middleware-v5]: the same API, lock names, responses and
+// defaults, from one implementation shared by both packages.
 //
 // The package shares its name with Echo's own middleware package, so import it under an
 // alias:
@@ -30,8 +32,10 @@
 //
 //	Situation                                  Status                     Handler
 //	no key, or an invalid one (no lock taken)  400 Bad Request            Config.ErrorHandler
+//	resource name over fencing.MaxResourceLen  400 Bad Request            Config.ErrorHandler
 //	resource busy (after MaxWait, if any)      423 Locked + Retry-After   Config.DenyHandler
 //	Redis unreachable, Locker closed           503 Service Unavailable    Config.ErrorHandler
+//	Locker refuses the call's options          500 Internal Server Error  Config.ErrorHandler
 //	handler returned an error                  the handler's error, unchanged
 //	handler panicked                           the panic goes on to Echo's Recover
 //	skipped request                            the handler runs without a lock
@@ -65,4 +69,8 @@
 // highest it has seen; the lock alone does not make writes safe. The middleware does not
 // change the handler's result when the lock is lost after the handler succeeded, nor when
 // the release fails: the Locker's hooks ([fencing.WithHooks]) report both.
+//
+// Every distinct resource name leaves a fence counter in Redis, forever unless the Locker
+// has [fencing.WithCounterExpiry]; docs/echo.md, "Endpoints that take untrusted names", gives
+// the configuration for keys a client chooses, with its measured bound.
 package middleware

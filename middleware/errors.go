@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
-	"time"
 
-	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/echofence"
 	"github.com/labstack/echo/v4"
 )
 
@@ -23,18 +21,16 @@ func NewHTTPError(code int, err error) *echo.HTTPError {
 }
 
 // DefaultErrorHandler is the default [Config.ErrorHandler]. It returns an *echo.HTTPError
-// found in err's chain as it is (a KeyExtractor may return one), a 400 [NewHTTPError] when
-// err matches [fencing.ErrInvalid] (the request has no valid key), and a 503 one otherwise
-// (Redis unreachable, Locker closed).
+// found in err's chain as it is (a KeyExtractor may return one), a 500 [NewHTTPError] when the
+// Locker refused the call's options (a TTL above its counter expiry, say: the server's
+// configuration), a 400 one when err matches [fencing.ErrInvalid] otherwise (the request has
+// no valid key), and a 503 one for the rest (Redis unreachable, Locker closed).
 func DefaultErrorHandler(c echo.Context, err error) error {
 	var he *echo.HTTPError
-	switch {
-	case errors.As(err, &he):
+	if errors.As(err, &he) {
 		return he
-	case errors.Is(err, fencing.ErrInvalid):
-		return NewHTTPError(http.StatusBadRequest, err)
 	}
-	return NewHTTPError(http.StatusServiceUnavailable, err)
+	return NewHTTPError(echofence.ErrorStatus(err), err)
 }
 
 // DefaultDenyHandler is the default [Config.DenyHandler]: a 423 Locked [NewHTTPError] with
@@ -44,7 +40,7 @@ func DefaultErrorHandler(c echo.Context, err error) error {
 //		return fencemw.NewHTTPError(http.StatusConflict, err)
 //	}
 func DefaultDenyHandler(c echo.Context, resource string, err error) error {
-	return NewHTTPError(http.StatusLocked, err)
+	return NewHTTPError(echofence.DenyStatus, err)
 }
 
 // publicMessage is an HTTPError message that marshals to {"message":"..."} by itself, so
@@ -56,12 +52,4 @@ func (m publicMessage) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		Message string `json:"message"`
 	}{string(m)})
-}
-
-// retryAfter returns the Retry-After value for a busy error: the holder's remaining lease
-// in whole seconds, rounded up, and at least 1.
-func retryAfter(err error) string {
-	d, _ := fencing.RetryAfter(err)
-	secs := int64((d + time.Second - 1) / time.Second)
-	return strconv.FormatInt(max(secs, 1), 10)
 }

@@ -12,6 +12,12 @@
 //	POST /accounts/:id/withdraw?amount=N    tries the lock once: 423 Locked with
 //	                                        Retry-After when busy; 409 on insufficient funds
 //
+// Account ids come from the client, so the service uses the configuration docs/echo.md
+// recommends for such names: an id that is not 1 to 32 lower-case letters, digits or '-' is
+// answered 400 before any lock is taken, and the Locker lets an account's fence counter
+// expire after an hour without a write (fencing.WithCounterExpiry; tokens then start at the
+// server clock in microseconds rather than at 1).
+//
 // A bad amount (not a positive int64) is answered 400 before the lock is taken; a deposit
 // that would take the balance past the largest int64 is answered 422. At start the service
 // checks the Redis server's settings (Locker.CheckServer) and refuses an allkeys-* eviction
@@ -51,8 +57,12 @@ import (
 	"github.com/fencekit/fencekit/fencing"
 )
 
-// keyPrefix keeps the example's keys apart from other users of the Redis.
-const keyPrefix = "echoservice:"
+const (
+	// keyPrefix keeps the example's keys apart from other users of the Redis.
+	keyPrefix = "echoservice:"
+	// counterExpiry is how long an account's fence counter outlives its last write.
+	counterExpiry = time.Hour
+)
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -107,7 +117,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	if *self {
 		return selftest(ctx, client, keyPrefix, backend, tr, out)
 	}
-	locker := fencing.New(client, fencing.WithPrefix(keyPrefix), tr.Lock)
+	locker := newLocker(client, keyPrefix, tr)
 	defer locker.Close()
 	if err := checkServer(ctx, locker, out); err != nil {
 		return err
@@ -126,6 +136,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	// store outlives it keeps its counters.
 	defer deleteKeys(context.WithoutCancel(ctx), client, keyPrefix, out)
 	return serve(ctx, ln, e)
+}
+
+// newLocker returns the service's Locker: keys under prefix, traced by tr, and fence
+// counters that expire after counterExpiry without a write, since the accounts are named by
+// the client (this implies the server-time floor, so a counter created again starts above
+// every token issued before it).
+func newLocker(client redis.UniversalClient, prefix string, tr *tracingSetup) *fencing.Locker {
+	return fencing.New(client, fencing.WithPrefix(prefix), fencing.WithCounterExpiry(counterExpiry), tr.Lock)
 }
 
 // checkServer checks the Redis server's settings once at start: it refuses an allkeys-*

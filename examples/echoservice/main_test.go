@@ -118,7 +118,9 @@ func serveOnce(t *testing.T, getenv func(string) string) {
 		{http.MethodPost, "/accounts/a/withdraw?amount=x", http.StatusBadRequest, "positive integer"},
 		{http.MethodPost, "/accounts/a/deposit?amount=0", http.StatusBadRequest, "positive integer"},
 		{http.MethodPost, "/accounts/a/deposit?amount=9223372036854775808", http.StatusBadRequest, "positive integer"},
-		{http.MethodPost, "/accounts/a/deposit?amount=7", http.StatusOK, `"token":1`},
+		// Ids are checked too: a name in Redis is never the client's choice.
+		{http.MethodPost, "/accounts/A%20B/deposit?amount=7", http.StatusBadRequest, "Bad Request"},
+		{http.MethodPost, "/accounts/a/deposit?amount=7", http.StatusOK, `"token":`},
 		{http.MethodPost, "/accounts/a/withdraw?amount=9", http.StatusConflict, "insufficient funds"},
 		{http.MethodPost, "/accounts/a/deposit?amount=9223372036854775807", http.StatusUnprocessableEntity, "overflow"},
 		{http.MethodGet, "/accounts/a", http.StatusOK, `{"balance":7}`},

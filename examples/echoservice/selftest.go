@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/fencekit/fencekit/fencing"
 )
 
 // The self-test's load: per account, deposits of depositAmount; on the first account,
@@ -37,7 +35,7 @@ const (
 func selftest(ctx context.Context, client redis.UniversalClient, prefix, backend string, tr *tracingSetup, out io.Writer) error {
 	prefix = fmt.Sprintf("%sselftest-%d-%d:", prefix, os.Getpid(), time.Now().UnixNano())
 	defer deleteKeys(context.WithoutCancel(ctx), client, prefix, out)
-	locker := fencing.New(client, fencing.WithPrefix(prefix), tr.Lock)
+	locker := newLocker(client, prefix, tr)
 	defer locker.Close()
 	if err := checkServer(ctx, locker, out); err != nil {
 		return err

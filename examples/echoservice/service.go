@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"math"
 	"net/http"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -26,20 +28,22 @@ const work = 2 * time.Millisecond
 // FENCEKIT_TRACE=stdout they are printed; otherwise tp traces nothing).
 func newService(locker *fencing.Locker, store *ledger, tp trace.TracerProvider) (*echo.Echo, error) {
 	wait, err := fencemw.Config{
-		Locker:      locker,
-		Namespace:   "account",
-		MaxWait:     10 * time.Second,
-		TTL:         5 * time.Second,
-		TokenHeader: "Fencing-Token",
+		Locker:       locker,
+		Namespace:    "account",
+		KeyExtractor: accountID,
+		MaxWait:      10 * time.Second,
+		TTL:          5 * time.Second,
+		TokenHeader:  "Fencing-Token",
 	}.ToMiddleware()
 	if err != nil {
 		return nil, err
 	}
 	tryOnce, err := fencemw.Config{
-		Locker:      locker,
-		Namespace:   "account",
-		TTL:         5 * time.Second,
-		TokenHeader: "Fencing-Token",
+		Locker:       locker,
+		Namespace:    "account",
+		KeyExtractor: accountID,
+		TTL:          5 * time.Second,
+		TokenHeader:  "Fencing-Token",
 	}.ToMiddleware()
 	if err != nil {
 		return nil, err
@@ -57,6 +61,18 @@ func newService(locker *fencing.Locker, store *ledger, tp trace.TracerProvider) 
 	e.POST("/accounts/:id/deposit", func(c echo.Context) error { return move(c, store, +1) }, validAmount, wait)
 	e.POST("/accounts/:id/withdraw", func(c echo.Context) error { return move(c, store, -1) }, validAmount, tryOnce)
 	return e, nil
+}
+
+// accountPattern is what an account id looks like. Anything else is answered 400 before a
+// lock is taken, so a client cannot choose the length, or the bytes, of a name in Redis.
+var accountPattern = regexp.MustCompile(`^[a-z0-9-]{1,32}$`)
+
+// accountID is the middleware's KeyExtractor: the path parameter id, if it is an account id.
+func accountID(c echo.Context) (string, error) {
+	if id := c.Param("id"); accountPattern.MatchString(id) {
+		return id, nil
+	}
+	return "", errors.New("an account id is 1 to 32 lower-case letters, digits or '-'")
 }
 
 // amountKey is where validAmount leaves the parsed amount for the handler.

@@ -27,7 +27,8 @@ var seq atomic.Int64
 type Redis struct {
 	// Client is connected to the server; it is closed when the test ends.
 	Client *redis.Client
-	// Prefix is unique to the test and ends in ':'; it contains no '{' or '}'.
+	// Prefix is unique to the test, also across processes, and ends in ':'; it contains no
+	// '{' or '}'.
 	Prefix string
 	// Mini is the embedded server, or nil on a real Redis.
 	Mini *miniredis.Miniredis
@@ -43,7 +44,9 @@ func Real() bool { return os.Getenv(EnvAddr) != "" }
 // New returns a Redis for t: miniredis unless FENCING_REDIS_ADDR is set.
 func New(t testing.TB) *Redis {
 	t.Helper()
-	r := &Redis{Prefix: fmt.Sprintf("fktest:%s:%d:", sanitize(t.Name()), seq.Add(1))}
+	// The process id keeps apart tests of the same name in packages that go test runs at
+	// once (the Echo adapters share their behaviour suite).
+	r := &Redis{Prefix: fmt.Sprintf("fktest:%s:%d:%d:", sanitize(t.Name()), os.Getpid(), seq.Add(1))}
 	if addr := os.Getenv(EnvAddr); addr != "" {
 		r.Addr, r.DB = addr, realDB
 	} else {

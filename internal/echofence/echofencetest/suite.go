@@ -1,4 +1,4 @@
-package middleware
+package echofencetest
 
 import (
 	"context"
@@ -14,13 +14,55 @@ import (
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/redistest"
-	"github.com/labstack/echo/v4"
-	"github.com/labstack/echo/v4/middleware"
 )
 
-func TestFence_tokenInContextAndHeader(t *testing.T) {
-	t.Parallel()
-	v := newTestEnv(t)
+// Run runs the whole suite against d, each case as a parallel subtest named after it.
+func Run(t *testing.T, d Driver) {
+	for _, tc := range cases() {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.run(t, d)
+		})
+	}
+}
+
+type testCase struct {
+	name string
+	run  func(t *testing.T, d Driver)
+}
+
+// cases returns the suite's cases.
+func cases() []testCase {
+	return []testCase{
+		{"TokenInContextAndHeader", tokenInContextAndHeader},
+		{"BadKey", badKey},
+		{"ExtractorStatusErrorPassesThrough", extractorStatusErrorPassesThrough},
+		{"Busy", busy},
+		{"MaxWait", maxWait},
+		{"Unavailable", unavailable},
+		{"Releases", releases},
+		{"ReleasesOnDisconnect", releasesOnDisconnect},
+		{"LockLostCancelsContext", lockLostCancelsContext},
+		{"ConcurrentRequestsNeverOverlap", concurrentRequestsNeverOverlap},
+		{"DifferentResourcesRunInParallel", differentResourcesRunInParallel},
+		{"Namespaces", namespaces},
+		{"RouteNames", routeNames},
+		{"DefaultConfig", defaultConfig},
+		{"SkipSafeMethods", skipSafeMethods},
+		{"NestedOnSameResourceIsReentrant", nestedOnSameResourceIsReentrant},
+		{"ContextKeyKeptForLoggers", contextKeyKeptForLoggers},
+		{"GroupUnknownPath", groupUnknownPath},
+		{"ToMiddleware", toMiddleware},
+		{"Constants", constants},
+		{"FenceWithConfigPanicsOnInvalidConfig", fenceWithConfigPanics},
+		{"ResourceNameLimit", resourceNameLimit},
+		{"LockerRefusesOptions", lockerRefusesOptions},
+		{"UntrustedNamesExpire", untrustedNamesExpire},
+	}
+}
+
+func tokenInContextAndHeader(t *testing.T, d Driver) {
+	v := newEnv(t, d)
 	type seen struct {
 		ctxTok, echoTok int64
 		ctxOK, echoOK   bool
@@ -28,14 +70,14 @@ func TestFence_tokenInContextAndHeader(t *testing.T) {
 		locks           int
 	}
 	got := make(chan seen, 1)
-	v.e.PUT("/items/:id", func(c echo.Context) error {
+	v.e.Add(http.MethodPut, "/items/:id", func(r Request) error {
 		var s seen
-		s.ctxTok, s.ctxOK = fencing.TokenFromContext(c.Request().Context())
-		s.echoTok, s.echoOK = TokenFromEcho(c)
-		s.get = c.Get("tok")
+		s.ctxTok, s.ctxOK = fencing.TokenFromContext(r.Request().Context())
+		s.echoTok, s.echoOK = r.Token()
+		s.get = r.Get("tok")
 		s.locks = len(v.lockKeys())
 		got <- s
-		return c.String(http.StatusOK, "ok")
+		return r.String(http.StatusOK, "ok")
 	}, v.mw(Config{ContextKey: "tok", TokenHeader: "Fencing-Token"}))
 
 	for want := int64(1); want <= 2; want++ {
@@ -65,20 +107,19 @@ func TestFence_tokenInContextAndHeader(t *testing.T) {
 	}
 }
 
-func TestFence_badKey(t *testing.T) {
-	t.Parallel()
-	v := newTestEnv(t)
+func badKey(t *testing.T, d Driver) {
+	v := newEnv(t, d)
 	var calls atomic.Int32
-	h := func(c echo.Context) error { calls.Add(1); return c.NoContent(http.StatusNoContent) }
-	v.e.PUT("/p/:id", h, v.mw(Config{}))
-	v.e.PUT("/noparam", h, v.mw(Config{}))
-	v.e.PUT("/h", h, v.mw(Config{KeyLookup: "header:X-Resource"}))
-	v.e.PUT("/q", h, v.mw(Config{KeyLookup: "query:r,header:X-Resource"}))
-	v.e.PUT("/custom", h, v.mw(Config{KeyExtractor: func(c echo.Context) (string, error) {
+	h := func(r Request) error { calls.Add(1); return r.NoContent(http.StatusNoContent) }
+	v.e.Add(http.MethodPut, "/p/:id", h, v.mw(Config{}))
+	v.e.Add(http.MethodPut, "/noparam", h, v.mw(Config{}))
+	v.e.Add(http.MethodPut, "/h", h, v.mw(Config{KeyLookup: "header:X-Resource"}))
+	v.e.Add(http.MethodPut, "/q", h, v.mw(Config{KeyLookup: "query:r,header:X-Resource"}))
+	v.e.Add(http.MethodPut, "/custom", h, v.mw(Config{KeyExtractor: func(Request) (string, error) {
 		return "", errors.New("no tenant")
 	}}))
 
-	long := strings.Repeat("x", MaxKeyLen+1)
+	long := strings.Repeat("x", d.MaxKeyLen()+1)
 	tests := []struct {
 		name   string
 		target string
@@ -100,17 +141,17 @@ func TestFence_badKey(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := v.serve(http.MethodPut, tc.target, tc.header...)
-			assertBody(t, rec, http.StatusBadRequest, "no tenant", "missing", "fencemw", "fencing")
-			if err := v.lastErr(); !isHTTPError(err, http.StatusBadRequest) || !errors.Is(err, fencing.ErrInvalid) {
-				t.Errorf("got error %v, want an *echo.HTTPError 400 wrapping fencing.ErrInvalid", err)
+			AssertBody(t, rec, http.StatusBadRequest, "no tenant", "missing", "fencemw", "fencing")
+			if err := v.lastErr(); !v.isHTTPError(err, http.StatusBadRequest) || !errors.Is(err, fencing.ErrInvalid) {
+				t.Errorf("got error %v, want the middleware's 400 wrapping fencing.ErrInvalid", err)
 			}
 		})
 	}
 	if n := calls.Load(); n != 0 {
 		t.Errorf("handler ran %d times, want 0", n)
 	}
-	if keys := v.lockKeys(); len(keys) != 0 {
-		t.Errorf("got lock keys %q, want none", keys)
+	if keys := v.keys("*"); len(keys) != 0 {
+		t.Errorf("got keys %q, want none", keys)
 	}
 	// Fallback: the header is used when the query has no value.
 	if rec := v.serve(http.MethodPut, "/q?r=", "X-Resource", "a"); rec.Code != http.StatusNoContent {
@@ -118,27 +159,29 @@ func TestFence_badKey(t *testing.T) {
 	}
 }
 
-func TestFence_extractorHTTPErrorPassesThrough(t *testing.T) {
-	t.Parallel()
-	v := newTestEnv(t)
-	v.e.PUT("/custom", func(c echo.Context) error { return nil }, v.mw(Config{
-		KeyExtractor: func(c echo.Context) (string, error) { return "", echo.ErrNotFound },
+func extractorStatusErrorPassesThrough(t *testing.T, d Driver) {
+	v := newEnv(t, d)
+	notFound := d.StatusError(http.StatusNotFound)
+	v.e.Add(http.MethodPut, "/custom", func(Request) error { return nil }, v.mw(Config{
+		KeyExtractor: func(Request) (string, error) { return "", notFound },
 	}))
 	rec := v.serve(http.MethodPut, "/custom")
 	if rec.Code != http.StatusNotFound {
 		t.Errorf("got status %d, want 404", rec.Code)
 	}
+	if err := v.lastErr(); err != notFound { //nolint:errorlint // the very value must come through
+		t.Errorf("got error %v, want the extractor's error itself", err)
+	}
 }
 
-func TestFence_busy(t *testing.T) {
-	t.Parallel()
-	v := newTestEnv(t)
+func busy(t *testing.T, d Driver) {
+	v := newEnv(t, d)
 	var calls atomic.Int32
-	h := func(c echo.Context) error { calls.Add(1); return c.NoContent(http.StatusNoContent) }
-	v.e.PUT("/items/:id", h, v.mw(Config{}))
-	v.e.DELETE("/items/:id", h, v.mw(Config{}))
-	v.e.PUT("/conflict/:id", h, v.mw(Config{DenyHandler: func(c echo.Context, _ string, err error) error {
-		return NewHTTPError(http.StatusConflict, err)
+	h := func(r Request) error { calls.Add(1); return r.NoContent(http.StatusNoContent) }
+	v.e.Add(http.MethodPut, "/items/:id", h, v.mw(Config{}))
+	v.e.Add(http.MethodDelete, "/items/:id", h, v.mw(Config{}))
+	v.e.Add(http.MethodPut, "/conflict/:id", h, v.mw(Config{DenyHandler: func(_ Request, _ string, err error) error {
+		return d.NewHTTPError(http.StatusConflict, err)
 	}}))
 
 	v.hold("/items/:id", "1", 10*time.Second)
@@ -159,14 +202,14 @@ func TestFence_busy(t *testing.T) {
 		{http.MethodPut, "/conflict/1", http.StatusConflict},
 	} {
 		rec := v.serve(tc.method, tc.target)
-		assertBody(t, rec, tc.status, secrets...)
-		ra, err := strconv.Atoi(rec.Header().Get(echo.HeaderRetryAfter))
+		AssertBody(t, rec, tc.status, secrets...)
+		ra, err := strconv.Atoi(rec.Header().Get("Retry-After"))
 		if err != nil || ra < 1 || ra > 10 {
-			t.Errorf("%s %s: got Retry-After %q, want 1..10", tc.method, tc.target, rec.Header().Get(echo.HeaderRetryAfter))
+			t.Errorf("%s %s: got Retry-After %q, want 1..10", tc.method, tc.target, rec.Header().Get("Retry-After"))
 		}
 		err = v.lastErr()
-		if !isHTTPError(err, tc.status) || !errors.Is(err, fencing.ErrNotAcquired) {
-			t.Errorf("%s %s: got error %v, want an *echo.HTTPError %d wrapping ErrNotAcquired", tc.method, tc.target, err, tc.status)
+		if !v.isHTTPError(err, tc.status) || !errors.Is(err, fencing.ErrNotAcquired) {
+			t.Errorf("%s %s: got error %v, want the middleware's %d wrapping ErrNotAcquired", tc.method, tc.target, err, tc.status)
 		}
 	}
 	if n := calls.Load(); n != 0 {
@@ -178,43 +221,11 @@ func TestFence_busy(t *testing.T) {
 	}
 }
 
-func TestRetryAfter(t *testing.T) {
-	t.Parallel()
-	v := newTestEnv(t)
-	for _, tc := range []struct {
-		ttl  time.Duration
-		want int
-	}{
-		{999 * time.Millisecond, 1},
-		{1500 * time.Millisecond, 2},
-		{10 * time.Second, 10},
-	} {
-		lock := v.hold("ra", tc.ttl.String(), tc.ttl)
-		_, err := v.locker.TryAcquire(t.Context(), lock.Resource())
-		if !errors.Is(err, fencing.ErrNotAcquired) {
-			t.Fatalf("ttl %v: got %v, want ErrNotAcquired", tc.ttl, err)
-		}
-		got, _ := strconv.Atoi(retryAfter(err))
-		low := tc.want
-		if redistest.Real() {
-			low = 1 // time passes on a real server
-		}
-		if got < low || got > tc.want {
-			t.Errorf("ttl %v: got Retry-After %d, want %d..%d", tc.ttl, got, low, tc.want)
-		}
-	}
-	if got := retryAfter(errors.New("no figure")); got != "1" {
-		t.Errorf("error without a TTL: got Retry-After %q, want \"1\"", got)
-	}
-}
-
-func TestFence_maxWait(t *testing.T) {
-	t.Parallel()
-	v := newTestEnv(t, fencing.WithRetryBackoff(5*time.Millisecond, 20*time.Millisecond))
-	v.e.PUT("/short/:id", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) },
-		v.mw(Config{Namespace: "item", MaxWait: 50 * time.Millisecond}))
-	v.e.PUT("/long/:id", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) },
-		v.mw(Config{Namespace: "item", MaxWait: 10 * time.Second}))
+func maxWait(t *testing.T, d Driver) {
+	v := newEnv(t, d, fencing.WithRetryBackoff(5*time.Millisecond, 20*time.Millisecond))
+	ok := func(r Request) error { return r.NoContent(http.StatusNoContent) }
+	v.e.Add(http.MethodPut, "/short/:id", ok, v.mw(Config{Namespace: "item", MaxWait: 50 * time.Millisecond}))
+	v.e.Add(http.MethodPut, "/long/:id", ok, v.mw(Config{Namespace: "item", MaxWait: 10 * time.Second}))
 
 	lock := v.hold("item", "1", 10*time.Second)
 	begin := time.Now()
@@ -242,57 +253,57 @@ func TestFence_maxWait(t *testing.T) {
 	}
 }
 
-func TestFence_unavailable(t *testing.T) {
-	t.Parallel()
+func unavailable(t *testing.T, d Driver) {
 	t.Run("closed port", func(t *testing.T) {
 		t.Parallel()
-		v := newTestEnv(t)
-		l := fencing.New(closedPortClient(t))
+		v := newEnv(t, d)
+		l := fencing.New(ClosedPortClient(t))
 		t.Cleanup(func() { _ = l.Close() })
-		v.e.PUT("/items/:id", func(c echo.Context) error { return nil }, v.mw(Config{Locker: l}))
+		v.e.Add(http.MethodPut, "/items/:id", func(Request) error { return nil }, v.mw(Config{Locker: l}))
 		rec := v.serve(http.MethodPut, "/items/1")
-		assertBody(t, rec, http.StatusServiceUnavailable, "127.0.0.1", "refused", "dial", "fencing")
-		if err := v.lastErr(); !isHTTPError(err, http.StatusServiceUnavailable) || errors.Is(err, fencing.ErrInvalid) {
-			t.Errorf("got error %v, want an *echo.HTTPError 503 keeping the Redis error", err)
+		AssertBody(t, rec, http.StatusServiceUnavailable, "127.0.0.1", "refused", "dial", "fencing")
+		err := v.lastErr()
+		if !v.isHTTPError(err, http.StatusServiceUnavailable) || errors.Is(err, fencing.ErrInvalid) {
+			t.Errorf("got error %v, want the middleware's 503 keeping the Redis error", err)
 		}
-		if he, _ := v.lastErr().(*echo.HTTPError); he == nil || he.Internal == nil {
-			t.Errorf("got no internal error, want the cause kept for logs")
+		if errors.Unwrap(err) == nil || !strings.Contains(err.Error(), "refused") {
+			t.Errorf("got error %v without its cause, want the cause kept for logs", err)
 		}
 	})
 	t.Run("server error", func(t *testing.T) {
 		t.Parallel()
-		v := newTestEnv(t)
+		v := newEnv(t, d)
 		if v.r.Mini == nil {
 			t.Skip("needs miniredis SetError")
 		}
-		v.e.PUT("/items/:id", func(c echo.Context) error { return nil }, v.mw(Config{}))
+		v.e.Add(http.MethodPut, "/items/:id", func(Request) error { return nil }, v.mw(Config{}))
 		v.r.Mini.SetError("LOADING secret-detail")
 		rec := v.serve(http.MethodPut, "/items/1")
 		v.r.Mini.SetError("")
-		assertBody(t, rec, http.StatusServiceUnavailable, "secret-detail", "LOADING")
+		AssertBody(t, rec, http.StatusServiceUnavailable, "secret-detail", "LOADING")
 		if err := v.lastErr(); err == nil || !strings.Contains(err.Error(), "secret-detail") {
 			t.Errorf("got error %v, want the Redis error kept internally", err)
 		}
 	})
 	t.Run("closed Locker", func(t *testing.T) {
 		t.Parallel()
-		v := newTestEnv(t)
-		v.e.PUT("/items/:id", func(c echo.Context) error { return nil }, v.mw(Config{}))
+		v := newEnv(t, d)
+		v.e.Add(http.MethodPut, "/items/:id", func(Request) error { return nil }, v.mw(Config{}))
 		_ = v.locker.Close()
 		rec := v.serve(http.MethodPut, "/items/1")
-		assertBody(t, rec, http.StatusServiceUnavailable)
+		AssertBody(t, rec, http.StatusServiceUnavailable)
 		if err := v.lastErr(); !errors.Is(err, fencing.ErrClosed) {
 			t.Errorf("got error %v, want one wrapping ErrClosed", err)
 		}
 	})
 	t.Run("custom ErrorHandler", func(t *testing.T) {
 		t.Parallel()
-		v := newTestEnv(t)
-		l := fencing.New(closedPortClient(t))
+		v := newEnv(t, d)
+		l := fencing.New(ClosedPortClient(t))
 		t.Cleanup(func() { _ = l.Close() })
-		v.e.PUT("/items/:id", func(c echo.Context) error { return nil }, v.mw(Config{Locker: l,
-			ErrorHandler: func(c echo.Context, err error) error {
-				return c.JSON(http.StatusTeapot, map[string]string{"status": "try later"})
+		v.e.Add(http.MethodPut, "/items/:id", func(Request) error { return nil }, v.mw(Config{Locker: l,
+			ErrorHandler: func(r Request, err error) error {
+				return r.JSON(http.StatusTeapot, map[string]string{"status": "try later"})
 			}}))
 		if rec := v.serve(http.MethodPut, "/items/1"); rec.Code != http.StatusTeapot {
 			t.Errorf("got status %d, want 418", rec.Code)
@@ -300,37 +311,60 @@ func TestFence_unavailable(t *testing.T) {
 	})
 }
 
-func TestFence_releases(t *testing.T) {
-	t.Parallel()
+// lockerRefusesOptions runs the middleware on a Locker whose counter expiry (1s) is shorter
+// than its lease (30s by default): every call is refused, which is the server's
+// configuration and not the request's fault, so the default answer is 500; a middleware
+// whose TTL fits the expiry works.
+func lockerRefusesOptions(t *testing.T, d Driver) {
+	v := newEnv(t, d, fencing.WithCounterExpiry(time.Second))
+	ok := func(r Request) error { return r.NoContent(http.StatusNoContent) }
+	v.e.Add(http.MethodPut, "/items/:id", ok, v.mw(Config{}))
+	v.e.Add(http.MethodPut, "/short/:id", ok, v.mw(Config{TTL: time.Second}))
+	rec := v.serve(http.MethodPut, "/items/1")
+	AssertBody(t, rec, http.StatusInternalServerError, "expiry", "ttl", "fencing")
+	err := v.lastErr()
+	if !v.isHTTPError(err, http.StatusInternalServerError) || !errors.Is(err, fencing.ErrInvalid) {
+		t.Errorf("got error %v, want the middleware's 500 matching fencing.ErrInvalid", err)
+	}
+	if keys := v.keys("*"); len(keys) != 0 {
+		t.Errorf("got keys %q, want none", keys)
+	}
+	if rec := v.serve(http.MethodPut, "/short/1"); rec.Code != http.StatusNoContent {
+		t.Errorf("with TTL 1s: got status %d, want 204", rec.Code)
+	}
+}
+
+func releases(t *testing.T, d Driver) {
 	boom := errors.New("boom")
+	teapot := d.StatusError(http.StatusTeapot)
 	tests := []struct {
 		name    string
-		handler echo.HandlerFunc
+		handler Handler
 		inner   bool // register Recover inside the fence rather than outside
 		status  int
 		check   func(t *testing.T, err error)
 	}{
-		{name: "success", handler: func(c echo.Context) error { return c.NoContent(http.StatusNoContent) }, status: http.StatusNoContent},
-		{name: "HTTPError unchanged", handler: func(c echo.Context) error { return echo.ErrTeapot }, status: http.StatusTeapot,
+		{name: "success", handler: func(r Request) error { return r.NoContent(http.StatusNoContent) }, status: http.StatusNoContent},
+		{name: "status error unchanged", handler: func(Request) error { return teapot }, status: http.StatusTeapot,
 			check: func(t *testing.T, err error) {
-				if err != echo.ErrTeapot { //nolint:errorlint // the very value must come through
-					t.Errorf("got error %v, want echo.ErrTeapot itself", err)
+				if err != teapot { //nolint:errorlint // the very value must come through
+					t.Errorf("got error %v, want the handler's error itself", err)
 				}
 			}},
-		{name: "plain error", handler: func(c echo.Context) error { return boom }, status: http.StatusInternalServerError,
+		{name: "plain error", handler: func(Request) error { return boom }, status: http.StatusInternalServerError,
 			check: func(t *testing.T, err error) {
 				if err != boom { //nolint:errorlint // the very value must come through
 					t.Errorf("got error %v, want the handler's error itself", err)
 				}
 			}},
-		{name: "panic", handler: func(c echo.Context) error { panic("kaput") }, status: http.StatusInternalServerError,
+		{name: "panic", handler: func(Request) error { panic("kaput") }, status: http.StatusInternalServerError,
 			check: func(t *testing.T, err error) {
 				if err == nil || err.Error() != "kaput" {
 					t.Errorf("got error %v, want the recovered panic", err)
 				}
 			}},
-		{name: "panic with Recover inside", handler: func(c echo.Context) error { panic("kaput") }, inner: true, status: http.StatusInternalServerError},
-		{name: "panic with an error value", handler: func(c echo.Context) error { panic(boom) }, status: http.StatusInternalServerError,
+		{name: "panic with Recover inside", handler: func(Request) error { panic("kaput") }, inner: true, status: http.StatusInternalServerError},
+		{name: "panic with an error value", handler: func(Request) error { panic(boom) }, status: http.StatusInternalServerError,
 			check: func(t *testing.T, err error) {
 				if !errors.Is(err, boom) {
 					t.Errorf("got error %v, want the panic's error", err)
@@ -340,16 +374,16 @@ func TestFence_releases(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			v := newTestEnv(t)
-			mws := []echo.MiddlewareFunc{v.mw(Config{})}
+			v := newEnv(t, d)
+			mws := []Middleware{v.mw(Config{})}
 			if tc.inner {
-				mws = append(mws, middleware.RecoverWithConfig(middleware.RecoverConfig{DisablePrintStack: true}))
+				mws = append(mws, d.Recover())
 			}
-			v.e.PUT("/items/:id", func(c echo.Context) error {
+			v.e.Add(http.MethodPut, "/items/:id", func(r Request) error {
 				if n := len(v.lockKeys()); n != 1 {
 					t.Errorf("got %d lock keys in the handler, want 1", n)
 				}
-				return tc.handler(c)
+				return tc.handler(r)
 			}, mws...)
 			rec := v.serve(http.MethodPut, "/items/1")
 			if rec.Code != tc.status {
@@ -367,13 +401,12 @@ func TestFence_releases(t *testing.T) {
 	}
 }
 
-func TestFence_releasesOnDisconnect(t *testing.T) {
-	t.Parallel()
-	v := newTestEnv(t)
+func releasesOnDisconnect(t *testing.T, d Driver) {
+	v := newEnv(t, d)
 	entered := make(chan struct{})
 	cause := make(chan error, 1)
-	v.e.PUT("/items/:id", func(c echo.Context) error {
-		ctx := c.Request().Context()
+	v.e.Add(http.MethodPut, "/items/:id", func(r Request) error {
+		ctx := r.Request().Context()
 		awaitCancel(ctx, entered, cause)
 		return ctx.Err()
 	}, v.mw(Config{}))
@@ -401,14 +434,14 @@ func TestFence_releasesOnDisconnect(t *testing.T) {
 	v.waitNoLocks()
 }
 
-func TestFence_lockLostCancelsContext(t *testing.T) {
-	t.Parallel()
-	run := func(t *testing.T, v *testEnv, lose func()) {
+func lockLostCancelsContext(t *testing.T, d Driver) {
+	run := func(t *testing.T, v *env, lose func()) {
+		teapot := d.StatusError(http.StatusTeapot)
 		entered := make(chan struct{})
 		cause := make(chan error, 1)
-		v.e.PUT("/items/:id", func(c echo.Context) error {
-			awaitCancel(c.Request().Context(), entered, cause)
-			return echo.ErrTeapot
+		v.e.Add(http.MethodPut, "/items/:id", func(r Request) error {
+			awaitCancel(r.Request().Context(), entered, cause)
+			return teapot
 		}, v.mw(Config{TTL: 300 * time.Millisecond}))
 		done := make(chan int, 1)
 		go func() { done <- v.serve(http.MethodPut, "/items/1").Code }()
@@ -421,13 +454,13 @@ func TestFence_lockLostCancelsContext(t *testing.T) {
 		if code := recv(t, done, "the response"); code != http.StatusTeapot {
 			t.Errorf("got status %d, want the handler's 418", code)
 		}
-		if err := v.lastErr(); err != echo.ErrTeapot { //nolint:errorlint // the very value must come through
-			t.Errorf("got error %v, want echo.ErrTeapot itself", err)
+		if err := v.lastErr(); err != teapot { //nolint:errorlint // the very value must come through
+			t.Errorf("got error %v, want the handler's error itself", err)
 		}
 	}
 	t.Run("key deleted", func(t *testing.T) {
 		t.Parallel()
-		v := newTestEnv(t)
+		v := newEnv(t, d)
 		run(t, v, func() {
 			if err := v.r.Client.Del(t.Context(), v.lockKeys()...).Err(); err != nil {
 				t.Fatal(err)
@@ -436,7 +469,7 @@ func TestFence_lockLostCancelsContext(t *testing.T) {
 	})
 	t.Run("lease expired", func(t *testing.T) {
 		t.Parallel()
-		v := newTestEnv(t)
+		v := newEnv(t, d)
 		if v.r.Mini == nil {
 			t.Skip("needs miniredis FastForward: renewals keep a real lease alive")
 		}
@@ -444,8 +477,7 @@ func TestFence_lockLostCancelsContext(t *testing.T) {
 	})
 }
 
-func TestFence_concurrentRequestsNeverOverlap(t *testing.T) {
-	t.Parallel()
+func concurrentRequestsNeverOverlap(t *testing.T, d Driver) {
 	const n = 32
 	for _, tc := range []struct {
 		name    string
@@ -456,35 +488,33 @@ func TestFence_concurrentRequestsNeverOverlap(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			v := newTestEnv(t, fencing.WithRetryBackoff(time.Millisecond, 10*time.Millisecond))
+			v := newEnv(t, d, fencing.WithRetryBackoff(time.Millisecond, 10*time.Millisecond))
 			store := newFencedStore()
 			var inside, maxInside atomic.Int32
-			v.e.PUT("/items/:id", func(c echo.Context) error {
+			v.e.Add(http.MethodPut, "/items/:id", func(r Request) error {
 				in := inside.Add(1)
 				defer inside.Add(-1)
 				for m := maxInside.Load(); in > m && !maxInside.CompareAndSwap(m, in); m = maxInside.Load() {
 				}
-				tok, _ := TokenFromEcho(c)
+				tok, _ := r.Token()
 				// A read-modify-write with a Redis round trip in the middle widens the window.
-				if err := v.r.Client.Ping(c.Request().Context()).Err(); err != nil {
+				if err := v.r.Client.Ping(r.Request().Context()).Err(); err != nil {
 					return err
 				}
-				if err := store.write(c.Param("id"), tok); err != nil {
-					return echo.ErrConflict.WithInternal(err)
+				if err := store.write(r.Param("id"), tok); err != nil {
+					return d.NewHTTPError(http.StatusConflict, err)
 				}
-				return c.NoContent(http.StatusNoContent)
+				return r.NoContent(http.StatusNoContent)
 			}, v.mw(Config{MaxWait: tc.maxWait}))
 
 			codes := make(chan int, n)
 			var wg sync.WaitGroup
 			start := make(chan struct{})
 			for range n {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+				wg.Go(func() {
 					<-start
 					codes <- v.serve(http.MethodPut, "/items/1").Code
-				}()
+				})
 			}
 			close(start)
 			wg.Wait()
@@ -520,18 +550,17 @@ func TestFence_concurrentRequestsNeverOverlap(t *testing.T) {
 	}
 }
 
-func TestFence_differentResourcesRunInParallel(t *testing.T) {
-	t.Parallel()
-	v := newTestEnv(t)
+func differentResourcesRunInParallel(t *testing.T, d Driver) {
+	v := newEnv(t, d)
 	entered := make(chan string, 2)
 	both := make(chan struct{})
-	v.e.PUT("/items/:id", func(c echo.Context) error {
-		entered <- c.Param("id")
+	v.e.Add(http.MethodPut, "/items/:id", func(r Request) error {
+		entered <- r.Param("id")
 		select {
 		case <-both:
-			return c.NoContent(http.StatusNoContent)
+			return r.NoContent(http.StatusNoContent)
 		case <-time.After(10 * time.Second):
-			return echo.ErrRequestTimeout
+			return d.StatusError(http.StatusRequestTimeout)
 		}
 	}, v.mw(Config{}))
 	codes := make(chan int, 2)
@@ -551,15 +580,14 @@ func TestFence_differentResourcesRunInParallel(t *testing.T) {
 	}
 }
 
-func TestFence_namespaces(t *testing.T) {
-	t.Parallel()
-	v := newTestEnv(t)
-	h := func(c echo.Context) error { return c.NoContent(http.StatusNoContent) }
-	v.e.PUT("/a/:id", h, v.mw(Config{}))
-	v.e.PUT("/b/:id", h, v.mw(Config{}))
-	v.e.PUT("/c/:id", h, v.mw(Config{Namespace: "shared"}))
-	v.e.PUT("/d/:id", h, v.mw(Config{Namespace: "shared"}))
-	v.e.PUT("/e/:id", h, v.mw(Config{Namespace: "/a/"}))
+func namespaces(t *testing.T, d Driver) {
+	v := newEnv(t, d)
+	h := func(r Request) error { return r.NoContent(http.StatusNoContent) }
+	v.e.Add(http.MethodPut, "/a/:id", h, v.mw(Config{}))
+	v.e.Add(http.MethodPut, "/b/:id", h, v.mw(Config{}))
+	v.e.Add(http.MethodPut, "/c/:id", h, v.mw(Config{Namespace: "shared"}))
+	v.e.Add(http.MethodPut, "/d/:id", h, v.mw(Config{Namespace: "shared"}))
+	v.e.Add(http.MethodPut, "/e/:id", h, v.mw(Config{Namespace: "/a/"}))
 
 	v.hold("/a/:id", "1", 10*time.Second)
 	v.hold("shared", "1", 10*time.Second)
@@ -579,96 +607,75 @@ func TestFence_namespaces(t *testing.T) {
 	}
 }
 
-func TestQualify(t *testing.T) {
-	t.Parallel()
-	tests := []struct{ ns, key, want string }{
-		{"order", "42", "order:42"},
-		{"/orders/:id", "42", "%2Forders/%3Aid:42"},
-		{"a/b", "c", "a/b:c"},
-		{"a%3Ab", "c", "a%253Ab:c"},
-		{"", "k", ":k"},
-	}
-	for _, tc := range tests {
-		if got := qualify(tc.ns, tc.key); got != tc.want {
-			t.Errorf("qualify(%q, %q) = %q, want %q", tc.ns, tc.key, got, tc.want)
+// routeNames checks the lock names of routes in groups and of Any routes: the full route
+// path, prefix included, and one lock for every method of an Any route.
+func routeNames(t *testing.T, d Driver) {
+	v := newEnv(t, d)
+	paths := make(chan string, 8)
+	h := func(r Request) error { paths <- r.Path(); return r.NoContent(http.StatusNoContent) }
+	api := v.e.Group("/api")
+	api.Add(http.MethodPut, "/orders/:id", h, v.mw(Config{}))
+	v.e.Group("/api/v2", v.mw(Config{})).Any("/orders/:id", h)
+	v.e.Any("/any/:id", h, v.mw(Config{}))
+
+	for _, tc := range []struct {
+		route, target string
+		methods       []string
+	}{
+		{"/api/orders/:id", "/api/orders/7", []string{http.MethodPut}},
+		{"/api/v2/orders/:id", "/api/v2/orders/7", []string{http.MethodPut, http.MethodPost, http.MethodDelete}},
+		{"/any/:id", "/any/7", []string{http.MethodGet, http.MethodPatch, "PROPFIND"}},
+	} {
+		for _, m := range tc.methods {
+			if rec := v.serve(m, tc.target); rec.Code != http.StatusNoContent {
+				t.Errorf("%s %s while free: got status %d, want 204", m, tc.target, rec.Code)
+			} else if p := <-paths; p != tc.route {
+				t.Errorf("%s %s: the handler saw route %q, want %q", m, tc.target, p, tc.route)
+			}
 		}
-	}
-	// Different pairs never collide, whatever the key holds.
-	pairs := [][2]string{{"a", "b:c"}, {"a:b", "c"}, {"a%3Ab", "c"}, {"a", "%3Ab:c"}, {"a:", "b:c"}, {"a", ":b:c"},
-		{"/a/", ":id 1"}, {"%2Fa/", ":id 1"}, {"/a", "b"}}
-	seen := map[string][2]string{}
-	for _, p := range pairs {
-		name := qualify(p[0], p[1])
-		if q, dup := seen[name]; dup {
-			t.Errorf("qualify%q and qualify%q both give %q", q, p, name)
+		lock := v.hold(tc.route, "7", 10*time.Second) // "<full route path> 7"
+		for _, m := range tc.methods {
+			if rec := v.serve(m, tc.target); rec.Code != http.StatusLocked {
+				t.Errorf("%s %s while %q is held: got status %d, want 423", m, tc.target, lock.Resource(), rec.Code)
+			}
 		}
-		if strings.HasPrefix(name, "/") {
-			t.Errorf("qualify%q = %q starts with '/', as default route names do", p, name)
-		}
-		seen[name] = p
 	}
 }
 
-func TestRouteName(t *testing.T) {
-	t.Parallel()
-	tests := []struct{ route, key, want string }{
-		{"/orders/:id", "42", "/orders/:id 42"},
-		{"/orders/:id", "a b:c", "/orders/:id a b:c"},
-		{"/a b/:id", "c", "/a%20b/:id c"},
-		{"/100%/:id", "c", "/100%25/:id c"},
-		{"", "k", "/ k"},
-		{"x", "k", "/x k"},
+// defaultConfig checks that DefaultConfig and the zero Config build the same lock names and
+// defaults.
+func defaultConfig(t *testing.T, d Driver) {
+	v := newEnv(t, d)
+	mw, err := d.DefaultConfig(v.locker)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tc := range tests {
-		if got := routeName(tc.route, tc.key); got != tc.want {
-			t.Errorf("routeName(%q, %q) = %q, want %q", tc.route, tc.key, got, tc.want)
-		}
+	h := func(r Request) error { return r.NoContent(http.StatusNoContent) }
+	v.e.Add(http.MethodPut, "/x/:id", h, mw)
+	v.e.Add(http.MethodPut, "/y/:id", h, d.Fence(v.locker))
+	v.e.Add(http.MethodPut, "/z/:id", h, v.mw(Config{}))
+	for _, route := range []string{"/x/:id", "/y/:id", "/z/:id"} {
+		v.hold(route, "1", 10*time.Second)
 	}
-	// Different pairs never collide, whatever the key holds.
-	pairs := [][2]string{{"/a", "b c"}, {"/a b", "c"}, {"/a%20b", "c"}, {"/a", "%20b c"}, {"/a ", "b c"}, {"/a", " b c"}}
-	seen := map[string][2]string{}
-	for _, p := range pairs {
-		name := routeName(p[0], p[1])
-		if q, dup := seen[name]; dup {
-			t.Errorf("routeName%q and routeName%q both give %q", q, p, name)
-		}
-		seen[name] = p
-	}
-}
-
-// TestDefaultConfig checks that DefaultConfig and the zero Config build the same lock
-// names and defaults.
-func TestDefaultConfig(t *testing.T) {
-	t.Parallel()
-	v := newTestEnv(t)
-	config := DefaultConfig
-	config.Locker = v.locker
-	h := func(c echo.Context) error { return c.NoContent(http.StatusNoContent) }
-	v.e.PUT("/x/:id", h, v.mw(config))
-	v.e.PUT("/y/:id", h, Fence(v.locker))
-	v.hold("/x/:id", "1", 10*time.Second)
-	v.hold("/y/:id", "1", 10*time.Second)
-	for _, target := range []string{"/x/1", "/y/1"} {
+	for _, target := range []string{"/x/1", "/y/1", "/z/1"} {
 		if rec := v.serve(http.MethodPut, target); rec.Code != http.StatusLocked {
 			t.Errorf("PUT %s while its default lock is held: got status %d, want 423", target, rec.Code)
 		}
 	}
 }
 
-func TestFence_skipSafeMethods(t *testing.T) {
-	t.Parallel()
-	v := newTestEnv(t)
-	h := func(c echo.Context) error {
-		if _, ok := TokenFromEcho(c); ok {
-			return c.NoContent(http.StatusNoContent)
+func skipSafeMethods(t *testing.T, d Driver) {
+	v := newEnv(t, d)
+	h := func(r Request) error {
+		if _, ok := r.Token(); ok {
+			return r.NoContent(http.StatusNoContent)
 		}
-		return c.NoContent(http.StatusOK)
+		return r.NoContent(http.StatusOK)
 	}
-	cfg := Config{Skipper: SkipSafeMethods}
-	v.e.GET("/items/:id", h, v.mw(cfg))
-	v.e.HEAD("/items/:id", h, v.mw(cfg))
-	v.e.PUT("/items/:id", h, v.mw(cfg))
-	v.e.POST("/items/:id", h, v.mw(cfg))
+	cfg := Config{SkipSafeMethods: true}
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPut, http.MethodPost} {
+		v.e.Add(m, "/items/:id", h, v.mw(cfg))
+	}
 
 	for _, tc := range []struct {
 		method string
@@ -676,6 +683,7 @@ func TestFence_skipSafeMethods(t *testing.T) {
 	}{
 		{http.MethodGet, http.StatusOK},
 		{http.MethodHead, http.StatusOK},
+		{http.MethodOptions, http.StatusOK},
 		{http.MethodPut, http.StatusNoContent},
 		{http.MethodPost, http.StatusNoContent},
 	} {
@@ -692,19 +700,18 @@ func TestFence_skipSafeMethods(t *testing.T) {
 	}
 }
 
-func TestFence_nestedOnSameResourceIsReentrant(t *testing.T) {
-	t.Parallel()
-	v := newTestEnv(t)
+func nestedOnSameResourceIsReentrant(t *testing.T, d Driver) {
+	v := newEnv(t, d)
 	g := v.e.Group("/items", v.mw(Config{ContextKey: "outer"}))
-	g.PUT("/:id", func(c echo.Context) error {
+	g.Add(http.MethodPut, "/:id", func(r Request) error {
 		if n := len(v.lockKeys()); n != 1 {
 			t.Errorf("got %d lock keys, want 1", n)
 		}
-		tok, _ := TokenFromEcho(c)
-		if c.Get("outer") != tok || c.Get("inner") != tok {
-			t.Errorf("got tokens %v (outer) and %v (inner), want both %d", c.Get("outer"), c.Get("inner"), tok)
+		tok, _ := r.Token()
+		if r.Get("outer") != tok || r.Get("inner") != tok {
+			t.Errorf("got tokens %v (outer) and %v (inner), want both %d", r.Get("outer"), r.Get("inner"), tok)
 		}
-		return c.NoContent(http.StatusNoContent)
+		return r.NoContent(http.StatusNoContent)
 	}, v.mw(Config{ContextKey: "inner", TokenHeader: "Fencing-Token"}))
 	rec := v.serve(http.MethodPut, "/items/1")
 	if rec.Code != http.StatusNoContent {
@@ -715,31 +722,27 @@ func TestFence_nestedOnSameResourceIsReentrant(t *testing.T) {
 	}
 }
 
-func TestFence_contextKeyKeptForLoggers(t *testing.T) {
-	t.Parallel()
-	v := newTestEnv(t)
+func contextKeyKeptForLoggers(t *testing.T, d Driver) {
+	v := newEnv(t, d)
 	logged := make(chan any, 1)
-	v.e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			err := next(c)
-			logged <- c.Get(DefaultContextKey)
-			return err
-		}
-	})
-	v.e.PUT("/items/:id", func(c echo.Context) error { return echo.ErrTeapot }, v.mw(Config{}))
+	v.e.Use(d.Around(func(r Request, next func() error) error {
+		err := next()
+		logged <- r.Get(d.DefaultContextKey())
+		return err
+	}))
+	v.e.Add(http.MethodPut, "/items/:id", func(Request) error { return d.StatusError(http.StatusTeapot) }, v.mw(Config{}))
 	v.serve(http.MethodPut, "/items/1")
 	if tok, ok := (<-logged).(int64); !ok || tok < 1 {
-		t.Errorf("got %v under %q after the handler, want the token", tok, DefaultContextKey)
+		t.Errorf("got %v under %q after the handler, want the token", tok, d.DefaultContextKey())
 	}
 }
 
-// TestFence_groupUnknownPath pins the behaviour doc.go warns about: g.Use runs the
+// groupUnknownPath pins the behaviour the package docs warn about: g.Use runs the
 // middleware for the group's unknown paths too, which have no key.
-func TestFence_groupUnknownPath(t *testing.T) {
-	t.Parallel()
-	v := newTestEnv(t)
+func groupUnknownPath(t *testing.T, d Driver) {
+	v := newEnv(t, d)
 	g := v.e.Group("/items", v.mw(Config{}))
-	g.PUT("/:id", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
+	g.Add(http.MethodPut, "/:id", func(r Request) error { return r.NoContent(http.StatusNoContent) })
 	for _, tc := range []struct {
 		target string
 		want   int

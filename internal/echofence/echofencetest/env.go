@@ -1,67 +1,48 @@
-package middleware
+package echofencetest
 
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/redistest"
-	"github.com/labstack/echo/v4"
-	"github.com/labstack/echo/v4/middleware"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/echofence"
+	"github.com/fencekit/fencekit/internal/redistest"
 )
 
-// testEnv is one test's Redis, Locker and Echo. Echo runs in debug mode, so that any
-// internal detail an error carries would show in a response body, and with Recover
-// registered first.
-type testEnv struct {
+// env is one test's Redis, Locker and Echo.
+type env struct {
 	t      *testing.T
+	d      Driver
 	r      *redistest.Redis
 	locker *fencing.Locker
-	e      *echo.Echo
-
-	mu   sync.Mutex
-	errs []error // errors that reached Echo's error handler
+	e      Echo
+	log    *ErrorLog // errors that reached Echo's error handler
 }
 
-func newTestEnv(t *testing.T, opts ...fencing.Option) *testEnv {
+func newEnv(t *testing.T, d Driver, opts ...fencing.Option) *env {
 	t.Helper()
 	r := redistest.New(t)
 	l := fencing.New(r.Client, append([]fencing.Option{fencing.WithPrefix(r.Prefix)}, opts...)...)
 	t.Cleanup(func() { _ = l.Close() })
-	v := &testEnv{t: t, r: r, locker: l, e: newEcho()}
-	v.e.HTTPErrorHandler = func(err error, c echo.Context) {
-		v.mu.Lock()
-		v.errs = append(v.errs, err)
-		v.mu.Unlock()
-		v.e.DefaultHTTPErrorHandler(err, c)
-	}
-	return v
-}
-
-func newEcho() *echo.Echo {
-	e := echo.New()
-	e.Debug = true
-	e.Logger.SetOutput(io.Discard)
-	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisablePrintStack: true}))
-	return e
+	log := &ErrorLog{}
+	return &env{t: t, d: d, r: r, locker: l, e: d.NewEcho(log), log: log}
 }
 
 // mw builds the middleware from cfg with the env's Locker, failing the test on error.
-func (v *testEnv) mw(cfg Config) echo.MiddlewareFunc {
+func (v *env) mw(cfg Config) Middleware {
 	v.t.Helper()
 	if cfg.Locker == nil {
 		cfg.Locker = v.locker
 	}
-	mw, err := cfg.ToMiddleware()
+	mw, err := v.d.ToMiddleware(cfg)
 	if err != nil {
 		v.t.Fatalf("ToMiddleware: %v", err)
 	}
@@ -69,7 +50,7 @@ func (v *testEnv) mw(cfg Config) echo.MiddlewareFunc {
 }
 
 // serve sends one request through Echo and returns the recorded response.
-func (v *testEnv) serve(method, target string, header ...string) *httptest.ResponseRecorder {
+func (v *env) serve(method, target string, header ...string) *httptest.ResponseRecorder {
 	v.t.Helper()
 	req := httptest.NewRequestWithContext(v.t.Context(), method, target, nil)
 	for i := 0; i+1 < len(header); i += 2 {
@@ -81,41 +62,23 @@ func (v *testEnv) serve(method, target string, header ...string) *httptest.Respo
 }
 
 // lastErr returns the last error Echo's error handler saw.
-func (v *testEnv) lastErr() error {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if len(v.errs) == 0 {
-		return nil
-	}
-	return v.errs[len(v.errs)-1]
-}
+func (v *env) lastErr() error { return v.log.Last() }
 
-// lockKeys returns the test's lock keys present in Redis.
-func (v *testEnv) lockKeys() []string {
+// keys returns the test's keys in Redis that match pattern after the prefix.
+func (v *env) keys(pattern string) []string {
 	v.t.Helper()
-	keys, err := v.r.Client.Keys(context.Background(), v.r.Prefix+"*:lock").Result()
+	keys, err := v.r.Client.Keys(context.Background(), v.r.Prefix+pattern).Result()
 	if err != nil {
 		v.t.Fatalf("KEYS: %v", err)
 	}
 	return keys
 }
 
-// lockValue returns the value of the test's only lock key: the owner value and the token.
-func (v *testEnv) lockValue() string {
-	v.t.Helper()
-	keys := v.lockKeys()
-	if len(keys) != 1 {
-		v.t.Fatalf("got lock keys %q, want exactly one", keys)
-	}
-	val, err := v.r.Client.Get(context.Background(), keys[0]).Result()
-	if err != nil {
-		v.t.Fatalf("GET %s: %v", keys[0], err)
-	}
-	return val
-}
+// lockKeys returns the test's lock keys present in Redis.
+func (v *env) lockKeys() []string { return v.keys("*:lock") }
 
 // waitNoLocks polls until no lock key of the test is left.
-func (v *testEnv) waitNoLocks() {
+func (v *env) waitNoLocks() {
 	v.t.Helper()
 	eventually(v.t, 5*time.Second, "no lock key left", func() bool { return len(v.lockKeys()) == 0 })
 }
@@ -123,11 +86,11 @@ func (v *testEnv) waitNoLocks() {
 // hold takes the lock a request would take, for the test, and returns it: the default lock
 // of route namespace when namespace starts with '/', the lock of Namespace namespace
 // otherwise.
-func (v *testEnv) hold(namespace, key string, ttl time.Duration) *fencing.Lock {
+func (v *env) hold(namespace, key string, ttl time.Duration) *fencing.Lock {
 	v.t.Helper()
-	name := qualify(namespace, key)
+	name := echofence.Qualify(namespace, key)
 	if strings.HasPrefix(namespace, "/") {
-		name = routeName(namespace, key)
+		name = echofence.RouteName(namespace, key)
 	}
 	lock, err := v.locker.TryAcquire(v.t.Context(), name, fencing.WithTTL(ttl))
 	if err != nil {
@@ -136,6 +99,10 @@ func (v *testEnv) hold(namespace, key string, ttl time.Duration) *fencing.Lock {
 	v.t.Cleanup(func() { _ = lock.Release(context.Background()) })
 	return lock
 }
+
+// isHTTPError reports whether err is an error of the middleware's with the code, as Echo's
+// default error handler would read it.
+func (v *env) isHTTPError(err error, code int) bool { return v.d.HTTPStatus(err) == code }
 
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
@@ -161,8 +128,9 @@ func recv[T any](t testing.TB, ch <-chan T, what string) T {
 	}
 }
 
-// closedPortClient returns a client for an address nothing listens on.
-func closedPortClient(t *testing.T) *redis.Client {
+// ClosedPortClient returns a client for an address nothing listens on, closed when the
+// test ends.
+func ClosedPortClient(t *testing.T) *redis.Client {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -175,9 +143,9 @@ func closedPortClient(t *testing.T) *redis.Client {
 	return c
 }
 
-// assertBody checks that the body is exactly the generic JSON of status, {"message": text},
+// AssertBody checks that the body is exactly the generic JSON of status, {"message": text},
 // and holds none of the secrets.
-func assertBody(t *testing.T, rec *httptest.ResponseRecorder, status int, secrets ...string) {
+func AssertBody(t *testing.T, rec *httptest.ResponseRecorder, status int, secrets ...string) {
 	t.Helper()
 	if rec.Code != status {
 		t.Errorf("got status %d, want %d (body %q)", rec.Code, status, rec.Body.String())
@@ -186,15 +154,15 @@ func assertBody(t *testing.T, rec *httptest.ResponseRecorder, status int, secret
 	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || len(got) != 1 || got["message"] != http.StatusText(status) {
 		t.Errorf("got body %q, want only {\"message\": %q}", rec.Body.String(), http.StatusText(status))
 	}
-	for _, s := range secrets {
-		if s != "" && strings.Contains(rec.Body.String(), s) {
-			t.Errorf("body %q contains %q", rec.Body.String(), s)
-		}
-	}
+	AssertNoSecrets(t, rec.Body.String(), secrets...)
 }
 
-// isHTTPError reports whether err is an *echo.HTTPError with the code, unwrapped.
-func isHTTPError(err error, code int) bool {
-	he, ok := err.(*echo.HTTPError)
-	return ok && he.Code == code
+// AssertNoSecrets checks that body holds none of the secrets.
+func AssertNoSecrets(t *testing.T, body string, secrets ...string) {
+	t.Helper()
+	for _, s := range secrets {
+		if s != "" && strings.Contains(body, s) {
+			t.Errorf("body %q contains %q", body, s)
+		}
+	}
 }

@@ -1,17 +1,17 @@
-package middleware
+package echofencetest
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/echofence"
 	"github.com/fencekit/fencekit/internal/redistest"
-	"github.com/labstack/echo/v4"
 )
 
-func TestConfig_ToMiddleware(t *testing.T) {
-	t.Parallel()
+func toMiddleware(t *testing.T, d Driver) {
 	r := redistest.New(t)
 	good := fencing.New(r.Client, fencing.WithPrefix(r.Prefix))
 	defer good.Close()
@@ -26,11 +26,11 @@ func TestConfig_ToMiddleware(t *testing.T) {
 		want error // nil: valid
 	}{
 		{"defaults", Config{Locker: good}, nil},
-		{"every field", Config{Locker: good, Skipper: SkipSafeMethods, KeyLookup: "header:X-Id:Bearer ,query:id",
+		{"every field", Config{Locker: good, SkipSafeMethods: true, KeyLookup: "header:X-Id:Bearer ,query:id",
 			Namespace: "n", TTL: time.Second, MaxWait: time.Second, ContextKey: "k", TokenHeader: "Fencing-Token",
-			ErrorHandler: DefaultErrorHandler, DenyHandler: DefaultDenyHandler}, nil},
+			DefaultHandlers: true}, nil},
 		{"extractor overrides lookup", Config{Locker: good, KeyLookup: "bogus",
-			KeyExtractor: func(echo.Context) (string, error) { return "k", nil }}, nil}, // KeyLookup is ignored
+			KeyExtractor: func(Request) (string, error) { return "k", nil }}, nil}, // KeyLookup is ignored
 		{"nil Locker", Config{}, fencing.ErrInvalid},
 		{"Locker with invalid options", Config{Locker: badOpts}, fencing.ErrInvalid},
 		{"closed Locker", Config{Locker: closed}, fencing.ErrClosed},
@@ -45,7 +45,7 @@ func TestConfig_ToMiddleware(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			mw, err := tc.cfg.ToMiddleware()
+			mw, err := d.ToMiddleware(tc.cfg)
 			switch {
 			case tc.want == nil && (err != nil || mw == nil):
 				t.Errorf("got %v, want a middleware", err)
@@ -53,16 +53,29 @@ func TestConfig_ToMiddleware(t *testing.T) {
 				t.Errorf("got error %v, want one matching %v", err, tc.want)
 			case tc.want != nil && mw != nil:
 				t.Errorf("got a middleware with error %v, want none", err)
+			case err != nil && (!strings.HasPrefix(err.Error(), "fencemw: ") || strings.Count(err.Error(), "fencemw") != 1 ||
+				strings.Contains(err.Error(), "\n")):
+				t.Errorf("got error text %q, want one line with one fencemw: prefix", err)
 			}
 		})
 	}
 }
 
-func TestFenceWithConfig_panicsOnInvalidConfig(t *testing.T) {
-	t.Parallel()
+// constants checks that the adapter's exported defaults and limits are those the shared code
+// applies.
+func constants(t *testing.T, d Driver) {
+	if d.DefaultKeyLookup() != echofence.DefaultKeyLookup || d.DefaultContextKey() != echofence.DefaultContextKey ||
+		d.MaxKeyLen() != echofence.MaxKeyLen {
+		t.Errorf("got DefaultKeyLookup %q, DefaultContextKey %q, MaxKeyLen %d; want %q, %q, %d",
+			d.DefaultKeyLookup(), d.DefaultContextKey(), d.MaxKeyLen(),
+			echofence.DefaultKeyLookup, echofence.DefaultContextKey, echofence.MaxKeyLen)
+	}
+}
+
+func fenceWithConfigPanics(t *testing.T, d Driver) {
 	for name, f := range map[string]func(){
-		"Fence(nil)":                func() { Fence(nil) },
-		"FenceWithConfig(Config{})": func() { FenceWithConfig(Config{}) },
+		"Fence(nil)":                func() { d.Fence(nil) },
+		"FenceWithConfig(Config{})": func() { d.FenceWithConfig(Config{}) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {

@@ -1,0 +1,119 @@
+package echofencetest
+
+import (
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/fencekit/fencekit/fencing"
+)
+
+// Driver is one Echo major's adapter, seen through types that do not depend on the major:
+// [V4] and [V5].
+type Driver interface {
+	// Name names the major: "v4" or "v5".
+	Name() string
+	// NewEcho returns an Echo with Recover registered first, and an error handler that
+	// records every error in log and then answers as Echo's default handler does, set to
+	// show internal errors (v4: e.Debug; v5: DefaultHTTPErrorHandler(true)), so that a
+	// detail leaked into an error's text would show in the body.
+	NewEcho(log *ErrorLog) Echo
+	// ToMiddleware builds the adapter's middleware with Config.ToMiddleware.
+	ToMiddleware(cfg Config) (Middleware, error)
+	// FenceWithConfig is the adapter's FenceWithConfig: it panics on an invalid cfg.
+	FenceWithConfig(cfg Config) Middleware
+	// Fence is the adapter's Fence(locker).
+	Fence(locker *fencing.Locker) Middleware
+	// DefaultConfig is the adapter's DefaultConfig with Locker set, built with ToMiddleware.
+	DefaultConfig(locker *fencing.Locker) (Middleware, error)
+	// Recover is Echo's Recover middleware, without stack printing.
+	Recover() Middleware
+	// Around returns a middleware that calls fn with the request and the rest of the chain.
+	Around(fn func(r Request, next func() error) error) Middleware
+	// NewHTTPError is the adapter's NewHTTPError.
+	NewHTTPError(code int, err error) error
+	// StatusError returns a new error value of Echo's own with the status code.
+	StatusError(code int) error
+	// HTTPStatus returns the status Echo's default error handler reads from err: v4 takes
+	// only an *echo.HTTPError itself (Echo v4 type-asserts), v5 any error in the chain with
+	// a StatusCode method. 0 means none.
+	HTTPStatus(err error) int
+	// MaxKeyLen, DefaultKeyLookup and DefaultContextKey are the adapter's constants.
+	MaxKeyLen() int
+	DefaultKeyLookup() string
+	DefaultContextKey() string
+}
+
+// Config is the adapter's Config with the Echo types replaced.
+type Config struct {
+	Locker          *fencing.Locker
+	SkipSafeMethods bool // Skipper: SkipSafeMethods
+	KeyLookup       string
+	KeyExtractor    func(r Request) (string, error)
+	Namespace       string
+	TTL             time.Duration
+	MaxWait         time.Duration
+	ContextKey      string
+	TokenHeader     string
+	ErrorHandler    func(r Request, err error) error
+	DenyHandler     func(r Request, resource string, err error) error
+	// DefaultHandlers sets ErrorHandler and DenyHandler to the adapter's DefaultErrorHandler
+	// and DefaultDenyHandler explicitly.
+	DefaultHandlers bool
+}
+
+// Middleware is an echo.MiddlewareFunc of the driver's major.
+type Middleware any
+
+// Handler is a route's handler.
+type Handler func(r Request) error
+
+// Request is the Echo context a handler gets: Echo's methods, and Token, which is the
+// adapter's TokenFromEcho.
+type Request interface {
+	Request() *http.Request
+	Param(name string) string
+	Path() string
+	Get(key string) any
+	NoContent(code int) error
+	String(code int, s string) error
+	JSON(code int, v any) error
+	Token() (int64, bool)
+}
+
+// Router adds routes: an Echo or a group.
+type Router interface {
+	Add(method, path string, h Handler, mws ...Middleware)
+	Any(path string, h Handler, mws ...Middleware)
+}
+
+// Echo is an Echo instance of the driver's major.
+type Echo interface {
+	http.Handler
+	Router
+	Group(prefix string, mws ...Middleware) Router
+	Use(mws ...Middleware)
+}
+
+// ErrorLog records the errors that reach Echo's error handler.
+type ErrorLog struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+// Record adds err.
+func (l *ErrorLog) Record(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.errs = append(l.errs, err)
+}
+
+// Last returns the last error recorded, or nil.
+func (l *ErrorLog) Last() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.errs) == 0 {
+		return nil
+	}
+	return l.errs[len(l.errs)-1]
+}

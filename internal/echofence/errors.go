@@ -1,0 +1,94 @@
+package echofence
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/errtext"
+)
+
+// Prefix starts the text of every error the adapters return.
+const Prefix = "fencemw: "
+
+// DenyStatus is the status of the default answer to a busy resource: 423 Locked.
+const DenyStatus = http.StatusLocked
+
+// errSetup marks an error of the Locker's settings found only when a request called it: the
+// Locker refused the call's options (a TTL above its counter expiry, say).
+var errSetup = errors.New("options refused by the Locker")
+
+// ErrorStatus is the status of the default answer to an error passed to the ErrorHandler: 500
+// Internal Server Error when the Locker refused the call's options (the error also matches
+// fencing.ErrInvalid), 400 Bad Request when err matches fencing.ErrInvalid otherwise (the
+// request has no valid key, or its name is too long), and 503 Service Unavailable for the
+// rest (Redis unreachable, Locker closed).
+func ErrorStatus(err error) int {
+	switch {
+	case errors.Is(err, errSetup):
+		return http.StatusInternalServerError
+	case errors.Is(err, fencing.ErrInvalid):
+		return http.StatusBadRequest
+	}
+	return http.StatusServiceUnavailable
+}
+
+// RetryAfter returns the Retry-After value for a busy error: the holder's remaining lease in
+// whole seconds, rounded up, and at least 1.
+func RetryAfter(err error) string {
+	d, _ := fencing.RetryAfter(err)
+	secs := int64((d + time.Second - 1) / time.Second)
+	return strconv.FormatInt(max(secs, 1), 10)
+}
+
+// callOptions checks the Locker, the TTL and MaxWait and returns the options of every
+// Locker.Do call.
+func callOptions(l *fencing.Locker, ttl, maxWait time.Duration) ([]fencing.Option, error) {
+	if l == nil {
+		return nil, invalidf("nil Locker")
+	}
+	var opts []fencing.Option
+	if ttl != 0 {
+		if ttl < fencing.MinTTL || ttl > fencing.MaxTTL {
+			return nil, invalidf("TTL %v out of range [%v, %v]", ttl, fencing.MinTTL, fencing.MaxTTL)
+		}
+		opts = append(opts, fencing.WithTTL(ttl))
+	}
+	if maxWait < 0 {
+		return nil, invalidf("negative MaxWait %v", maxWait)
+	}
+	opts = append(opts, fencing.WithMaxWait(maxWait))
+	if err := probe(l, opts); err != nil {
+		return nil, err
+	}
+	return opts, nil
+}
+
+// probe reports an unusable Locker or call options without talking to Redis and without a
+// call the Locker's hooks would observe: Locker.Err, then the options on a Locker of their own
+// (New only applies them; the client it is given never connects).
+func probe(l *fencing.Locker, opts []fencing.Option) error {
+	err := l.Err()
+	if err == nil && len(opts) > 0 {
+		c := redis.NewClient(&redis.Options{})
+		defer c.Close()
+		check := fencing.New(c, opts...)
+		defer check.Close()
+		err = check.Err()
+	}
+	if err != nil {
+		return errtext.New(Prefix, "Locker", err)
+	}
+	return nil
+}
+
+// invalidf returns an error reading "fencemw: <message>: invalid argument" that matches
+// fencing.ErrInvalid.
+func invalidf(format string, args ...any) error {
+	return errtext.New(Prefix, fmt.Sprintf(format, args...), fencing.ErrInvalid)
+}

@@ -1,0 +1,186 @@
+package middleware_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/labstack/echo/v5"
+	"github.com/labstack/echo/v5/middleware"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/fencing"
+	fencemw "github.com/fencekit/fencekit/middleware-v5"
+)
+
+// exampleRedis starts a stand-in for your Redis and returns it, a client for it, and a
+// function that stops both.
+func exampleRedis() (*miniredis.Miniredis, *redis.Client, func()) {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), DisableIdentity: true})
+	return mr, client, func() { _ = client.Close(); mr.Close() }
+}
+
+// show prints a response's status, the headers named and the body.
+func show(rec *httptest.ResponseRecorder, headers ...string) {
+	line := fmt.Sprint(rec.Code)
+	for _, h := range headers {
+		if v := rec.Header().Get(h); v != "" {
+			line += " " + h + ": " + v
+		}
+	}
+	fmt.Println(strings.TrimSpace(line + " " + rec.Body.String()))
+}
+
+func Example() {
+	_, client, stop := exampleRedis()
+	defer stop()
+
+	locker := fencing.New(client)
+	defer locker.Close()
+
+	e := echo.New()
+	e.Use(middleware.Recover())
+	e.PUT("/orders/:id", func(c *echo.Context) error {
+		// Pass the token with every write; the store refuses tokens lower than it has seen.
+		token, _ := fencemw.TokenFromEcho(c)
+		return c.String(http.StatusOK, fmt.Sprintf("order %s saved with token %d", c.Param("id"), token))
+	}, fencemw.Fence(locker)) // locks "/orders/:id 42" for /orders/42, one request at a time
+
+	put := func() {
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, httptest.NewRequest(http.MethodPut, "/orders/42", nil))
+		show(rec, echo.HeaderRetryAfter)
+	}
+	put()
+	// Another request, or another process, holds the order's lock for 3 seconds.
+	lock, _ := locker.TryAcquire(context.Background(), "/orders/:id 42", fencing.WithTTL(3*time.Second))
+	put()
+	_ = lock.Release(context.Background())
+	put()
+	// Output:
+	// 200 order 42 saved with token 1
+	// 423 Retry-After: 3 {"message":"Locked"}
+	// 200 order 42 saved with token 3
+}
+
+// A Config is an echo.MiddlewareConfigurator: ToMiddleware returns the middleware, or the
+// reason it cannot build one, where FenceWithConfig would panic.
+func ExampleConfig() {
+	_, client, stop := exampleRedis()
+	defer stop()
+
+	locker := fencing.New(client)
+	defer locker.Close()
+
+	var config echo.MiddlewareConfigurator = fencemw.Config{
+		Locker:      locker,
+		Skipper:     fencemw.SkipSafeMethods, // GET and HEAD run unlocked
+		KeyLookup:   "header:X-Account",
+		Namespace:   "account", // the lock is "account:<X-Account>", the name a worker uses too
+		MaxWait:     100 * time.Millisecond,
+		TokenHeader: "Fencing-Token",
+	}
+	fence, err := config.ToMiddleware()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	e := echo.New()
+	e.Group("/transfers", fence).POST("", func(c *echo.Context) error { return c.NoContent(http.StatusCreated) })
+
+	for _, account := range []string{"acme", ""} {
+		req := httptest.NewRequest(http.MethodPost, "/transfers", nil)
+		req.Header.Set("X-Account", account)
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, req)
+		show(rec, "Fencing-Token")
+	}
+
+	_, err = fencemw.Config{Locker: locker, MaxWait: -time.Second}.ToMiddleware()
+	fmt.Println(err)
+	// Output:
+	// 201 Fencing-Token: 1
+	// 400 {"message":"Bad Request"}
+	// fencemw: negative MaxWait -1s: invalid argument
+}
+
+// A DenyHandler may answer 409 Conflict rather than 423 Locked; NewHTTPError keeps the
+// cause out of the body, here under Echo's RFC 9457 error handler told to expose errors.
+func ExampleNewHTTPError() {
+	_, client, stop := exampleRedis()
+	defer stop()
+
+	locker := fencing.New(client)
+	defer locker.Close()
+
+	e := echo.New()
+	e.HTTPErrorHandler = echo.ProblemDetailsHTTPErrorHandler(true)
+	e.DELETE("/carts/:id", func(c *echo.Context) error { return c.NoContent(http.StatusNoContent) },
+		fencemw.FenceWithConfig(fencemw.Config{
+			Locker: locker,
+			DenyHandler: func(c *echo.Context, resource string, err error) error {
+				return fencemw.NewHTTPError(http.StatusConflict, err)
+			},
+		}))
+
+	lock, _ := locker.TryAcquire(context.Background(), "/carts/:id 7", fencing.WithTTL(2*time.Second))
+	defer lock.Release(context.Background())
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, httptest.NewRequest(http.MethodDelete, "/carts/7", nil))
+	show(rec, echo.HeaderRetryAfter)
+	// Output:
+	// 409 Retry-After: 2 {"type":"about:blank","title":"Conflict","status":409}
+}
+
+// Resources named after what a client sends: the Locker lets idle fence counters expire, and
+// a KeyExtractor admits only well-formed ids, so that neither the number nor the size of the
+// counters left in Redis is up to the client (docs/echo.md, "Endpoints that take untrusted
+// names").
+func Example_untrustedNames() {
+	mr, client, stop := exampleRedis()
+	defer stop()
+
+	// A counter that issued no token for an hour expires; a new one starts above every
+	// token issued before (it implies fencing.WithServerTimeFloor).
+	locker := fencing.New(client, fencing.WithCounterExpiry(time.Hour))
+	defer locker.Close()
+
+	orderID := regexp.MustCompile(`^[0-9]{1,20}$`)
+	fence := fencemw.FenceWithConfig(fencemw.Config{
+		Locker:    locker,
+		Namespace: "order",
+		KeyExtractor: func(c *echo.Context) (string, error) {
+			if id := c.Param("id"); orderID.MatchString(id) {
+				return id, nil
+			}
+			return "", errors.New("not an order id") // 400, nothing written to Redis
+		},
+	})
+	e := echo.New()
+	e.PUT("/orders/:id", func(c *echo.Context) error { return c.NoContent(http.StatusNoContent) }, fence)
+
+	for _, id := range []string{"42", "x%27%3B%20DROP", strings.Repeat("9", 21)} {
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, httptest.NewRequest(http.MethodPut, "/orders/"+id, nil))
+		fmt.Println(rec.Code)
+	}
+	fmt.Println(mr.Keys(), mr.TTL("fencing:{order:42}:fence"))
+	mr.FastForward(time.Hour)
+	fmt.Println(mr.Keys())
+	// Output:
+	// 204
+	// 400
+	// 400
+	// [fencing:{order:42}:fence] 1h0m0s
+	// []
+}

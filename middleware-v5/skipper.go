@@ -1,0 +1,13 @@
+package middleware
+
+import (
+	"github.com/labstack/echo/v5"
+
+	"github.com/fencekit/fencekit/internal/echofence"
+)
+
+// SkipSafeMethods is a Skipper for RFC 9110's safe methods, GET, HEAD, OPTIONS and TRACE:
+// only the methods that may change state take the lock.
+func SkipSafeMethods(c *echo.Context) bool {
+	return echofence.SafeMethod(c.Request().Method)
+}
