@@ -24,8 +24,8 @@
 // renews the lease in the background, and cancels the function's context as soon as the lock
 // is lost. A busy resource has a first-come, first-served queue in Redis, next to the lock:
 // the release script hands the lock to the longest-waiting waiter of any Locker in the same
-// round trip and announces it with pub/sub (sharded pub/sub on a Cluster), so a release wakes
-// one waiter, not every process.
+// round trip and announces it with pub/sub (sharded pub/sub on a Cluster, one connection per
+// primary), so a release wakes one waiter, not every process.
 //
 // # What is not guaranteed
 //

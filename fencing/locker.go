@@ -41,6 +41,9 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 	if isNil(client) && l.cfg.err == nil {
 		l.cfg.err = invalidf("nil redis client")
 	}
+	if l.cfg.err == nil {
+		l.cfg.err = l.cfg.conflict()
+	}
 	l.waits = newWaiting(l, l.cfg.err == nil)
 	l.opts = l.cfg.opts(l.waits.publish)
 	return l
@@ -113,12 +116,13 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...Option
 
 // Acquire takes the lock on resource, waiting while another owner holds it. A waiter that
 // finds the resource busy joins the resource's queue in Redis; the holder's release hands the
-// lock to the longest-waiting waiter (of any Locker) in the same round trip, with a new token,
-// and announces it on the resource's channel, which one pub/sub subscription per Locker
-// carries (one per resource on a Cluster; a Ring polls). A queued waiter also checks with
-// Redis at least once a second, which keeps its place alive and takes a lock whose holder's
-// lease ran out. Waiting is first come, first served: while waiters are queued, neither
-// TryAcquire nor Acquire takes the lock ahead of them, even when it is free.
+// lock to the longest-waiting waiter (of any Locker) in the same round trip, with a new token
+// and a lease of 3s, and announces it on the resource's channel, which one pub/sub connection
+// per Locker carries (one per primary on a Cluster; a Ring polls). Acquire then extends the
+// lock to its TTL, one round trip, and returns. A queued waiter also checks with Redis at
+// least once a second, which keeps its place alive and takes a lock whose holder's lease ran
+// out. Waiting is first come, first served: while waiters are queued, neither TryAcquire nor
+// Acquire takes the lock ahead of them, even when it is free.
 //
 // When ctx ends first, Acquire returns an error that matches both [ErrNotAcquired] and
 // ctx.Err() under errors.Is, and holds nothing: the waiter leaves the queue, and a lock
@@ -153,8 +157,8 @@ func (l *Locker) check(ctx context.Context, cfg *config, resource string) error 
 	if cfg.err != nil {
 		return cfg.err
 	}
-	if cfg.expiry > 0 && cfg.ttl > cfg.expiry {
-		return invalidf("ttl %v exceeds the counter expiry %v", cfg.ttl, cfg.expiry)
+	if err := cfg.conflict(); err != nil {
+		return err
 	}
 	if err := validResource(resource); err != nil {
 		return err

@@ -429,8 +429,8 @@ func (h afterAcquireHook) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 func (h afterAcquireHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if name := cmd.Name(); err == nil && (name == "evalsha" || name == "eval") && len(cmd.Args()) == 3+3+3 {
-			h.fn() // three keys and three arguments: the acquire script's single attempt
+		if name := cmd.Name(); err == nil && (name == "evalsha" || name == "eval") && len(cmd.Args()) == 3+3+2 {
+			h.fn() // three keys and two arguments: the acquire script's single attempt
 		}
 		return err
 	}
@@ -520,6 +520,8 @@ func TestLockerErr(t *testing.T) {
 		{"nil client", fencing.New(nil), false},
 		{"prefix with a brace", fencing.New(r.Client, fencing.WithPrefix("{x}")), false},
 		{"ttl of zero", fencing.New(r.Client, fencing.WithPrefix(r.Prefix), fencing.WithTTL(0)), false},
+		{"default ttl above the counter expiry", fencing.New(r.Client, fencing.WithPrefix(r.Prefix), fencing.WithCounterExpiry(10*time.Second)), false},
+		{"ttl above the counter expiry", fencing.New(r.Client, fencing.WithPrefix(r.Prefix), fencing.WithTTL(5*time.Second), fencing.WithCounterExpiry(time.Second)), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer tc.l.Close()

@@ -198,6 +198,11 @@ func (n *notifier) run() {
 	defer check.Stop()
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
+	// After a slot moved, the node that reports the slot map may not know yet: check again
+	// a few times, a second apart.
+	again := time.NewTimer(time.Hour)
+	again.Stop()
+	followUps := 0
 	for {
 		recheck := false
 		select {
@@ -210,7 +215,13 @@ func (n *notifier) run() {
 		case <-check.C:
 			recheck = len(n.chans) > 0
 		case <-retry.C:
+			recheck, followUps = true, 3
+			again.Reset(time.Second)
+		case <-again.C:
 			recheck = true
+			if followUps--; followUps > 0 {
+				again.Reset(time.Second)
+			}
 		}
 		n.mu.Lock()
 		ops := n.ops
@@ -218,7 +229,10 @@ func (n *notifier) run() {
 		n.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 		for _, o := range ops {
-			recheck = n.apply(ctx, o) || recheck
+			if n.apply(ctx, o) {
+				recheck, followUps = true, 3
+				again.Reset(time.Second)
+			}
 		}
 		if recheck {
 			n.route.refresh(ctx)

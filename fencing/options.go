@@ -200,6 +200,15 @@ func WithHooks(h Hooks) Option {
 	})
 }
 
+// conflict returns an error wrapping ErrInvalid when c's options, each valid, cannot be
+// used together.
+func (c *config) conflict() error {
+	if c.expiry > 0 && c.ttl > c.expiry {
+		return invalidf("ttl %v exceeds the counter expiry %v", c.ttl, c.expiry)
+	}
+	return nil
+}
+
 // validTTL returns an error wrapping ErrInvalid when d is not a usable lease length.
 func validTTL(d time.Duration) error {
 	if d < MinTTL || d > MaxTTL {

@@ -221,6 +221,51 @@ func TestCancelledWaiterJustGranted(t *testing.T) {
 	}
 }
 
+// TestCancelledAfterDroppedAsDead cancels a waiter whose element a release dropped as dead
+// (its Locker's waiter key had lapsed, as after a long pause): the Locker owes nobody a grant
+// afterwards, so the next grant to its next waiter is that waiter's, at once and with the very
+// next token (it used to be passed on, a turn wasted).
+func TestCancelledAfterDroppedAsDead(t *testing.T) {
+	r := redistest.New(t)
+	holder, a := process(t, r), process(t, r)
+	held := mustAcquire(t, holder, "res", fencing.WithTTL(time.Hour))
+	ctx, cancel := context.WithCancel(t.Context())
+	first := acquireAsync(ctx, a, "res")
+	waitFor(t, 5*time.Second, "the first waiter in the queue", func() bool { return queueLen(r, "res") == 1 })
+	entry := r.Prefix + "{res}:w:" + fencing.ID(a)
+	r.Client.Del(t.Context(), entry) // lapsed
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := queueLen(r, "res"); n != 0 {
+		t.Fatalf("the release left %d elements: the dead waiter was not dropped", n)
+	}
+	cancel()
+	if got := <-first; !errors.Is(got.err, context.Canceled) {
+		t.Fatalf("the cancelled waiter: got %v, want context.Canceled", got.err)
+	}
+	again := mustAcquire(t, holder, "res", fencing.WithTTL(time.Hour))
+	second := acquireAsync(t.Context(), a, "res")
+	waitFor(t, 5*time.Second, "the second waiter in the queue, its Locker's key renewed", func() bool {
+		return queueLen(r, "res") == 1 && r.Client.Exists(context.Background(), entry).Val() == 1
+	})
+	released := time.Now()
+	if err := again.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	got := <-second
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	defer got.lock.Release(context.Background())
+	if got.lock.Token() != again.Token()+1 {
+		t.Errorf("the second waiter got token %d, want %d: a grant was wasted", got.lock.Token(), again.Token()+1)
+	}
+	if d := got.at.Sub(released); d > quick {
+		t.Errorf("the second waiter was served %v after the release, want within %v", d, quick)
+	}
+}
+
 // TestKilledWaiterProcess queues a waiter in a child process (this test binary run again)
 // behind a holder and a waiter of this process, then kills the child with SIGKILL, with TTLs
 // of 10s and 60s, in Acquire and in Do:
@@ -347,9 +392,9 @@ type dropOnce struct {
 }
 
 // isRelease reports whether p is the release script as go-redis writes it: EVALSHA, or EVAL
-// after NOSCRIPT, with three keys and two or four arguments.
+// after NOSCRIPT, with three keys and one, two or four arguments.
 func isRelease(p []byte) bool {
-	for _, n := range []string{"*8", "*10"} {
+	for _, n := range []string{"*7", "*8", "*10"} {
 		if bytes.HasPrefix(p, []byte(n+"\r\n$7\r\nevalsha\r\n")) || bytes.HasPrefix(p, []byte(n+"\r\n$4\r\neval\r\n")) {
 			return true
 		}

@@ -33,7 +33,15 @@ func keysFor(prefix, resource string) resourceKeys {
 	return resourceKeys{base: base, lock: base + suffixLock, fence: base + suffixFence, queue: base + suffixQueue}
 }
 
-func (k resourceKeys) waiter(id string) string { return k.base + suffixWaiter + id }
+func (k resourceKeys) waiter(element string) string {
+	return k.base + suffixWaiter + lockerOf(element)
+}
+
+// lockerOf returns the Locker id of a queue element, "<Locker id>.<n>".
+func lockerOf(element string) string {
+	id, _, _ := strings.Cut(element, ".")
+	return id
+}
 
 // parseKey splits a key of the layout into its resource name and suffix ("lock", "fence",
 // "queue", "w:<id>"). ok is false for a key that does not follow the layout.

@@ -59,8 +59,10 @@ type queueState struct {
 }
 
 type queueEntry struct {
-	Position int    `json:"position"`
-	ID       string `json:"id"`
+	Position int `json:"position"`
+	// ID is the waiting Locker's id; Element is the waiter's queue element, "<id>.<n>".
+	ID      string `json:"id"`
+	Element string `json:"element"`
 	// Live reports whether the waiter's w:<id> key exists; the others fields are null
 	// without it.
 	Live        bool   `json:"live"`
@@ -155,7 +157,7 @@ func (c *cli) readResource(ctx context.Context, client redis.Cmdable, prefix, na
 	}
 	now := c.now().UnixMilli()
 	for i, id := range ids {
-		e := queueEntry{Position: i, ID: id}
+		e := queueEntry{Position: i, ID: lockerOf(id), Element: id}
 		if v, err := waiters[id].Result(); err == nil {
 			if ws, ok := parseWaiter(v); ok {
 				wait := max(now-ws.sinceMs, 0)

@@ -311,15 +311,14 @@ func unavailable(t *testing.T, d Driver) {
 	})
 }
 
-// lockerRefusesOptions runs the middleware on a Locker whose counter expiry (1s) is shorter
-// than its lease (30s by default): every call is refused, which is the server's
-// configuration and not the request's fault, so the default answer is 500; a middleware
-// whose TTL fits the expiry works.
+// lockerRefusesOptions runs the middleware with a TTL (30s) longer than the Locker's counter
+// expiry (1s): every call is refused, which is the server's configuration and not the
+// request's fault, so the default answer is 500; a middleware with the Locker's own TTL works.
 func lockerRefusesOptions(t *testing.T, d Driver) {
-	v := newEnv(t, d, fencing.WithCounterExpiry(time.Second))
+	v := newEnv(t, d, fencing.WithCounterExpiry(time.Second), fencing.WithTTL(time.Second))
 	ok := func(r Request) error { return r.NoContent(http.StatusNoContent) }
-	v.e.Add(http.MethodPut, "/items/:id", ok, v.mw(Config{}))
-	v.e.Add(http.MethodPut, "/short/:id", ok, v.mw(Config{TTL: time.Second}))
+	v.e.Add(http.MethodPut, "/items/:id", ok, v.mw(Config{TTL: 30 * time.Second}))
+	v.e.Add(http.MethodPut, "/short/:id", ok, v.mw(Config{}))
 	rec := v.serve(http.MethodPut, "/items/1")
 	AssertBody(t, rec, http.StatusInternalServerError, "expiry", "ttl", "fencing")
 	err := v.lastErr()
