@@ -44,14 +44,14 @@ const (
 // waiting is a Locker's side of the queues: its lines of local waiters and the notifier that
 // brings their grants.
 type waiting struct {
-	l          *Locker
-	id         string // random; the Locker's id in the queues
-	publish    byte   // how the scripts announce grants: 'P' (PUBLISH), 'S' (SPUBLISH), '-' (Ring: waiters poll)
-	idArg      any    // id boxed once, for the scripts' arguments
-	notes      *notifier // nil when waiters poll
-	seq        atomic.Uint64
-	closed     atomic.Bool
-	done       chan struct{} // closed by close
+	l       *Locker
+	id      string    // random; the Locker's id in the queues
+	publish byte      // how the scripts announce grants: 'P' (PUBLISH), 'S' (SPUBLISH), '-' (Ring: waiters poll)
+	idArg   any       // id boxed once, for the scripts' arguments
+	notes   *notifier // nil when waiters poll
+	seq     atomic.Uint64
+	closed  atomic.Bool
+	done    chan struct{} // closed by close
 
 	mu     sync.Mutex         // guards the fields below and every line's and waiter's state
 	lines  map[string]*line   // by channel
