@@ -15,10 +15,24 @@
 -- the queue. The counter moves before the lock is set, so a failing INCR (at the int64
 -- maximum) leaves no lock.
 local opts = ARGV[3] or 'P0'
+-- EXISTS of the lock and the queue first: when neither exists (no contention), that is all
+-- the script reads. With the usual settings, that path runs before the functions of grant.lua
+-- are created (Lua creates a script's functions each time it runs, at a cost comparable to
+-- the path itself).
+local found = ARGV[4] or redis.call('EXISTS', KEYS[1], KEYS[3]) > 0
+if not found and (opts == 'P0' or opts == 'S0' or opts == '-0') then
+  local token = redis.call('INCR', KEYS[2])
+  if token < 9007199254740992 then
+    token = string.format('%d', token)
+  else
+    token = redis.call('GET', KEYS[2])
+  end
+  redis.call('SET', KEYS[1], ARGV[1] .. ':' .. token, 'PX', ARGV[2])
+  return token
+end
+-- #include grant.lua
 local held
--- EXISTS of both keys first: when neither a lock nor a queue exists (no contention), that is
--- all the script reads.
-if ARGV[4] or redis.call('EXISTS', KEYS[1], KEYS[3]) > 0 then
+if found then
   held = redis.call('GET', KEYS[1])
   if held then
     local mine = ARGV[1] .. ':'

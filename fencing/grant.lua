@@ -1,5 +1,6 @@
 -- Functions shared by the scripts that can hand a free lock to the next waiter: the text of
--- this file is put in front of acquire.lua, release.lua and poll.lua. They expect
+-- this file replaces the line "-- #include grant.lua" of acquire.lua, release.lua and
+-- poll.lua, after their uncontended paths. They expect
 -- KEYS[1]: the lock key, "<prefix><tag>:lock"; its value is "<owner>:<token>".
 -- KEYS[2]: the fence key, "<prefix><tag>:fence": the resource's token counter.
 -- KEYS[3]: the queue key, "<prefix><tag>:queue": a list with one element per queued waiter,

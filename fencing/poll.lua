@@ -11,6 +11,7 @@
 -- call granted it, 0 when it was granted before), and otherwise {0, held}: the lock value, ""
 -- if none. Elements of ARGV[4..] missing from the queue (dropped while the Locker's key had
 -- lapsed) are added at the tail, except one that holds the lock.
+-- #include grant.lua
 local granted, now
 local held = redis.call('GET', KEYS[1])
 if not held then

@@ -16,11 +16,14 @@ if not held or (held ~= ARGV[1] and
   return 0
 end
 local head = redis.call('LPOP', KEYS[3])
-if head then
-  local g = grant_next(head, ARGV[2] or 'P0', ARGV[3] or '', ARGV[4] or '')
-  if g then
-    return {2, g[1], g[2]}
-  end
+if not head then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+-- #include grant.lua
+local g = grant_next(head, ARGV[2] or 'P0', ARGV[3] or '', ARGV[4] or '')
+if g then
+  return {2, g[1], g[2]}
 end
 redis.call('DEL', KEYS[1])
 return 1

@@ -52,3 +52,16 @@ func TestEntryTTLConstant(t *testing.T) {
 		t.Fatalf("grant.lua lacks %q", want)
 	}
 }
+
+// TestGrantIncluded checks that every script that can grant a free lock took grant.lua's
+// functions in place of its include line.
+func TestGrantIncluded(t *testing.T) {
+	for name, body := range map[string]string{"acquire.lua": acquireBody, "release.lua": releaseBody, "poll.lua": pollBody} {
+		if n := strings.Count(body, grantInclude); n != 1 {
+			t.Errorf("%s has %d include lines, want 1", name, n)
+		}
+		if src := withGrant(body); strings.Contains(src, grantInclude) || !strings.Contains(src, "local function grant_next(") {
+			t.Errorf("%s: grant.lua was not included", name)
+		}
+	}
+}
