@@ -11,7 +11,7 @@
 -- retried call, which resets the lease); {1, token, behind} instead when the server clock
 -- is behind the last token (see next_token); {0, pttl} when busy (pttl is -2 when the lock is
 -- free but waiters come first); and, with ARGV[4], {3, held} after queueing, where held is the
--- lock value ("" if none). A free lock goes to the first live waiter: a newcomer never jumps
+-- lock value ("" if none; it may end in the mark '+', see grant.lua). A free lock goes to the first live waiter: a newcomer never jumps
 -- the queue. The counter moves before the lock is set, so a failing INCR (at the int64
 -- maximum) leaves no lock.
 local opts = ARGV[3] or 'P0'
@@ -38,14 +38,14 @@ if found then
     local mine = ARGV[1] .. ':'
     if string.sub(held, 1, #mine) == mine then
       redis.call('PEXPIRE', KEYS[1], ARGV[2]) -- a write, so that a WAIT after a retry waits for it
-      return string.sub(held, #mine + 1)
+      return string.match(held, '^%d+', #mine + 1)
     end
   elseif redis.call('EXISTS', KEYS[3]) == 1 then
     -- EXISTS first: under maxmemory, Redis refuses a script's INCR only while the script
     -- has not written yet, and LPOP counts as a write even on a missing key.
     local g = grant_next(redis.call('LPOP', KEYS[3]), opts, '', '')
     if g then
-      held = g[1] .. ':' .. g[2]
+      held = g[1] .. ':' .. g[2] .. '+'
     end
   end
 end
@@ -61,6 +61,9 @@ if not ARGV[4] then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 redis.call('RPUSH', KEYS[3], ARGV[4])
+if held and string.sub(held, -1) ~= '+' then
+  redis.call('APPEND', KEYS[1], '+') -- mark the lock: a waiter is queued behind its holder
+end
 redis.call('PEXPIRE', KEYS[3], ENTRY_TTL)
 if ARGV[5] ~= '' then
   redis.call('SET', waiter_key(locker_of(ARGV[4])), ARGV[5], 'PX', ENTRY_TTL)

@@ -1,7 +1,9 @@
 -- Functions shared by the scripts that can hand a free lock to the next waiter: the text of
 -- this file replaces the line "-- #include grant.lua" of acquire.lua, release.lua and
 -- poll.lua, after their uncontended paths. They expect
--- KEYS[1]: the lock key, "<prefix><tag>:lock"; its value is "<owner>:<token>".
+-- KEYS[1]: the lock key, "<prefix><tag>:lock"; its value is "<owner>:<token>", followed by
+--          '+' when waiters may be queued behind the holder (queued is then set): a release
+--          of an unmarked lock need not look at the queue.
 -- KEYS[2]: the fence key, "<prefix><tag>:fence": the resource's token counter.
 -- KEYS[3]: the queue key, "<prefix><tag>:queue": a list with one element per queued waiter,
 --          "<Locker id>.<n>", the next to be served at the head. The key
@@ -71,8 +73,9 @@ local function waiter_key(id)
 end
 
 -- grant_next hands the free lock to the waiter of element, just popped from the head of
--- the queue, or if it is dead to the next live one: it sets the lock to "<element>:<token>"
--- with the lease that the waiter's Locker asked for and announces that value as opts says.
+-- the queue, or if it is dead to the next live one: it sets the lock to "<element>:<token>+"
+-- with the lease that the waiter's Locker asked for and announces "<element>:<token>" as
+-- opts says.
 -- Dead waiters are dropped on the way. self is the calling Locker's id and self_entry its
 -- waiter value: it is not notified (the caller gets the grant in the reply) and its key need
 -- not be read. Returns {element, token}, or nil when nobody waits (element is nil).
@@ -91,7 +94,7 @@ local function grant_next(element, opts, self, self_entry)
         local _, expiry = settings(opts)
         local token = next_token(floor, expiry)
         local value = element .. ':' .. token
-        redis.call('SET', KEYS[1], value, 'PX', lease)
+        redis.call('SET', KEYS[1], value .. '+', 'PX', lease)
         local publish = string.sub(opts, 1, 1)
         if id ~= self and publish ~= '-' then
           local channel = string.sub(KEYS[3], 1, -6) .. 'grant'

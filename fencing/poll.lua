@@ -25,7 +25,7 @@ for i = 4, #ARGV do
   mine[ARGV[i]] = true
 end
 if held then
-  local owner, token = string.match(held, '^(.*):(%d+)$')
+  local owner, token = string.match(held, '^(.*):(%d+)%+?$')
   if owner and mine[owner] then
     granted = {2, owner, token, now or 0}
     mine[owner] = nil
@@ -44,6 +44,10 @@ if #ARGV >= 4 then
   for i = 4, #ARGV do
     if mine[ARGV[i]] then
       redis.call('RPUSH', KEYS[3], ARGV[i])
+      if held and now == nil and string.sub(held, -1) ~= '+' then
+        redis.call('APPEND', KEYS[1], '+') -- mark the lock (see grant.lua)
+        held = held .. '+'
+      end
     end
   end
   redis.call('PEXPIRE', KEYS[3], ENTRY_TTL)

@@ -11,7 +11,12 @@
 -- A retried call (go-redis retries after a lost reply) finds the lock gone or handed on and
 -- returns 0; the waiter that got it was notified by the first run.
 local held = redis.call('GET', KEYS[1])
-if not held or (held ~= ARGV[1] and
+if held == ARGV[1] then
+  -- Unmarked: nobody queued behind this holder (see grant.lua).
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+if not held or (held ~= ARGV[1] .. '+' and
     (string.sub(ARGV[1], -1) ~= ':' or string.sub(held, 1, #ARGV[1]) ~= ARGV[1])) then
   return 0
 end

@@ -623,8 +623,10 @@ func (ws *waiting) close() {
 	}
 }
 
-// splitValue splits a lock value "<owner>:<token>".
+// splitValue splits a lock value "<owner>:<token>", with or without the mark '+' of a lock
+// with waiters queued (see grant.lua).
 func splitValue(v string) (owner string, token int64, ok bool) {
+	v = strings.TrimSuffix(v, "+")
 	i := strings.LastIndexByte(v, ':')
 	if i < 0 {
 		return "", 0, false

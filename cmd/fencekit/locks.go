@@ -220,9 +220,11 @@ func (c *cli) readLocks(ctx context.Context, node redis.Cmdable, prefix string, 
 	return out, nil
 }
 
-// parseLockValue splits a lock value "<owner>:<token>" at its last ':'. token is 0 when
-// the value does not end in a positive integer.
+// parseLockValue splits a lock value "<owner>:<token>" at its last ':', less the mark '+'
+// that follows the token while waiters are queued. token is 0 when the value does not end in
+// a positive integer.
 func parseLockValue(v string) (owner string, token int64) {
+	v = strings.TrimSuffix(v, "+")
 	i := strings.LastIndexByte(v, ':')
 	if i < 0 {
 		return v, 0
