@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bsm/redislock"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
 )
@@ -43,33 +44,7 @@ func BenchmarkUncontended(b *testing.B) {
 	if err := connect(ctx, client); err != nil {
 		b.Fatal(err)
 	}
-	l := fencing.New(client, fencing.WithPrefix(t.prefix))
-	defer l.Close()
-	rl := redislock.New(client)
-	ops := []uncontendedOp{
-		{"fencekit", func(ctx context.Context, resource string) error {
-			lock, err := l.TryAcquire(ctx, resource)
-			if err != nil {
-				return err
-			}
-			return lock.Release(ctx)
-		}},
-		{"redislock", func(ctx context.Context, resource string) error {
-			lock, err := rl.Obtain(ctx, peerKey(t.prefix, "redislock", resource), leaseTTL, nil)
-			if err != nil {
-				return err
-			}
-			return lock.Release(ctx)
-		}},
-		{"raw", func(ctx context.Context, resource string) error {
-			key := peerKey(t.prefix, "raw", resource)
-			ok, err := client.SetNX(ctx, key, "v", leaseTTL).Result()
-			if err != nil || !ok {
-				return fmt.Errorf("SET NX: %v, %v", ok, err)
-			}
-			return client.Del(ctx, key).Err()
-		}},
-	}
+	ops := uncontendedOps(b, t, client)
 	for _, g := range []int{1, 16} {
 		b.Run(fmt.Sprintf("interleaved/goroutines=%d", g), func(b *testing.B) {
 			total := make([]atomic.Int64, len(ops)) // ns per op name
@@ -101,6 +76,39 @@ func BenchmarkUncontended(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// uncontendedOps returns fencekit's TryAcquire + Release, bsm/redislock's Obtain + Release and
+// SET NX PX + DEL on client, in that order, with keys under t's prefix. The Locker is closed
+// when b ends.
+func uncontendedOps(b *testing.B, t *target, client redis.UniversalClient) []uncontendedOp {
+	l := fencing.New(client, fencing.WithPrefix(t.prefix))
+	b.Cleanup(func() { _ = l.Close() })
+	rl := redislock.New(client)
+	return []uncontendedOp{
+		{"fencekit", func(ctx context.Context, resource string) error {
+			lock, err := l.TryAcquire(ctx, resource)
+			if err != nil {
+				return err
+			}
+			return lock.Release(ctx)
+		}},
+		{"redislock", func(ctx context.Context, resource string) error {
+			lock, err := rl.Obtain(ctx, peerKey(t.prefix, "redislock", resource), leaseTTL, nil)
+			if err != nil {
+				return err
+			}
+			return lock.Release(ctx)
+		}},
+		{"raw", func(ctx context.Context, resource string) error {
+			key := peerKey(t.prefix, "raw", resource)
+			ok, err := client.SetNX(ctx, key, "v", leaseTTL).Result()
+			if err != nil || !ok {
+				return fmt.Errorf("SET NX: %v, %v", ok, err)
+			}
+			return client.Del(ctx, key).Err()
+		}},
 	}
 }
 

@@ -193,11 +193,20 @@ func TestQueueKeysDoNotOutliveWaiters(t *testing.T) {
 	qctx, cancel := context.WithCancel(t.Context())
 	quit := acquireAsync(qctx, quitter, "res")
 	waitFor(t, 5*time.Second, "the quitter in the queue", func() bool { return queueLen(r, "res") == 1 })
-	lock := handOver(t, r, held, waiter, cancel) // the quitter leaves as the holder releases
+	got := acquireAsync(t.Context(), waiter, "res")
+	waitFor(t, 5*time.Second, "the waiter in the queue behind it", func() bool { return queueLen(r, "res") == 2 })
+	cancel() // the quitter leaves as the holder releases
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	if a := <-quit; a.err == nil {
 		_ = a.lock.Release(t.Context())
 	}
-	if err := lock.Release(t.Context()); err != nil {
+	a := <-got
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if err := a.lock.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	keys := func() []string {
