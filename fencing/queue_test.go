@@ -221,6 +221,100 @@ func TestCancelledWaiterJustGranted(t *testing.T) {
 	}
 }
 
+// sentCounter counts the commands a client sends while it is armed.
+type sentCounter struct {
+	armed atomic.Bool
+	sent  atomic.Int32
+}
+
+func (h *sentCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *sentCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.armed.Load() {
+			h.sent.Add(int32(len(cmds)))
+		}
+		return next(ctx, cmds)
+	}
+}
+func (h *sentCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.armed.Load() {
+			h.sent.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestHandOverRoundTrips counts what a waiter's client sends between the holder's release
+// and the moment the waiter holds the lock: nothing inside Do, whose renewals extend the short
+// lease of the grant, and one command (the extension to the TTL) for Acquire.
+func TestHandOverRoundTrips(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		do   bool
+		want int32
+	}{{"do", true, 0}, {"acquire", false, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := redistest.New(t)
+			holder := process(t, r)
+			counter := &sentCounter{}
+			c := r.NewClient(t)
+			c.AddHook(counter)
+			waiter := fencing.New(c, fencing.WithPrefix(r.Prefix), fencing.WithRetryBackoff(5*time.Second, 10*time.Second))
+			defer waiter.Close()
+			// Load the scripts, so that no NOSCRIPT retry counts.
+			warm := mustAcquire(t, waiter, "warm")
+			if err := warm.Extend(t.Context(), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			_ = warm.Release(t.Context())
+			held := mustAcquire(t, holder, "res", fencing.WithTTL(time.Hour))
+			type result struct {
+				token int64
+				sent  int32
+				err   error
+			}
+			got := make(chan result, 1)
+			go func() {
+				if tc.do {
+					err := waiter.Do(t.Context(), "res", func(ctx context.Context) error {
+						token, _ := fencing.TokenFromContext(ctx)
+						got <- result{token, counter.sent.Load(), nil}
+						return nil
+					})
+					if err != nil {
+						got <- result{err: err}
+					}
+					return
+				}
+				lock, err := waiter.Acquire(t.Context(), "res")
+				if err != nil {
+					got <- result{err: err}
+					return
+				}
+				got <- result{lock.Token(), counter.sent.Load(), nil}
+				_ = lock.Release(context.Background())
+			}()
+			waitFor(t, 5*time.Second, "the waiter in the queue", func() bool { return queueLen(r, "res") == 1 })
+			time.Sleep(50 * time.Millisecond) // let the join's reply reach the waiter
+			counter.armed.Store(true)
+			if err := held.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			res := <-got
+			if res.err != nil {
+				t.Fatal(res.err)
+			}
+			if res.token != held.Token()+1 {
+				t.Errorf("granted token %d, want %d", res.token, held.Token()+1)
+			}
+			if res.sent != tc.want {
+				t.Errorf("the waiter's client sent %d commands between the release and holding the lock, want %d", res.sent, tc.want)
+			}
+		})
+	}
+}
+
 // TestCancelledAfterDroppedAsDead cancels a waiter whose element a release dropped as dead
 // (its Locker's waiter key had lapsed, as after a long pause): the Locker owes nobody a grant
 // afterwards, so the next grant to its next waiter is that waiter's, at once and with the very
@@ -352,7 +446,7 @@ func TestKilledWaiterProcess(t *testing.T) {
 			if d > tc.maxWait {
 				t.Errorf("the local waiter got the lock %v after the release, want at most %v", d, tc.maxWait)
 			}
-			t.Logf("killed child, release %v later: local waiter served %v after the release, token %d", tc.before, d.Round(time.Millisecond), a.lock.Token())
+			t.Logf("FIGURE killed-waiter %s: released %v after the kill, next waiter served %v after the release, token %d", tc.name, tc.before, d.Round(time.Millisecond), a.lock.Token())
 		})
 	}
 }

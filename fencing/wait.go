@@ -55,7 +55,7 @@ type waiting struct {
 
 	mu     sync.Mutex         // guards the fields below and every line's and waiter's state
 	lines  map[string]*line   // by channel
-	queued map[string]*waiter // by element
+	byElem map[string]*waiter // the waiters, by queue element
 }
 
 // line is a Locker's state for one resource it waits on.
@@ -71,14 +71,8 @@ type line struct {
 	renewBy time.Time   // the waiter key needs no write before then
 	waiters []*waiter   // in arrival order
 	last    int64       // the highest token handled (delivered or passed on)
-	seen    [4]sighting // the latest replies that showed the lock held, newest first
-}
-
-// sighting is a reply that showed the lock held with token, to a call sent at sent: any
-// later token was granted after sent.
-type sighting struct {
-	sent  time.Time
-	token int64
+	seen    time.Time   // the latest call whose reply showed seenOf, another's token, held:
+	seenOf  int64       // any later token was granted after seen
 }
 
 type waiter struct {
@@ -105,7 +99,7 @@ var errEnded = errors.New("fencing: wait ended")
 
 func newWaiting(l *Locker, usable bool) *waiting {
 	id, _ := newOwner() // on a broken random source, "" still works within one Locker
-	ws := &waiting{l: l, id: id, publish: '-', done: make(chan struct{}), lines: map[string]*line{}, queued: map[string]*waiter{}}
+	ws := &waiting{l: l, id: id, publish: '-', done: make(chan struct{}), lines: map[string]*line{}, byElem: map[string]*waiter{}}
 	if usable {
 		switch c := l.client.(type) {
 		case *redis.Ring:
@@ -217,16 +211,16 @@ func (l *Locker) queue(ctx, parent context.Context, cfg *config, resource string
 func (l *Locker) join(ctx context.Context, cfg *config, resource string, w *waiter, attempts *int) (*Lock, error) {
 	ws, ln := l.waits, w.ln
 	ws.mu.Lock()
-	queued := ws.queuedLocked(ln) > 0
+	others := slices.ContainsFunc(ln.waiters, queued)
 	ln.waiters = append(ln.waiters, w)
-	ws.queued[w.elem] = w
+	ws.byElem[w.elem] = w
 	entry := ""
 	if !time.Now().Before(ln.renewBy) || (cfg.timeFloor && !ln.floor) {
 		ln.floor = ln.floor || cfg.timeFloor
 		entry = ln.entry()
 	}
 	ws.mu.Unlock()
-	if queued && entry == "" {
+	if others && entry == "" {
 		// Other waiters of this Locker are queued, so the queue exists (their polls keep it
 		// alive) and the newcomer cannot be first: append its element.
 		if n, err := l.client.RPushX(ctx, ln.k.queue, w.elem).Result(); err == nil && n > 0 {
@@ -265,7 +259,7 @@ func (l *Locker) poll(ctx context.Context, ln *line) error {
 	ws.mu.Lock()
 	args := []any{ws.idArg, ln.entry(), l.opts}
 	for _, w := range ln.waiters {
-		if w.joined && !w.got {
+		if queued(w) {
 			args = append(args, w.elem)
 		}
 	}
@@ -308,8 +302,8 @@ func (l *Locker) leave(w *waiter, took bool) {
 	ws, ln := l.waits, w.ln
 	ws.mu.Lock()
 	ln.waiters = slices.DeleteFunc(ln.waiters, func(x *waiter) bool { return x == w })
-	delete(ws.queued, w.elem)
-	queued := w.joined && !w.got
+	delete(ws.byElem, w.elem)
+	inQueue := queued(w)
 	var handed *grant
 	select {
 	case g := <-w.grant:
@@ -320,7 +314,7 @@ func (l *Locker) leave(w *waiter, took bool) {
 	switch {
 	case handed != nil && !took:
 		l.passOn(ln.k, handed.value)
-	case queued:
+	case inQueue:
 		ln.io.Lock()
 		defer ln.io.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
@@ -379,7 +373,7 @@ func (ws *waiting) deliver(k keys, elem string, token int64, start time.Time, to
 		ws.mu.Unlock()
 		return // handled already
 	}
-	w := ws.queued[elem]
+	w := ws.byElem[elem]
 	ok := w != nil && w.ln == ln && !w.got
 	if ln != nil && (ok || told) {
 		ln.last = token
@@ -418,21 +412,23 @@ func (ws *waiting) sawLocked(ln *line, sent time.Time, held string) (string, int
 	if !ok {
 		return "", 0
 	}
-	copy(ln.seen[1:], ln.seen[:len(ln.seen)-1])
-	ln.seen[0] = sighting{sent: sent, token: token}
-	if w := ws.queued[owner]; w != nil && w.ln == ln && !w.got && token > ln.last {
+	if !ws.mine(owner) {
+		if sent.After(ln.seen) {
+			ln.seen, ln.seenOf = sent, token
+		}
+		return "", 0
+	}
+	if w := ws.byElem[owner]; w != nil && w.ln == ln && !w.got && token > ln.last {
 		return owner, token
 	}
 	return "", 0
 }
 
 // startOf returns a time before the grant of token: the latest call that saw an older token
-// held. Zero when no such call is known.
+// of another owner held. Zero when no such call is known.
 func (ln *line) startOf(token int64) time.Time {
-	for _, s := range ln.seen {
-		if !s.sent.IsZero() && s.token < token {
-			return s.sent
-		}
+	if ln.seenOf < token {
+		return ln.seen
 	}
 	return time.Time{}
 }
@@ -446,16 +442,8 @@ func (ln *line) entry() string {
 	return strconv.FormatInt(grantLease.Milliseconds(), 10) + ":" + floor + strconv.FormatInt(ln.since, 10)
 }
 
-// queuedLocked counts ln's waiters whose elements are queued.
-func (ws *waiting) queuedLocked(ln *line) int {
-	n := 0
-	for _, w := range ln.waiters {
-		if w.joined && !w.got {
-			n++
-		}
-	}
-	return n
-}
+// queued reports whether w's element is in the Redis queue.
+func queued(w *waiter) bool { return w.joined && !w.got }
 
 // enter returns the line for k, creating it and subscribing to its channel when it is new,
 // and waits up to patience for the subscription to be confirmed.
@@ -565,13 +553,10 @@ func (ws *waiting) kick(ch string) {
 }
 
 func (ws *waiting) kickLocked(ln *line) {
-	for _, w := range ln.waiters {
-		if w.joined && !w.got {
-			select {
-			case w.wake <- struct{}{}:
-			default:
-			}
-			return
+	if i := slices.IndexFunc(ln.waiters, queued); i >= 0 {
+		select {
+		case ln.waiters[i].wake <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -583,7 +568,7 @@ func (ws *waiting) selfEntry(ch string) string {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	ln := ws.lines[ch]
-	if ln == nil || ws.queuedLocked(ln) == 0 || !time.Now().Before(ln.renewBy) {
+	if ln == nil || !slices.ContainsFunc(ln.waiters, queued) || !time.Now().Before(ln.renewBy) {
 		return ""
 	}
 	return ln.entry()
