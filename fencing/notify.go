@@ -198,6 +198,7 @@ func (n *notifier) run() {
 	defer check.Stop()
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
+	retrying := false // retry is set
 	// After a slot moved, the node that reports the slot map may not know yet: check again
 	// a few times, a second apart.
 	again := time.NewTimer(time.Hour)
@@ -215,6 +216,7 @@ func (n *notifier) run() {
 		case <-check.C:
 			recheck = len(n.chans) > 0
 		case <-retry.C:
+			retrying = false
 			recheck, followUps = true, 3
 			again.Reset(time.Second)
 		case <-again.C:
@@ -243,14 +245,22 @@ func (n *notifier) run() {
 			}
 		}
 		cancel()
-		retry.Stop()
-		for _, f := range n.chans {
-			if f == nil { // homeless: try again after a back-off that grows with failures
-				retry.Reset(min(10*time.Millisecond<<min(n.fails.Load(), 10), retryMaxDelay))
-				break
-			}
+		if !retrying && n.homeless() {
+			// Homeless channels: try again after a back-off that grows with failures.
+			retry.Reset(min(10*time.Millisecond<<min(n.fails.Load(), 10), retryMaxDelay))
+			retrying = true
 		}
 	}
+}
+
+// homeless reports whether a channel listened to has no connection.
+func (n *notifier) homeless() bool {
+	for _, f := range n.chans {
+		if f == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // apply does one piece of work and reports whether the connections must be checked against
