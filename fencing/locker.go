@@ -197,12 +197,8 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 		opts = cfg.opts(l.waits.publish)
 	}
 	args := []any{owner, ms, opts, elem, entry}
-	switch {
-	case elem != "":
-	case opts == defaultOpts:
-		args = args[:2] // the scripts' default
-	default:
-		args = args[:3]
+	if elem == "" {
+		args = withoutDefault(args[:3])
 	}
 	sent := time.Now()
 	res, err := l.runAcquire(ctx, cfg, k, args)
@@ -322,6 +318,15 @@ func (l *Locker) pipeWait(ctx context.Context, cfg *config, k keys, src string, 
 	return res, acks, err
 }
 
+// withoutDefault returns args, whose last element is the scripts' opts argument, without it
+// when it is the default, which the scripts assume when it is left out.
+func withoutDefault(args []any) []any {
+	if args[len(args)-1] == defaultOpts {
+		return args[:len(args)-1]
+	}
+	return args
+}
+
 // releaseOwner deletes the lock if owner holds it, whatever its token, with a fresh, short
 // context: the caller's may be done. Errors are ignored; the lease runs out by itself if this
 // fails.
@@ -339,12 +344,8 @@ func (l *Locker) release(ctx context.Context, k keys, value string) (bool, error
 	sent := time.Now()
 	self := ws.selfEntry(k.channel)
 	args := []any{value, l.opts, ws.idArg, self}
-	switch {
-	case self != "":
-	case l.opts == defaultOpts:
-		args = args[:1] // the scripts' default
-	default:
-		args = args[:2]
+	if self == "" {
+		args = withoutDefault(args[:2])
 	}
 	res, err := releaseScript.Run(ctx, l.client, k.script(), args...).Result()
 	if err != nil {
