@@ -9,11 +9,11 @@
 --          its waiter key is known to be alive (it is then left as it is).
 -- Returns the token (a string) when acquired, also when ARGV[1] already holds the lock (a
 -- retried call, which resets the lease); {1, token, behind} instead when the server clock
--- is behind the last token (see next_token); {0, pttl} when busy (pttl is -2 when the lock is
--- free but waiters come first); and, with ARGV[4], {3, held} after queueing, where held is the
--- lock value ("" if none; it may end in the mark '+', see grant.lua). A free lock goes to the first live waiter: a newcomer never jumps
--- the queue. The counter moves before the lock is set, so a failing INCR (at the int64
--- maximum) leaves no lock.
+-- is behind the last token (see next_token); {0, pttl} when busy, the holder's remaining TTL;
+-- and, with ARGV[4], {3, held} after queueing, where held is the lock value (it may end in the
+-- mark '+', see grant.lua). A free lock goes to the first live waiter, if any: a newcomer never
+-- jumps the queue (it is then busy, or queues behind that waiter). The counter moves before
+-- the lock is set, so a failing INCR (at the int64 maximum) leaves no lock.
 local opts = ARGV[3] or 'P0'
 -- EXISTS of the lock and the queue first: when neither exists (no contention), that is all
 -- the script reads. With the usual settings, that path runs before the functions of grant.lua
