@@ -63,7 +63,7 @@ func (k *Lock) Release(ctx context.Context) error {
 			// Held by the local clock, gone in Redis: perhaps this is a retry whose first
 			// run granted the lock to this Locker's own waiters without a message. They
 			// check now instead of at their next poll.
-			k.locker.waits.kick(k.keys.channel)
+			k.locker.waits.kick(k.keys.channel, false)
 		}
 	default:
 		k.validUntil.Store(0)

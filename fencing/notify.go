@@ -11,47 +11,33 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Notifications. The release script announces each grant on the resource's channel (see
-// grant.lua); a Locker's notifier keeps it subscribed to the channels its waiters wait on and
-// hands every announcement to the waiting code (wait.go), which never learns what kind of
-// client it has. A route says where a channel is heard:
-//
-//   - a single server (a *redis.Client, also from NewFailoverClient, and miniredis): one
-//     connection with SUBSCRIBE for every channel;
-//   - a Cluster: sharded pub/sub, SSUBSCRIBE on the primary that owns the channel's slot, one
-//     connection per primary whatever the number of channels.
-//
-// Each channel is subscribed with a command of its own, so no command spans slots. A
-// connection is never repaired, only replaced: go-redis's PubSub resubscribes all of its
-// shard channels in one SSUBSCRIBE after it reconnects, which Redis refuses with CROSSSLOT
-// when they span slots (redis/go-redis#3133). So on any doubt (an error, no PONG, a channel
-// that the server unsubscribed because its slot moved) the notifier closes the connection,
-// reloads the slot map and subscribes each channel again on its current owner. Every
-// subscription the server confirms makes the channel's waiters check with Redis, since an
-// announcement may have been lost in between.
-//
-// One goroutine (run) owns the tables and sends every subscription command; each connection
-// has a reader goroutine.
+// Notifications (see docs/waiting.md). A Locker's notifier keeps it subscribed to the
+// channels its waiters wait on and hands each announcement of a grant to wait.go, which never
+// learns what client it has. A route says where a channel is heard: one SUBSCRIBE connection
+// for a single server, SSUBSCRIBE on the primary that owns the channel's slot on a Cluster.
+// Each channel is subscribed with a command of its own, and a connection in doubt is replaced,
+// never repaired: after a reconnect go-redis's PubSub resubscribes all its shard channels in
+// one SSUBSCRIBE, which Redis refuses with CROSSSLOT when they span slots
+// (redis/go-redis#3133). One goroutine (run) owns the tables and sends every subscription
+// command; each connection has a reader goroutine.
 
 const (
-	// pingEvery is how long a connection may stay silent before it is pinged; three silent
-	// periods in a row mean it is dead.
-	pingEvery = time.Second
-	// checkEvery is how often the notifier compares its connections with the slot map.
-	checkEvery = 20 * time.Second
-	// commandTimeout bounds each subscription command and slot map reload.
-	commandTimeout = 2 * time.Second
-	// retryMaxDelay caps the back-off between attempts to subscribe after failures.
-	retryMaxDelay = 5 * time.Second
+	pingEvery      = time.Second      // a silent connection is pinged; silent three times: dead
+	checkEvery     = 20 * time.Second // how often the connections are compared with the slot map
+	commandTimeout = 2 * time.Second  // bounds each subscription command and slot map reload
+	retryMaxDelay  = 5 * time.Second  // caps the back-off between attempts after failures
+	// opsQueued is how much work may wait for run before post blocks (run never waits for
+	// the waiting code, so a blocked post only waits for run to catch up).
+	opsQueued = 4096
 )
 
-// A route tells a notifier where a channel's announcements are heard.
+// A route tells a notifier where a channel is heard.
 type route interface {
 	// owner returns the address of the server that carries ch, and a function that opens an
 	// unconnected PubSub on it.
 	owner(ctx context.Context, ch string) (addr string, open func() *redis.PubSub, err error)
-	subscribe(ctx context.Context, ps *redis.PubSub, ch string) error
-	unsubscribe(ctx context.Context, ps *redis.PubSub, ch string) error
+	// subscribe subscribes ps to ch, or unsubscribes it when on is false.
+	subscribe(ctx context.Context, ps *redis.PubSub, ch string, on bool) error
 	// refresh reloads the slot map.
 	refresh(ctx context.Context)
 }
@@ -63,11 +49,10 @@ func (r serverRoute) owner(ctx context.Context, _ string) (string, func() *redis
 	return "", func() *redis.PubSub { return r.c.Subscribe(ctx) }, nil
 }
 
-func (serverRoute) subscribe(ctx context.Context, ps *redis.PubSub, ch string) error {
-	return ps.Subscribe(ctx, ch)
-}
-
-func (serverRoute) unsubscribe(ctx context.Context, ps *redis.PubSub, ch string) error {
+func (serverRoute) subscribe(ctx context.Context, ps *redis.PubSub, ch string, on bool) error {
+	if on {
+		return ps.Subscribe(ctx, ch)
+	}
 	return ps.Unsubscribe(ctx, ch)
 }
 
@@ -85,11 +70,10 @@ func (r clusterRoute) owner(ctx context.Context, ch string) (string, func() *red
 	return node.Options().Addr, func() *redis.PubSub { return node.SSubscribe(ctx) }, nil
 }
 
-func (clusterRoute) subscribe(ctx context.Context, ps *redis.PubSub, ch string) error {
-	return ps.SSubscribe(ctx, ch)
-}
-
-func (clusterRoute) unsubscribe(ctx context.Context, ps *redis.PubSub, ch string) error {
+func (clusterRoute) subscribe(ctx context.Context, ps *redis.PubSub, ch string, on bool) error {
+	if on {
+		return ps.SSubscribe(ctx, ch)
+	}
 	return ps.SUnsubscribe(ctx, ch)
 }
 
@@ -105,13 +89,10 @@ type notifier struct {
 	heard func(ch, payload string) // an announcement arrived
 	ready func(ch string)          // the server confirmed a subscription to ch
 
-	mu      sync.Mutex
-	ops     []noteOp
-	started bool
-	closed  bool
-	wake    chan struct{} // capacity 1: ops are waiting
-	done    chan struct{} // closed by close
-	ended   chan struct{} // closed when run returns
+	ops     chan func(context.Context) bool // work for run; true: compare with the slot map
+	start   sync.Once                       // starts run on first use
+	done    chan struct{}                   // closed by close
+	ended   chan struct{}                   // closed when run returns
 	readers sync.WaitGroup
 	fails   atomic.Int32 // connections lost in a row, for the back-off
 
@@ -128,127 +109,114 @@ type feed struct {
 	gone  atomic.Bool // closed by the notifier
 }
 
-// noteOp is work for run.
-type noteOp struct {
-	kind opKind
-	ch   string
-	f    *feed
-}
-
-type opKind int
-
-const (
-	opListen   opKind = iota // subscribe to ch
-	opUnlisten               // unsubscribe from ch
-	opBroken                 // f failed: replace it
-	opDropped                // the server unsubscribed f from ch
-	opCheck                  // compare the connections with the slot map
-)
-
 func newNotifier(r route, heard func(ch, payload string), ready func(ch string)) *notifier {
 	return &notifier{
 		route: r, heard: heard, ready: ready,
-		wake: make(chan struct{}, 1), done: make(chan struct{}), ended: make(chan struct{}),
+		ops: make(chan func(context.Context) bool, opsQueued), done: make(chan struct{}), ended: make(chan struct{}),
 		chans: map[string]*feed{}, feeds: map[string]*feed{},
 	}
 }
 
-// listen subscribes to ch; ready(ch) follows once the server confirms it.
-func (n *notifier) listen(ch string) { n.post(noteOp{kind: opListen, ch: ch}) }
+// listen subscribes to ch, and ready(ch) follows once the server confirms it; with on false,
+// it unsubscribes.
+func (n *notifier) listen(ch string, on bool) {
+	n.post(func(ctx context.Context) bool {
+		if f, ok := n.chans[ch]; on && !ok {
+			n.chans[ch] = nil
+			n.home(ctx, ch)
+		} else if !on {
+			if f != nil {
+				n.detach(ctx, f, ch)
+			}
+			delete(n.chans, ch)
+		}
+		return false
+	})
+}
 
-// unlisten unsubscribes from ch.
-func (n *notifier) unlisten(ch string) { n.post(noteOp{kind: opUnlisten, ch: ch}) }
-
-// post queues o for run, starting run on first use.
-func (n *notifier) post(o noteOp) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.closed {
-		return
-	}
-	n.ops = append(n.ops, o)
-	if !n.started {
-		n.started = true
-		go n.run()
-	}
+// post queues op for run, starting run on first use.
+func (n *notifier) post(op func(context.Context) bool) {
+	n.start.Do(func() { go n.run() })
 	select {
-	case n.wake <- struct{}{}:
-	default:
+	case n.ops <- op:
+	case <-n.done:
 	}
 }
 
-// close ends every subscription and waits for the notifier's goroutines.
+// close ends every subscription and waits for the notifier's goroutines. It is called once.
 func (n *notifier) close() {
-	n.mu.Lock()
-	started, already := n.started, n.closed
-	n.closed = true
-	n.mu.Unlock()
-	if !started || already {
-		return
-	}
+	started := true
+	n.start.Do(func() { started = false })
 	close(n.done)
-	<-n.ended
-	n.readers.Wait()
+	if started {
+		<-n.ended
+		n.readers.Wait()
+	}
 }
 
-// run applies the queued work until close.
+// run does the queued work until close. It compares the connections with the slot map every
+// checkEvery, after a slot moved (and three times more, a second apart: the node that reports
+// the slot map may not know yet), and while channels are homeless, after a back-off that grows
+// with failures.
 func (n *notifier) run() {
 	defer close(n.ended)
-	check := time.NewTicker(checkEvery)
-	defer check.Stop()
-	retry := time.NewTimer(time.Hour)
-	retry.Stop()
-	retrying := false // retry is set
-	// After a slot moved, the node that reports the slot map may not know yet: check again
-	// a few times, a second apart.
-	again := time.NewTimer(time.Hour)
-	again.Stop()
+	timer := time.NewTimer(checkEvery)
+	defer timer.Stop()
+	at := time.Now().Add(checkEvery) // when timer fires
+	soon := func(d time.Duration) {  // makes timer fire within d
+		if t := time.Now().Add(d); t.Before(at) {
+			at = t
+			timer.Reset(d)
+		}
+	}
 	followUps := 0
 	for {
 		recheck := false
+		var ops []func(context.Context) bool
 		select {
 		case <-n.done:
 			for _, f := range n.feeds {
 				n.drop(f)
 			}
 			return
-		case <-n.wake:
-		case <-check.C:
-			recheck = len(n.chans) > 0
-		case <-retry.C:
-			retrying = false
-			recheck, followUps = true, 3
-			again.Reset(time.Second)
-		case <-again.C:
-			recheck = true
-			if followUps--; followUps > 0 {
-				again.Reset(time.Second)
+		case op := <-n.ops:
+			ops = append(ops, op)
+			for len(n.ops) > 0 {
+				ops = append(ops, <-n.ops)
+			}
+		case <-timer.C:
+			recheck, at = true, time.Now().Add(checkEvery)
+			timer.Reset(checkEvery)
+			if n.homeless() {
+				followUps = 3
+			}
+			if followUps > 0 {
+				followUps--
+				soon(time.Second)
 			}
 		}
-		n.mu.Lock()
-		ops := n.ops
-		n.ops = nil
-		n.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
-		for _, o := range ops {
-			if n.apply(ctx, o) {
+		for _, op := range ops {
+			if op(ctx) {
 				recheck, followUps = true, 3
-				again.Reset(time.Second)
+				soon(time.Second)
 			}
 		}
-		if recheck {
+		if recheck && len(n.chans) > 0 {
 			n.route.refresh(ctx)
 			for ch, f := range n.chans {
 				if addr, _, err := n.route.owner(ctx, ch); err != nil || f == nil || f.addr != addr {
-					n.move(ctx, ch)
+					if f != nil { // move ch to its owner
+						n.chans[ch] = nil
+						n.detach(ctx, f, ch)
+					}
+					n.home(ctx, ch)
 				}
 			}
 		}
 		cancel()
-		if !retrying && n.homeless() {
-			// Homeless channels: try again after a back-off that grows with failures.
-			retry.Reset(min(10*time.Millisecond<<min(n.fails.Load(), 10), retryMaxDelay))
-			retrying = true
+		if n.homeless() {
+			soon(min(10*time.Millisecond<<min(n.fails.Load(), 10), retryMaxDelay))
 		}
 	}
 }
@@ -259,43 +227,6 @@ func (n *notifier) homeless() bool {
 		if f == nil {
 			return true
 		}
-	}
-	return false
-}
-
-// apply does one piece of work and reports whether the connections must be checked against
-// the slot map.
-func (n *notifier) apply(ctx context.Context, o noteOp) bool {
-	switch o.kind {
-	case opListen:
-		if _, ok := n.chans[o.ch]; !ok {
-			n.chans[o.ch] = nil
-			n.home(ctx, o.ch)
-		}
-	case opUnlisten:
-		f, ok := n.chans[o.ch]
-		delete(n.chans, o.ch)
-		if ok && f != nil {
-			n.detach(ctx, f, o.ch)
-		}
-	case opBroken:
-		// Its channels are subscribed again after a back-off (see run), so that a server
-		// that keeps refusing is not asked in a loop.
-		n.fails.Add(1)
-		if n.feeds[o.f.addr] == o.f {
-			n.drop(o.f)
-		}
-	case opDropped:
-		// Unless it answers an unsubscribe of ours, the slot moved (resharding, failover).
-		if f, ok := n.chans[o.ch]; ok && f == o.f {
-			n.chans[o.ch] = nil
-			if f.chans--; f.chans == 0 {
-				n.drop(f)
-			}
-			return true
-		}
-	case opCheck:
-		return true
 	}
 	return false
 }
@@ -313,7 +244,7 @@ func (n *notifier) home(ctx context.Context, ch string) {
 		f = &feed{addr: addr, ps: open()}
 		n.feeds[addr] = f
 	}
-	if err := n.route.subscribe(ctx, f.ps, ch); err != nil {
+	if err := n.route.subscribe(ctx, f.ps, ch, true); err != nil {
 		n.drop(f)
 		return
 	}
@@ -325,15 +256,6 @@ func (n *notifier) home(ctx context.Context, ch string) {
 	}
 }
 
-// move subscribes to ch on its current owner, leaving the connection it was on.
-func (n *notifier) move(ctx context.Context, ch string) {
-	if f := n.chans[ch]; f != nil {
-		n.chans[ch] = nil
-		n.detach(ctx, f, ch)
-	}
-	n.home(ctx, ch)
-}
-
 // detach unsubscribes f from ch, closing f when it carries nothing else. An error reply (the
 // slot has moved) is of no consequence.
 func (n *notifier) detach(ctx context.Context, f *feed, ch string) {
@@ -341,7 +263,7 @@ func (n *notifier) detach(ctx context.Context, f *feed, ch string) {
 		n.drop(f)
 		return
 	}
-	_ = n.route.unsubscribe(ctx, f.ps, ch)
+	_ = n.route.subscribe(ctx, f.ps, ch, false)
 }
 
 // drop closes f; its channels become homeless.
@@ -358,10 +280,10 @@ func (n *notifier) drop(f *feed) {
 	_ = f.ps.Close()
 }
 
-// read hands f's announcements and confirmations on until f is closed, and reports a
-// connection in doubt to run: any error that is not a timeout answered by a PONG, including
-// error replies (MOVED to a subscription whose slot moved, CROSSSLOT from go-redis's own
-// resubscription).
+// read hands f's announcements and confirmations on until f is closed. A connection in doubt
+// goes back to run to be replaced: any error that is not a timeout answered by a PONG,
+// including error replies (MOVED to a subscription whose slot moved, CROSSSLOT from go-redis's
+// own resubscription), and a channel the server unsubscribed, unless run asked for that.
 func (n *notifier) read(f *feed) {
 	defer n.readers.Done()
 	ctx := context.Background()
@@ -379,7 +301,13 @@ func (n *notifier) read(f *feed) {
 					continue
 				}
 			}
-			n.post(noteOp{kind: opBroken, f: f})
+			n.post(func(context.Context) bool {
+				n.fails.Add(1) // its channels are homed again after a back-off (see run)
+				if n.feeds[f.addr] == f {
+					n.drop(f)
+				}
+				return false
+			})
 			return
 		}
 		silent = 0
@@ -387,12 +315,21 @@ func (n *notifier) read(f *feed) {
 		case *redis.Message:
 			n.heard(m.Channel, m.Payload)
 		case *redis.Subscription:
-			switch m.Kind {
+			switch ch := m.Channel; m.Kind {
 			case "subscribe", "ssubscribe":
 				n.fails.Store(0)
-				n.ready(m.Channel)
+				n.ready(ch)
 			case "unsubscribe", "sunsubscribe":
-				n.post(noteOp{kind: opDropped, ch: m.Channel, f: f})
+				n.post(func(context.Context) bool {
+					if g, ok := n.chans[ch]; !ok || g != f {
+						return false // an answer to run's own unsubscribe
+					}
+					n.chans[ch] = nil
+					if f.chans--; f.chans == 0 {
+						n.drop(f)
+					}
+					return true // the slot moved (resharding, failover)
+				})
 			}
 		}
 	}

@@ -14,30 +14,25 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Waiting. A waiter that finds the resource busy joins the resource's queue in Redis: a list
-// next to the lock with one element per queued waiter, "<Locker id>.<n>" (see grant.lua). The
-// release script hands the lock to the element at the head in the same step, with a new token
-// and a short lease (grantLease), and announces "<element>:<token>" on the resource's channel;
-// the notifier (notify.go) brings the announcement, and the waiter returns without another
-// round trip (Acquire first extends the lock to its TTL, Do leaves that to its renewals). A
-// grant to the releasing Locker itself comes back in the release's reply.
-//
-// Each Locker keeps a waiter key per resource ("w:<id>") alive while it has waiters there; an
-// element whose key has lapsed (its process died) is skipped. The longest-waiting waiter of a
-// Locker on a resource polls Redis every pollEvery (poll.lua): that renews the key, puts back
-// elements dropped while it had lapsed, and finds a grant whose announcement was lost or a
-// lock whose holder's lease ran out.
+// Waiting (see docs/waiting.md). A waiter that finds the resource busy joins its queue in
+// Redis, one element "<Locker id>.<n>" per waiter. The release script grants the lock to the
+// head element with a new token and a short lease (grantLease) and announces
+// "<element>:<token>" on the resource's channel (to the releasing Locker itself, in its reply);
+// the waiter returns without another round trip (Acquire first extends the lock to its TTL).
+// A Locker's waiter key per resource ("w:<id>") marks its elements alive; its longest-waiting
+// waiter there polls every pollEvery (poll.lua) to renew the key, put back dropped elements and
+// find a grant whose announcement was lost or a lock whose lease ran out.
 
 const (
-	// entryTTL is how long a Locker's waiter key outlives its last renewal. Every Locker uses
-	// the same figure: any of them may renew the queue key for all.
-	entryTTL = 3 * time.Second // ENTRY_TTL in grant.lua
-	// pollEvery is how often the front waiter of a Locker checks with Redis at most apart
-	// (less jitter) when no announcement arrives; it renews the key well within entryTTL.
+	// entryTTL is how long a waiter key outlives its last renewal, the same for every Locker:
+	// any of them may renew the queue key for all (ENTRY_TTL in grant.lua).
+	entryTTL = 3 * time.Second
+	// pollEvery is how far apart, at most (less jitter), the front waiter of a Locker checks
+	// with Redis when no announcement arrives; it renews the key well within entryTTL.
 	pollEvery = time.Second
-	// grantLease is the lease of every lock granted from the queue. A waiter process that
-	// dies with a grant on its way holds the resource up for grantLease and one poll of the
-	// next waiter; one that dies before, for at most entryTTL.
+	// grantLease is the lease of every grant from the queue. A waiter process that dies with a
+	// grant on its way holds the resource up for grantLease and one poll of the next waiter;
+	// one that dies before, for at most entryTTL.
 	grantLease = 3 * time.Second
 )
 
@@ -46,8 +41,8 @@ const (
 type waiting struct {
 	l       *Locker
 	id      string    // random; the Locker's id in the queues
-	publish byte      // how the scripts announce grants: 'P' (PUBLISH), 'S' (SPUBLISH), '-' (Ring: waiters poll)
 	idArg   any       // id boxed once, for the scripts' arguments
+	publish byte      // how the scripts announce: 'P' (PUBLISH), 'S' (SPUBLISH), '-' (none: Ring polls)
 	notes   *notifier // nil when waiters poll
 	seq     atomic.Uint64
 	closed  atomic.Bool
@@ -55,7 +50,7 @@ type waiting struct {
 
 	mu     sync.Mutex         // guards the fields below and every line's and waiter's state
 	lines  map[string]*line   // by channel
-	byElem map[string]*waiter // the waiters, by queue element
+	byElem map[string]*waiter // by queue element
 }
 
 // line is a Locker's state for one resource it waits on.
@@ -91,34 +86,30 @@ type grant struct {
 	start time.Time // the lease began after this; zero when unknown
 }
 
-// errRequeue is take's error when a grant turned out to have lapsed: the waiter queues again.
-var errRequeue = errors.New("fencing: grant lapsed")
-
-// errEnded is queue's error when the wait ended (context, WithMaxWait or Close).
+// errEnded is queue's error when the wait ended: context, WithMaxWait or Close.
 var errEnded = errors.New("fencing: wait ended")
 
 func newWaiting(l *Locker, usable bool) *waiting {
 	id, _ := newOwner() // on a broken random source, "" still works within one Locker
-	ws := &waiting{l: l, id: id, publish: '-', done: make(chan struct{}), lines: map[string]*line{}, byElem: map[string]*waiter{}}
-	if usable {
-		switch c := l.client.(type) {
-		case *redis.Ring:
-		case *redis.ClusterClient:
-			ws.publish, ws.notes = 'S', newNotifier(clusterRoute{c}, ws.heard, ws.subscribed)
-		default:
-			ws.publish, ws.notes = 'P', newNotifier(serverRoute{c}, ws.heard, ws.subscribed)
-		}
+	ws := &waiting{l: l, id: id, idArg: id, publish: '-', done: make(chan struct{}), lines: map[string]*line{}, byElem: map[string]*waiter{}}
+	heard, ready := ws.heard, func(ch string) { ws.kick(ch, true) }
+	switch c := l.client.(type) {
+	case *redis.Ring:
+	case *redis.ClusterClient:
+		ws.publish, ws.notes = 'S', newNotifier(clusterRoute{c}, heard, ready)
+	default:
+		ws.publish, ws.notes = 'P', newNotifier(serverRoute{c}, heard, ready)
 	}
-	ws.idArg = ws.id
+	if !usable {
+		ws.publish, ws.notes = '-', nil
+	}
 	return ws
 }
 
 // wait is Acquire's loop.
 func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock, int, error) {
 	k := resourceKeys(cfg.prefix, resource)
-	ws := l.waits
-	attempts := 0
-	parent := ctx
+	ws, parent, attempts := l.waits, ctx, 0
 	if cfg.maxWait >= 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cfg.maxWait)
@@ -126,15 +117,14 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 	}
 	var busy time.Duration
 	// The uncontended path: one script and no subscription, unless this Locker already waits
-	// on the resource and is subscribed.
+	// on the resource, subscribed.
 	if cfg.maxWait == 0 || !ws.listening(k.channel) {
 		attempts++
 		lock, r, err := l.attempt(parent, cfg, resource, k, "", "")
 		if err != nil || lock != nil {
 			return lock, attempts, err
 		}
-		busy = r.pttl
-		if cfg.maxWait == 0 {
+		if busy = r.pttl; cfg.maxWait == 0 {
 			return nil, attempts, &busyError{resource: resource, retryAfter: busy}
 		}
 	}
@@ -145,12 +135,11 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 	defer ws.exit(ln)
 	for {
 		lock, err := l.queue(ctx, parent, cfg, resource, ln, &attempts)
-		switch {
-		case errors.Is(err, errRequeue):
-			continue
-		case errors.Is(err, errEnded):
-			b := &busyError{resource: resource, retryAfter: busy}
-			switch {
+		if lock == nil && err == nil {
+			continue // the grant had lapsed: queue again
+		}
+		if errors.Is(err, errEnded) {
+			switch b := (&busyError{resource: resource, retryAfter: busy}); {
 			case ws.closed.Load():
 				err = ErrClosed
 			case parent.Err() != nil:
@@ -163,25 +152,27 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 	}
 }
 
-// queue joins the queue as one waiter and waits for the lock.
-func (l *Locker) queue(ctx, parent context.Context, cfg *config, resource string, ln *line, attempts *int) (lock *Lock, err error) {
+// queue joins the queue as one waiter and waits for the lock; nil and no error when the grant
+// it got had lapsed.
+func (l *Locker) queue(ctx, parent context.Context, cfg *config, resource string, ln *line, attempts *int) (*Lock, error) {
 	ws := l.waits
 	w := &waiter{ln: ln, elem: ws.id + "." + strconv.FormatUint(ws.seq.Add(1), 10), grant: make(chan grant, 1), wake: make(chan struct{}, 1)}
-	defer func() { l.leave(w, lock != nil) }()
-	if lock, err = l.join(parent, cfg, resource, w, attempts); err != nil || lock != nil {
+	defer l.leave(w)
+	if lock, err := l.join(parent, cfg, resource, w, attempts); err != nil || lock != nil {
 		return lock, err
 	}
 	backoff := cfg.retryMin
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
 	for {
 		d := min(cfg.retryMax, pollEvery)
-		if !ws.isReady(ln) {
+		if !ws.listening(ln.k.channel) {
 			d = min(backoff, d) // no announcements: poll with a back-off
 			backoff = min(2*backoff, cfg.retryMax)
 		}
-		t := time.NewTimer(jitter(d))
+		t.Reset(jitter(d))
 		select {
 		case g := <-w.grant:
-			t.Stop()
 			if parent.Err() != nil {
 				w.grant <- g // for leave, which passes it on
 				return nil, errEnded
@@ -190,13 +181,10 @@ func (l *Locker) queue(ctx, parent context.Context, cfg *config, resource string
 		case <-w.wake:
 		case <-t.C:
 		case <-ctx.Done():
-			t.Stop()
 			return nil, errEnded
 		case <-ws.done:
-			t.Stop()
 			return nil, errEnded
 		}
-		t.Stop()
 		if ws.front(w) {
 			*attempts++
 			if err := l.poll(parent, ln); err != nil {
@@ -220,32 +208,30 @@ func (l *Locker) join(ctx context.Context, cfg *config, resource string, w *wait
 		entry = ln.entry()
 	}
 	ws.mu.Unlock()
+	pushed := false
 	if others && entry == "" {
 		// Other waiters of this Locker are queued, so the queue exists (their polls keep it
 		// alive) and the newcomer cannot be first: append its element.
-		if n, err := l.client.RPushX(ctx, ln.k.queue, w.elem).Result(); err == nil && n > 0 {
-			ws.mu.Lock()
-			w.joined = true
-			ws.mu.Unlock()
-			return nil, nil
-		}
+		n, err := l.client.RPushX(ctx, ln.k.queue, w.elem).Result()
+		pushed = err == nil && n > 0
 	}
-	*attempts++
+	var r attemptReply
 	sent := time.Now()
-	lock, r, err := l.attempt(ctx, cfg, resource, ln.k, w.elem, entry)
-	if err != nil || lock != nil {
-		return lock, err
+	if !pushed {
+		*attempts++
+		lock, reply, err := l.attempt(ctx, cfg, resource, ln.k, w.elem, entry)
+		if err != nil || lock != nil {
+			return lock, err
+		}
+		r = reply
 	}
 	ws.mu.Lock()
 	w.joined = true
 	if entry != "" {
 		ln.renewBy = sent.Add(entryTTL - pollEvery) // the script wrote the key
 	}
-	elem, token := ws.sawLocked(ln, sent, r.held)
 	ws.mu.Unlock()
-	if elem != "" {
-		ws.deliver(ln.k, elem, token, time.Time{}, false)
-	}
+	ws.saw(ln.k, sent, r.held)
 	return nil, nil
 }
 
@@ -267,54 +253,45 @@ func (l *Locker) poll(ctx context.Context, ln *line) error {
 	ws.mu.Unlock()
 	sent := time.Now()
 	res, err := pollScript.Run(ctx, l.client, ln.k.script(), args...).Slice()
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil // the caller's context ended: the wait ends with that
-		}
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil // the caller's context ended: the wait ends with that
+	case err != nil:
 		return err
-	}
-	var elem string
-	var token int64
-	var start time.Time
-	if flag, _ := res[0].(int64); flag == 2 && len(res) > 3 {
-		elem, _ = res[1].(string)
-		if token, err = parseToken(res[2]); err != nil {
+	case len(res) > 3 && res[0] == int64(2): // a grant
+		elem, _ := res[1].(string)
+		token, err := parseToken(res[2])
+		if err != nil {
 			return err
 		}
-		if now, _ := res[3].(int64); now == 1 {
+		var start time.Time
+		if res[3] == int64(1) {
 			start = sent // granted by this poll
 		}
-	} else if len(res) > 1 {
-		held, _ := res[1].(string)
-		ws.mu.Lock()
-		elem, token = ws.sawLocked(ln, sent, held)
-		ws.mu.Unlock()
-	}
-	if elem != "" {
 		ws.deliver(ln.k, elem, token, start, false)
+	case len(res) > 1:
+		held, _ := res[1].(string)
+		ws.saw(ln.k, sent, held)
 	}
 	return nil
 }
 
-// leave takes w off its line. Its element, if still queued, is removed; a grant to w that it
-// did not take is released, which passes it on.
-func (l *Locker) leave(w *waiter, took bool) {
+// leave takes w off its line. A grant to w that it did not take is released, which passes it
+// on; its element, if still queued, is removed.
+func (l *Locker) leave(w *waiter) {
 	ws, ln := l.waits, w.ln
 	ws.mu.Lock()
 	ln.waiters = slices.DeleteFunc(ln.waiters, func(x *waiter) bool { return x == w })
-	delete(ws.byElem, w.elem)
+	delete(ws.byElem, w.elem) // no grant is delivered to w from now on
 	inQueue := queued(w)
-	var handed *grant
+	ws.mu.Unlock()
 	select {
 	case g := <-w.grant:
-		handed = &g
+		l.passOn(ln.k, g.value)
+		return
 	default:
 	}
-	ws.mu.Unlock()
-	switch {
-	case handed != nil && !took:
-		l.passOn(ln.k, handed.value)
-	case inQueue:
+	if inQueue {
 		ln.io.Lock()
 		defer ln.io.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
@@ -327,9 +304,10 @@ func (l *Locker) leave(w *waiter, took bool) {
 	}
 }
 
-// take turns a grant into a Lock. Inside Do, whose renewals extend the lease to the TTL, it
-// returns at once when the local clock shows at least half of the lease left; otherwise, and
-// always for Acquire, it first extends the lock to the TTL (with WAIT for WithReplicas).
+// take turns a grant into a Lock, or returns nil and no error when the grant has lapsed. Inside
+// Do, whose renewals extend the lease to the TTL, it returns at once when the local clock
+// shows at least half of the lease left; otherwise, and always for Acquire, it first extends
+// the lock to the TTL (with WAIT for WithReplicas).
 func (l *Locker) take(ctx context.Context, cfg *config, resource string, k keys, g grant) (*Lock, error) {
 	lock := &Lock{locker: l, hooks: cfg.hooks, resource: resource, keys: k, value: g.value, token: g.token, acquired: g.start}
 	if g.start.IsZero() {
@@ -345,7 +323,7 @@ func (l *Locker) take(ctx context.Context, cfg *config, resource string, k keys,
 	case err == nil:
 		return lock, nil
 	case errors.Is(err, ErrNotHeld):
-		return nil, errRequeue
+		return nil, nil // lapsed
 	}
 	l.passOn(k, g.value)
 	if ctx.Err() != nil {
@@ -362,10 +340,13 @@ func (l *Locker) passOn(k keys, value string) {
 	_, _ = l.release(ctx, k, value)
 }
 
-// deliver hands the lock granted to elem with token to its waiter. A grant that no waiter
-// takes is passed on when it was announced (told); a grant that a reply revealed is left to
-// the leaving waiter, which frees it.
+// deliver hands the lock granted to elem, if one of this Locker's, with token to its waiter. A
+// grant that no waiter takes is passed on when it was announced (told); one that a reply
+// revealed is left to the leaving waiter, which frees it.
 func (ws *waiting) deliver(k keys, elem string, token int64, start time.Time, told bool) {
+	if !ws.mine(elem) {
+		return
+	}
 	value := elem + ":" + strconv.FormatInt(token, 10)
 	ws.mu.Lock()
 	ln := ws.lines[k.channel]
@@ -380,8 +361,8 @@ func (ws *waiting) deliver(k keys, elem string, token int64, start time.Time, to
 	}
 	if ok {
 		w.got = true
-		if start.IsZero() {
-			start = ln.startOf(token)
+		if start.IsZero() && ln.seenOf < token {
+			start = ln.seen // the grant came after the latest call that saw an older token held
 		}
 		w.grant <- grant{token: token, value: value, start: start}
 	}
@@ -393,9 +374,35 @@ func (ws *waiting) deliver(k keys, elem string, token int64, start time.Time, to
 
 // heard handles an announcement on ch: "<element>:<token>".
 func (ws *waiting) heard(ch, payload string) {
-	elem, token, ok := splitValue(payload)
-	if ok && ws.mine(elem) {
+	if elem, token, ok := splitValue(payload); ok {
 		ws.deliver(channelKeys(ch), elem, token, time.Time{}, true)
+	}
+}
+
+// saw records that a reply to a call sent at sent showed held as the lock value of k: a grant
+// to one of this Locker's waiters is delivered, another's token dates the grants after it.
+func (ws *waiting) saw(k keys, sent time.Time, held string) {
+	owner, token, ok := splitValue(held)
+	switch {
+	case !ok:
+	case ws.mine(owner):
+		ws.deliver(k, owner, token, time.Time{}, false)
+	default:
+		ws.mu.Lock()
+		if ln := ws.lines[k.channel]; ln != nil && sent.After(ln.seen) {
+			ln.seen, ln.seenOf = sent, token
+		}
+		ws.mu.Unlock()
+	}
+}
+
+// released records what a release sent at sent learnt: the lock value it found held, and a
+// grant to one of this Locker's waiters, which the script returns instead of announcing (elem
+// is "" when there is none).
+func (ws *waiting) released(k keys, sent time.Time, value, elem string, token int64) {
+	ws.saw(k, sent, value)
+	if elem != "" {
+		ws.deliver(k, elem, token, sent, true)
 	}
 }
 
@@ -403,34 +410,6 @@ func (ws *waiting) heard(ch, payload string) {
 func (ws *waiting) mine(elem string) bool {
 	id, _, ok := strings.Cut(elem, ".")
 	return ok && id == ws.id
-}
-
-// sawLocked records a reply to a call sent at sent that showed the lock value held. When the
-// value is a grant to one of ln's waiters not yet delivered, it returns that element and token.
-func (ws *waiting) sawLocked(ln *line, sent time.Time, held string) (string, int64) {
-	owner, token, ok := splitValue(held)
-	if !ok {
-		return "", 0
-	}
-	if !ws.mine(owner) {
-		if sent.After(ln.seen) {
-			ln.seen, ln.seenOf = sent, token
-		}
-		return "", 0
-	}
-	if w := ws.byElem[owner]; w != nil && w.ln == ln && !w.got && token > ln.last {
-		return owner, token
-	}
-	return "", 0
-}
-
-// startOf returns a time before the grant of token: the latest call that saw an older token
-// of another owner held. Zero when no such call is known.
-func (ln *line) startOf(token int64) time.Time {
-	if ln.seenOf < token {
-		return ln.seen
-	}
-	return time.Time{}
 }
 
 // entry returns the content of this Locker's waiter key for ln (see grant.lua).
@@ -458,7 +437,7 @@ func (ws *waiting) enter(ctx context.Context, k keys, patience time.Duration) (*
 		ln = &line{k: k, ready: make(chan struct{}), since: time.Now().UnixMilli()}
 		ws.lines[k.channel] = ln
 		if ws.notes != nil {
-			ws.notes.listen(k.channel)
+			ws.notes.listen(k.channel, true)
 		}
 	}
 	ln.users++
@@ -467,16 +446,15 @@ func (ws *waiting) enter(ctx context.Context, k keys, patience time.Duration) (*
 		ln.linger = nil
 	}
 	ws.mu.Unlock()
-	if ws.notes == nil {
-		return ln, nil
-	}
-	t := time.NewTimer(patience)
-	defer t.Stop()
-	select {
-	case <-ln.ready:
-	case <-t.C:
-	case <-ctx.Done():
-	case <-ws.done:
+	if ws.notes != nil {
+		t := time.NewTimer(patience)
+		defer t.Stop()
+		select {
+		case <-ln.ready:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-ws.done:
+		}
 	}
 	return ln, nil
 }
@@ -486,52 +464,48 @@ func (ws *waiting) enter(ctx context.Context, k keys, patience time.Duration) (*
 func (ws *waiting) exit(ln *line) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	ln.users--
-	if ln.users > 0 || ws.closed.Load() {
+	if ln.users--; ln.users > 0 || ws.closed.Load() {
 		return
 	}
 	ln.linger = time.AfterFunc(entryTTL, func() {
 		ws.mu.Lock()
 		defer ws.mu.Unlock()
-		if ln.users > 0 || ws.lines[ln.k.channel] != ln || ws.closed.Load() {
-			return
-		}
-		delete(ws.lines, ln.k.channel)
-		if ws.notes != nil {
-			ws.notes.unlisten(ln.k.channel)
+		if ln.users == 0 && ws.lines[ln.k.channel] == ln && !ws.closed.Load() {
+			delete(ws.lines, ln.k.channel)
+			if ws.notes != nil {
+				ws.notes.listen(ln.k.channel, false)
+			}
 		}
 	})
 }
 
-// subscribed marks ch's line as subscribed. A confirmation for a line with queued waiters
-// may follow a new connection, which may have lost an announcement: the front waiter polls.
-func (ws *waiting) subscribed(ch string) {
+// kick makes ch's front queued waiter check with Redis now. With confirmed, the server has
+// just confirmed the subscription, perhaps on a new connection that lost an announcement.
+func (ws *waiting) kick(ch string, confirmed bool) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	ln := ws.lines[ch]
 	if ln == nil {
 		return
 	}
-	if !ln.isReady {
+	if confirmed && !ln.isReady {
 		ln.isReady = true
 		close(ln.ready)
 	}
-	ws.kickLocked(ln)
+	if i := slices.IndexFunc(ln.waiters, queued); i >= 0 {
+		select {
+		case ln.waiters[i].wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
-// listening reports whether this Locker already waits on ch with a confirmed subscription,
-// so a new waiter can join the queue straight away.
+// listening reports whether this Locker waits on ch with a confirmed subscription.
 func (ws *waiting) listening(ch string) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	ln := ws.lines[ch]
 	return ln != nil && ln.isReady
-}
-
-func (ws *waiting) isReady(ln *line) bool {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	return ln.isReady
 }
 
 // front reports whether w is the longest-waiting waiter of its line without a grant: the one
@@ -541,24 +515,6 @@ func (ws *waiting) front(w *waiter) bool {
 	defer ws.mu.Unlock()
 	i := slices.IndexFunc(w.ln.waiters, func(x *waiter) bool { return !x.got })
 	return i >= 0 && w.ln.waiters[i] == w
-}
-
-// kick makes ch's front waiter poll now.
-func (ws *waiting) kick(ch string) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	if ln := ws.lines[ch]; ln != nil {
-		ws.kickLocked(ln)
-	}
-}
-
-func (ws *waiting) kickLocked(ln *line) {
-	if i := slices.IndexFunc(ln.waiters, queued); i >= 0 {
-		select {
-		case ln.waiters[i].wake <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // selfEntry returns this Locker's waiter key content for ch while it has elements queued
@@ -572,20 +528,6 @@ func (ws *waiting) selfEntry(ch string) string {
 		return ""
 	}
 	return ln.entry()
-}
-
-// released records what a release sent at sent learnt: the lock value it found held, and a
-// grant of the lock to one of this Locker's waiters, which the script returns instead of
-// announcing (elem is "" when there is none).
-func (ws *waiting) released(k keys, sent time.Time, value, elem string, token int64) {
-	ws.mu.Lock()
-	if ln := ws.lines[k.channel]; ln != nil {
-		ws.sawLocked(ln, sent, value)
-	}
-	ws.mu.Unlock()
-	if elem != "" && ws.mine(elem) {
-		ws.deliver(k, elem, token, sent, true)
-	}
 }
 
 // close ends the subscriptions, wakes every waiter with ErrClosed and waits for the
