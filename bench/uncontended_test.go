@@ -33,7 +33,8 @@ type uncontendedOp struct {
 //   - <name>/goroutines=N: one of them alone, for Redis's own cost: cmds/op (INFO stats
 //     total_commands_processed; commands inside scripts count), cpu-us/op (INFO cpu
 //     used_cpu_sys + used_cpu_user) and script-us/call (INFO commandstats: the server's time
-//     inside EVALSHA and EVAL per call, the scripts' own cost).
+//     inside EVALSHA and EVAL per call, the scripts' own cost), and the client's allocations
+//     (allocs/op, B/op).
 //
 // See README.md for the command.
 func BenchmarkUncontended(b *testing.B) {
@@ -64,6 +65,7 @@ func BenchmarkUncontended(b *testing.B) {
 		})
 		for _, op := range ops {
 			b.Run(fmt.Sprintf("%s/goroutines=%d", op.name, g), func(b *testing.B) {
+				b.ReportAllocs()
 				before := t.stats(b)
 				scripts := scriptTime(b, t)
 				loop(b, g, func(_, _ int, resource string) error { return op.run(ctx, resource) })

@@ -31,8 +31,22 @@ func resourceKeys(prefix, resource string) keys {
 	if strings.ContainsAny(resource, "{}") {
 		tag, kind = base64.RawURLEncoding.EncodeToString([]byte(resource)), ":b64"
 	}
-	base := prefix + "{" + tag + "}" + kind + ":"
-	return keys{lock: base + "lock", fence: base + "fence", queue: base + "queue", channel: base + "grant"}
+	// One allocation holds the four names, one after the other.
+	var b strings.Builder
+	b.Grow(4*(len(prefix)+len(tag)+len(kind)+3) + len("lockfencequeuegrant"))
+	var ends [4]int
+	for i, name := range [4]string{"lock", "fence", "queue", "grant"} {
+		b.WriteString(prefix)
+		b.WriteByte('{')
+		b.WriteString(tag)
+		b.WriteByte('}')
+		b.WriteString(kind)
+		b.WriteByte(':')
+		b.WriteString(name)
+		ends[i] = b.Len()
+	}
+	s := b.String()
+	return keys{lock: s[:ends[0]], fence: s[ends[0]:ends[1]], queue: s[ends[1]:ends[2]], channel: s[ends[2]:]}
 }
 
 // channelKeys returns the keys of the resource whose channel is ch.
@@ -44,6 +58,12 @@ func channelKeys(ch string) keys {
 // script returns the keys the scripts take: KEYS[1], KEYS[2] and KEYS[3] of grant.lua.
 func (k keys) script() []string {
 	return []string{k.lock, k.fence, k.queue}
+}
+
+// args returns the keys of script, each boxed for a command's arguments (see
+// script.command).
+func (k keys) args() [3]any {
+	return [3]any{k.lock, k.fence, k.queue}
 }
 
 // validResource returns an error wrapping ErrInvalid when resource cannot be locked.

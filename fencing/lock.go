@@ -21,6 +21,11 @@ type Lock struct {
 	behind   time.Duration // how far the server clock was behind the last token (see Event)
 
 	validUntil atomic.Int64 // local lease deadline: nanoseconds since acquired
+
+	// keyArgs and valueArg are keys.args() and value, boxed once for the release script by
+	// TryAcquire; nil for a lock granted from the queue.
+	keyArgs  [3]any
+	valueArg any
 }
 
 // Token returns the fencing token issued with this acquisition: a positive integer that is
@@ -53,7 +58,13 @@ func (k *Lock) Release(ctx context.Context) error {
 	}
 	ctx = k.hooks.start(ctx, OpRelease, k.resource)
 	begin := time.Now()
-	released, err := k.locker.release(ctx, k.keys, k.value)
+	var released bool
+	var err error
+	if k.valueArg != nil {
+		released, err = k.locker.releaseBoxed(ctx, k.keys, k.keyArgs, k.value, k.valueArg)
+	} else {
+		released, err = k.locker.release(ctx, k.keys, k.value)
+	}
 	switch {
 	case err != nil:
 		err = opErr("release", k.resource, err)

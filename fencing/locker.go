@@ -21,6 +21,7 @@ type Locker struct {
 	cfg    config
 	waits  *waiting
 	opts   any // the scripts' opts argument for cfg, boxed once (see grant.lua)
+	lease  any // the acquire script's lease argument for cfg.ttl, boxed once
 }
 
 // New returns a Locker that keeps its locks on client: a *redis.Client (also from
@@ -46,6 +47,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 	}
 	l.waits = newWaiting(l, l.cfg.err == nil)
 	l.opts = l.cfg.opts(l.waits.publish)
+	l.lease = millis(l.cfg.ttl)
 	return l
 }
 
@@ -192,16 +194,23 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 		return nil, attemptReply{}, err
 	}
 	ms := millis(cfg.ttl)
-	opts := l.opts
+	lease, opts := l.lease, l.opts
+	if cfg.ttl != l.cfg.ttl {
+		lease = ms
+	}
 	if cfg.timeFloor != l.cfg.timeFloor || cfg.expiry != l.cfg.expiry {
 		opts = cfg.opts(l.waits.publish)
 	}
-	args := []any{owner, ms, opts, elem, entry}
+	ka := k.args()
+	cmd := acquireScript.command(ka, 5)
+	cmd = append(cmd, owner, lease, opts)
 	if elem == "" {
-		args = withoutDefault(args[:3])
+		cmd = withoutDefault(cmd)
+	} else {
+		cmd = append(cmd, elem, entry)
 	}
 	sent := time.Now()
-	res, err := l.runAcquire(ctx, cfg, k, args)
+	res, err := l.runAcquire(ctx, cfg, k, cmd)
 	if err != nil {
 		// Unless Redis answered with an error (the script failed), it may have run and
 		// left us holding the lock: free it rather than strand it until its TTL.
@@ -233,7 +242,9 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 		token:    a.token,
 		acquired: sent,
 		behind:   time.Duration(a.behind) * time.Microsecond,
+		keyArgs:  ka,
 	}
+	lock.valueArg = lock.value
 	lock.setValidUntil(sent, time.Duration(ms)*time.Millisecond)
 	if err := ctx.Err(); err != nil {
 		l.releaseOwner(ctx, k, owner)
@@ -248,13 +259,13 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 	return lock, attemptReply{}, nil
 }
 
-// runAcquire sends the acquire script, followed by WAIT on the same connection when
-// replicas must acknowledge it.
-func (l *Locker) runAcquire(ctx context.Context, cfg *config, k keys, args []any) (any, error) {
+// runAcquire sends the acquire script's command (see script.command), followed by WAIT on
+// the same connection when replicas must acknowledge it.
+func (l *Locker) runAcquire(ctx context.Context, cfg *config, k keys, cmd []any) (any, error) {
 	if cfg.replicas == 0 {
-		return acquireScript.Run(ctx, l.client, k.script(), args...).Result()
+		return acquireScript.run(ctx, l.client, cmd).Result()
 	}
-	return l.replicated(ctx, cfg, k, acquireSrc, args, func(res any) bool {
+	return l.replicated(ctx, cfg, k, acquireSrc, cmd[6:], func(res any) bool {
 		a, err := parseAcquire(res)
 		return err == nil && a.flag == flagAcquired
 	})
@@ -340,14 +351,22 @@ func (l *Locker) releaseOwner(ctx context.Context, k keys, owner string) {
 // It reports whether that value held the lock. A grant of the lock to this Locker's own
 // waiters, which the script returns instead of announcing, is delivered to them.
 func (l *Locker) release(ctx context.Context, k keys, value string) (bool, error) {
+	return l.releaseBoxed(ctx, k, k.args(), value, value)
+}
+
+// releaseBoxed is release with k's keys and value already boxed for the script's command.
+func (l *Locker) releaseBoxed(ctx context.Context, k keys, ka [3]any, value string, valueArg any) (bool, error) {
 	ws := l.waits
 	sent := time.Now()
 	self := ws.selfEntry(k.channel)
-	args := []any{value, l.opts, ws.idArg, self}
+	cmd := releaseScript.command(ka, 4)
+	cmd = append(cmd, valueArg, l.opts)
 	if self == "" {
-		args = withoutDefault(args[:2])
+		cmd = withoutDefault(cmd)
+	} else {
+		cmd = append(cmd, ws.idArg, self)
 	}
-	res, err := releaseScript.Run(ctx, l.client, k.script(), args...).Result()
+	res, err := releaseScript.run(ctx, l.client, cmd).Result()
 	if err != nil {
 		return false, err
 	}
