@@ -14,6 +14,7 @@
 // reports Redis's commands and CPU per critical section and the peak connections, pub/sub
 // ones apart, sampled with CLIENT LIST. BenchmarkCapacity runs fencekit's uncontended
 // TryAcquire and Release, and the many-resource workload, on local clusters of 1, 3 and 6
-// primaries, and reports how the cost spreads over the primaries. README.md gives the
+// primaries, at one total load and at one load per primary (paced by a token bucket), and
+// reports how the cost spreads over the primaries. README.md gives the
 // commands and what each figure means.
 package bench

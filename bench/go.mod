@@ -7,6 +7,7 @@ require (
 	github.com/fencekit/fencekit v0.0.0-00010101000000-000000000000
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
+	golang.org/x/time v0.16.0
 )
 
 require (

@@ -122,15 +122,22 @@ type serverStats struct {
 	// executing them (commandstats calls and usec).
 	adminCalls int64
 	adminTime  time.Duration
+	// wakeups and preemptions are the voluntary and involuntary context switches of the
+	// server's main thread, which runs its event loop: a wakeup ends a wait in epoll_wait, a
+	// preemption is the kernel giving the CPU to another process. Read from
+	// /proc/<process_id>/status, they are 0 when that cannot be read (not Linux).
+	wakeups, preemptions int64
 }
 
 // sub returns the work done between an earlier reading and s.
 func (s serverStats) sub(earlier serverStats) serverStats {
 	return serverStats{
-		commands:   s.commands - earlier.commands,
-		cpu:        s.cpu - earlier.cpu,
-		adminCalls: s.adminCalls - earlier.adminCalls,
-		adminTime:  s.adminTime - earlier.adminTime,
+		commands:    s.commands - earlier.commands,
+		cpu:         s.cpu - earlier.cpu,
+		adminCalls:  s.adminCalls - earlier.adminCalls,
+		adminTime:   s.adminTime - earlier.adminTime,
+		wakeups:     s.wakeups - earlier.wakeups,
+		preemptions: s.preemptions - earlier.preemptions,
 	}
 }
 
@@ -142,14 +149,15 @@ func (s serverStats) work() (commands int64, cpu time.Duration) {
 }
 
 // stats reads INFO stats, cpu and commandstats from every primary, in the order of
-// t.primaries.
+// t.primaries, and the context switches of the process that INFO server names, which are
+// the server's only if the server runs on this machine.
 func (t *target) stats(b *testing.B) []serverStats {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	all := make([]serverStats, len(t.primaries))
 	for i, c := range t.primaries {
-		info, err := c.Info(ctx, "stats", "cpu", "commandstats").Result()
+		info, err := c.Info(ctx, "server", "stats", "cpu", "commandstats").Result()
 		if err == nil {
 			all[i], err = parseStats(info)
 		}
@@ -160,8 +168,8 @@ func (t *target) stats(b *testing.B) []serverStats {
 	return all
 }
 
-// parseStats reads serverStats from an INFO reply with the stats, cpu and commandstats
-// sections.
+// parseStats reads serverStats from an INFO reply with the server, stats, cpu and
+// commandstats sections.
 func parseStats(info string) (serverStats, error) {
 	fields := make(map[string]string)
 	for line := range strings.Lines(info) {
@@ -170,6 +178,7 @@ func parseStats(info string) (serverStats, error) {
 		}
 	}
 	var s serverStats
+	s.wakeups, s.preemptions = contextSwitches(fields["process_id"])
 	var err error
 	if s.commands, err = strconv.ParseInt(fields["total_commands_processed"], 10, 64); err != nil {
 		return s, fmt.Errorf("total_commands_processed: %w", err)
@@ -204,6 +213,26 @@ func parseStats(info string) (serverStats, error) {
 		}
 	}
 	return s, nil
+}
+
+// contextSwitches returns the voluntary and involuntary context switches of the main
+// thread of the process pid, from /proc/<pid>/status, or zeros if that cannot be read.
+func contextSwitches(pid string) (voluntary, involuntary int64) {
+	status, err := os.ReadFile("/proc/" + pid + "/status")
+	if pid == "" || err != nil {
+		return 0, 0
+	}
+	for line := range strings.Lines(string(status)) {
+		k, v, _ := strings.Cut(line, ":")
+		n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		switch k {
+		case "voluntary_ctxt_switches":
+			voluntary = n
+		case "nonvoluntary_ctxt_switches":
+			involuntary = n
+		}
+	}
+	return voluntary, involuntary
 }
 
 // commandCounter reads the primaries' command counts now and returns a function that

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
 )
 
 // rowTime is how long each row of BenchmarkManyResources and BenchmarkCapacity starts new
@@ -30,7 +31,21 @@ type workload struct {
 	// picker returns, for worker w of workers, the function that picks the resource of its
 	// next section. Each worker calls its own function only.
 	picker func(w, workers int) func() int
+	// rate, when above 0, paces the row (an open loop): sections start at rate per second
+	// in all, each taken by whichever worker is free (see pace). At 0, every worker starts
+	// its next section as soon as its last one ends (a closed loop).
+	rate float64
 }
+
+const (
+	// paceBurst is how many seconds' worth of starts the pacer's token bucket holds: a
+	// pacer that wakes up late (on 2 vCPUs shared with the servers, tens of milliseconds
+	// late at times) catches up by that much at most.
+	paceBurst = 0.1
+	// paceQueue is how many starts wait at most for a free worker; past that the pacer
+	// waits too, and the row offers less than its rate.
+	paceQueue = 4096
+)
 
 // A rowResult is what one timed row measured.
 type rowResult struct {
@@ -45,12 +60,16 @@ type rowResult struct {
 	primaries []serverStats
 	// peaks are the processes' connections at the peak.
 	peaks connPeaks
+	// idle is the CPU time the primaries use per second with no traffic, summed over them,
+	// when the benchmark measured it (idleCPU); 0 if not.
+	idle time.Duration
 }
 
 // runRow runs w on t with contender c for rowTime: every worker goroutine takes the lock on
-// the resource it picks, holds it for w.hold and releases it, again and again, until rowTime
-// has passed; the sections under way then finish. It fails b when two holders of one
-// resource overlap or a section fails.
+// the resource it picks, holds it for w.hold and releases it, again and again (when the
+// pacer lets it, if w.rate is set), until rowTime has passed; the sections under way then
+// finish, and so do those the pacer let start before then. It fails b when two holders of
+// one resource overlap or a section fails.
 func runRow(b *testing.B, t *target, c contender, w workload) rowResult {
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
@@ -80,12 +99,16 @@ func runRow(b *testing.B, t *target, c contender, w workload) rowResult {
 	b.ResetTimer()
 	begin := time.Now()
 	deadline := begin.Add(*rowTime)
+	next := func() bool { return time.Now().Before(deadline) }
+	if w.rate > 0 {
+		next = pace(ctx, w.rate, deadline)
+	}
 	var wg sync.WaitGroup
 	for worker := range workers {
 		p := procs[worker/w.goroutines]
 		pick := w.picker(worker, workers)
 		wg.Go(func() {
-			for time.Now().Before(deadline) {
+			for next() {
 				r := pick()
 				t0 := time.Now()
 				err := p.section(ctx, names[r], func() {
@@ -118,6 +141,34 @@ func runRow(b *testing.B, t *target, c contender, w workload) rowResult {
 		r.primaries = append(r.primaries, after[i].sub(before[i]))
 	}
 	return r
+}
+
+// pace starts a pacer that lets perSecond sections start per second until deadline, and
+// returns the function a worker calls before each section: it waits for the pacer's next
+// start and reports whether there is one, false once the deadline has passed and every
+// start has been taken. The pacer is a token bucket (golang.org/x/time/rate) that starts
+// empty and holds paceBurst seconds' worth of starts; they wait for a free worker in a queue
+// of paceQueue, so that the sections' latency does not lower the rate offered while the
+// workers keep up. The pacer stops when ctx ends.
+func pace(ctx context.Context, perSecond float64, deadline time.Time) (next func() bool) {
+	burst := max(1, int(perSecond*paceBurst))
+	limiter := rate.NewLimiter(rate.Limit(perSecond), burst)
+	limiter.AllowN(time.Now(), burst) // empty: no burst at the start
+	starts := make(chan struct{}, paceQueue)
+	go func() {
+		defer close(starts)
+		for limiter.Wait(ctx) == nil && time.Now().Before(deadline) {
+			select {
+			case starts <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return func() bool {
+		_, ok := <-starts
+		return ok
+	}
 }
 
 // connect opens a connection from client to every primary it knows.
@@ -208,13 +259,41 @@ func (r rowResult) reportSpread(b *testing.B) {
 	b.ReportMetric(busiest, "busiest-cpu-us/section")
 }
 
-// reportIdle reports idle-cpu-us/section: the CPU the primaries spend per second with no
-// traffic (perSecond), over the row's elapsed time, per section.
-func (r rowResult) reportIdle(b *testing.B, perSecond time.Duration) {
+// idlePerSection returns the CPU, in µs, that the primaries would have used with no
+// traffic (r.idle) over the row's elapsed time, per section: the part of cpu-us/section
+// that is the servers' own background work.
+func (r rowResult) idlePerSection() float64 {
+	return us(r.idle) * r.elapsed.Seconds() / float64(r.sections)
+}
+
+// reportIdle reports idle-cpu-us/section (see idlePerSection).
+func (r rowResult) reportIdle(b *testing.B) {
 	if r.sections == 0 {
 		return
 	}
-	b.ReportMetric(us(perSecond)*r.elapsed.Seconds()/float64(r.sections), "idle-cpu-us/section")
+	b.ReportMetric(r.idlePerSection(), "idle-cpu-us/section")
+}
+
+// reportSwitches reports the primaries' wakeups/section and preemptions/section (see
+// serverStats), when they could be read: on a cluster the benchmark started.
+func (r rowResult) reportSwitches(b *testing.B) {
+	var wakeups, preemptions int64
+	for _, s := range r.primaries {
+		wakeups, preemptions = wakeups+s.wakeups, preemptions+s.preemptions
+	}
+	if r.sections == 0 || wakeups == 0 {
+		return
+	}
+	b.ReportMetric(float64(wakeups)/float64(r.sections), "wakeups/section")
+	b.ReportMetric(float64(preemptions)/float64(r.sections), "preemptions/section")
+}
+
+// reportLoad reports the rate a paced row offered (offered/s, to compare with sections/s)
+// and the CPU the mean primary used, in percent of one core (core-%/primary).
+func (r rowResult) reportLoad(b *testing.B, offered float64) {
+	_, cpu := r.work()
+	b.ReportMetric(offered, "offered/s")
+	b.ReportMetric(100*cpu.Seconds()/r.elapsed.Seconds()/float64(len(r.primaries)), "core-%/primary")
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
