@@ -37,10 +37,7 @@ func TestClusterScaleWaiters(t *testing.T) {
 	t.Parallel()
 	const resources, perResource = 300, 3
 	cl := redisproc.StartCluster(t, 3)
-	names := make([]string, resources)
-	for i := range names {
-		names[i] = fmt.Sprintf("res-%03d", i)
-	}
+	names := resourceNames("res-%03d", resources)
 	w := newClusterWait(t, cl, names, 1, time.Minute, nil)
 	sampler := startPubSubSampler(t, cl, lockerName(0))
 	w.holdAll()
@@ -72,10 +69,7 @@ func TestClusterScalePubSubKill(t *testing.T) {
 	redisproc.Require(t)
 	t.Parallel()
 	cl := redisproc.StartCluster(t, 3)
-	names := make([]string, 30)
-	for i := range names {
-		names[i] = "kill-" + strconv.Itoa(i)
-	}
+	names := resourceNames("kill-%d", 30)
 	w := newClusterWait(t, cl, names, 2, 30*time.Second, nil)
 	w.holdAll()
 	w.enqueue(1)
@@ -103,10 +97,7 @@ func TestClusterScaleMigrate(t *testing.T) {
 	redisproc.Require(t)
 	t.Parallel()
 	cl := redisproc.StartCluster(t, 3)
-	names := make([]string, 6)
-	for i := range names {
-		names[i] = "mig-" + strconv.Itoa(i)
-	}
+	names := resourceNames("mig-%d", 6)
 	w := newClusterWait(t, cl, names, 2, 30*time.Second, nil)
 	w.holdAll()
 	w.enqueue(2)
@@ -138,10 +129,7 @@ func TestClusterScaleRestart(t *testing.T) {
 	redisproc.Require(t)
 	t.Parallel()
 	cl := redisproc.StartCluster(t, 3, redisproc.Args("--appendonly", "yes", "--appendfsync", "always"))
-	names := make([]string, 9)
-	for i := range names {
-		names[i] = "rst-" + strconv.Itoa(i)
-	}
+	names := resourceNames("rst-%d", 9)
 	// A restarted primary refuses commands with CLUSTERDOWN for about 2 s, until it has
 	// heard from the others (redis.log: "Cluster state changed: ok"). go-redis retries a
 	// command 3 times within about 0.1 s by default, and a Redis error ends a wait (see
@@ -181,10 +169,7 @@ func TestClusterScaleFailover(t *testing.T) {
 	redisproc.Require(t)
 	t.Parallel()
 	cl := redisproc.StartCluster(t, 3, redisproc.ClusterReplicas(1))
-	names := make([]string, 9)
-	for i := range names {
-		names[i] = "fo-" + strconv.Itoa(i)
-	}
+	names := resourceNames("fo-%d", 9)
 	// WAIT may take a while right after a replica (re)synced and on a loaded machine: a
 	// generous timeout, below the clients' ReadTimeout as WithReplicas requires.
 	readTimeout := func(o *redis.ClusterOptions) { o.ReadTimeout = 10 * time.Second }
@@ -683,4 +668,13 @@ func (s *pubSubSampler) stop() (peak pubSubCount, most int) {
 		s.t.Errorf("sampling pub/sub connections: %v", s.err)
 	}
 	return s.peak, s.most
+}
+
+// resourceNames returns n resource names made with format from 0 to n-1.
+func resourceNames(format string, n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf(format, i)
+	}
+	return names
 }
