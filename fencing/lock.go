@@ -22,8 +22,7 @@ type Lock struct {
 
 	validUntil atomic.Int64 // local lease deadline: nanoseconds since acquired
 
-	// keyArgs and valueArg are keys.args() and value, boxed once for the release script by
-	// TryAcquire; nil for a lock granted from the queue.
+	// keyArgs and valueArg are keys.args() and value, boxed once for the release script.
 	keyArgs  [3]any
 	valueArg any
 }
@@ -58,13 +57,7 @@ func (k *Lock) Release(ctx context.Context) error {
 	}
 	ctx = k.hooks.start(ctx, OpRelease, k.resource)
 	begin := time.Now()
-	var released bool
-	var err error
-	if k.valueArg != nil {
-		released, err = k.locker.releaseBoxed(ctx, k.keys, k.keyArgs, k.value, k.valueArg)
-	} else {
-		released, err = k.locker.release(ctx, k.keys, k.value)
-	}
+	released, err := k.locker.releaseBoxed(ctx, k.keys, k.keyArgs, k.value, k.valueArg)
 	switch {
 	case err != nil:
 		err = opErr("release", k.resource, err)

@@ -309,7 +309,7 @@ func (l *Locker) leave(w *waiter) {
 // shows at least half of the lease left; otherwise, and always for Acquire, it first extends
 // the lock to the TTL (with WAIT for WithReplicas).
 func (l *Locker) take(ctx context.Context, cfg *config, resource string, k keys, g grant) (*Lock, error) {
-	lock := &Lock{locker: l, hooks: cfg.hooks, resource: resource, keys: k, value: g.value, token: g.token, acquired: g.start}
+	lock := &Lock{locker: l, hooks: cfg.hooks, resource: resource, keys: k, value: g.value, token: g.token, acquired: g.start, keyArgs: k.args(), valueArg: g.value}
 	if g.start.IsZero() {
 		lock.acquired = time.Now()
 	} else {
