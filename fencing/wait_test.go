@@ -217,7 +217,9 @@ func TestWaitersServedInOrder(t *testing.T) {
 			order <- i
 			_ = lock.Release(context.Background())
 		})
-		waitFor(t, 2*time.Second, "the waiter to queue", func() bool { return fencing.Waiters(l) == i+1 })
+		// Queued, not Waiters: a waiter counts once its element is in Redis, so the next
+		// cannot overtake it there.
+		waitFor(t, 2*time.Second, "the waiter to queue", func() bool { return fencing.Queued(l) == i+1 })
 	}
 	_ = held.Release(t.Context())
 	wg.Wait()
