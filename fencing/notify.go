@@ -89,16 +89,18 @@ type notifier struct {
 	heard func(ch, payload string) // an announcement arrived
 	ready func(ch string)          // the server confirmed a subscription to ch
 
-	ops     chan func(context.Context) bool // work for run; true: compare with the slot map
-	start   sync.Once                       // starts run on first use
-	done    chan struct{}                   // closed by close
-	ended   chan struct{}                   // closed when run returns
+	ops     chan func(context.Context) // work for run
+	start   sync.Once                  // starts run on first use
+	done    chan struct{}              // closed by close
+	ended   chan struct{}              // closed when run returns
 	readers sync.WaitGroup
-	fails   atomic.Int32 // connections lost in a row, for the back-off
+	fails   atomic.Int32 // failures since the last confirmed subscription, for the back-off
 
 	// Owned by run.
-	chans map[string]*feed // the channels listened to, and the connection of each (nil: none yet)
-	feeds map[string]*feed // by address
+	chans   map[string]*feed // the channels listened to, and the connection of each (nil: none yet)
+	feeds   map[string]*feed // by address
+	checked time.Time        // when the connections were last compared with the slot map
+	moved   time.Time        // when a slot the notifier listens on last moved
 }
 
 // feed is one pub/sub connection.
@@ -112,30 +114,30 @@ type feed struct {
 func newNotifier(r route, heard func(ch, payload string), ready func(ch string)) *notifier {
 	return &notifier{
 		route: r, heard: heard, ready: ready,
-		ops: make(chan func(context.Context) bool, opsQueued), done: make(chan struct{}), ended: make(chan struct{}),
-		chans: map[string]*feed{}, feeds: map[string]*feed{},
+		ops: make(chan func(context.Context), opsQueued), done: make(chan struct{}), ended: make(chan struct{}),
+		chans: map[string]*feed{}, feeds: map[string]*feed{}, checked: time.Now(),
 	}
 }
 
 // listen subscribes to ch, and ready(ch) follows once the server confirms it; with on false,
 // it unsubscribes.
 func (n *notifier) listen(ch string, on bool) {
-	n.post(func(ctx context.Context) bool {
-		if f, ok := n.chans[ch]; on && !ok {
+	n.post(func(ctx context.Context) {
+		switch f, ok := n.chans[ch]; {
+		case on && !ok:
 			n.chans[ch] = nil
 			n.home(ctx, ch)
-		} else if !on {
+		case !on && ok:
+			delete(n.chans, ch)
 			if f != nil {
 				n.detach(ctx, f, ch)
 			}
-			delete(n.chans, ch)
 		}
-		return false
 	})
 }
 
 // post queues op for run, starting run on first use.
-func (n *notifier) post(op func(context.Context) bool) {
+func (n *notifier) post(op func(context.Context)) {
 	n.start.Do(func() { go n.run() })
 	select {
 	case n.ops <- op:
@@ -145,78 +147,53 @@ func (n *notifier) post(op func(context.Context) bool) {
 
 // close ends every subscription and waits for the notifier's goroutines. It is called once.
 func (n *notifier) close() {
-	started := true
-	n.start.Do(func() { started = false })
+	n.start.Do(func() { close(n.ended) }) // run never started: nothing to wait for
 	close(n.done)
-	if started {
-		<-n.ended
-		n.readers.Wait()
-	}
+	<-n.ended
+	n.readers.Wait()
 }
 
-// run does the queued work until close. It compares the connections with the slot map every
-// checkEvery, after a slot moved (and three times more, a second apart: the node that reports
-// the slot map may not know yet), and while channels are homeless, after a back-off that grows
-// with failures.
+// run does the queued work until close, and compares the connections with the slot map every
+// checkEvery; every second for a few seconds after a slot moved (the node that reports the slot
+// map may not know yet); and while channels are homeless, after a back-off that grows with
+// failures.
 func (n *notifier) run() {
 	defer close(n.ended)
 	timer := time.NewTimer(checkEvery)
 	defer timer.Stop()
-	at := time.Now().Add(checkEvery) // when timer fires
-	soon := func(d time.Duration) {  // makes timer fire within d
-		if t := time.Now().Add(d); t.Before(at) {
-			at = t
-			timer.Reset(d)
-		}
-	}
-	followUps := 0
 	for {
-		recheck := false
-		var ops []func(context.Context) bool
+		wait := checkEvery
+		if time.Since(n.moved) < 3*time.Second {
+			wait = time.Second
+		}
+		if n.homeless() {
+			wait = min(wait, 10*time.Millisecond<<min(n.fails.Load(), 10), retryMaxDelay)
+		}
+		timer.Reset(time.Until(n.checked.Add(wait)))
+		var op func(context.Context)
 		select {
 		case <-n.done:
 			for _, f := range n.feeds {
 				n.drop(f)
 			}
 			return
-		case op := <-n.ops:
-			ops = append(ops, op)
-			for len(n.ops) > 0 {
-				ops = append(ops, <-n.ops)
-			}
+		case op = <-n.ops:
 		case <-timer.C:
-			recheck, at = true, time.Now().Add(checkEvery)
-			timer.Reset(checkEvery)
-			if n.homeless() {
-				followUps = 3
-			}
-			if followUps > 0 {
-				followUps--
-				soon(time.Second)
-			}
+			op = n.check
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
-		for _, op := range ops {
-			if op(ctx) {
-				recheck, followUps = true, 3
-				soon(time.Second)
-			}
-		}
-		if recheck && len(n.chans) > 0 {
-			n.route.refresh(ctx)
-			for ch, f := range n.chans {
-				if addr, _, err := n.route.owner(ctx, ch); err != nil || f == nil || f.addr != addr {
-					if f != nil { // move ch to its owner
-						n.chans[ch] = nil
-						n.detach(ctx, f, ch)
-					}
-					n.home(ctx, ch)
-				}
-			}
-		}
+		op(ctx)
 		cancel()
-		if n.homeless() {
-			soon(min(10*time.Millisecond<<min(n.fails.Load(), 10), retryMaxDelay))
+	}
+}
+
+// check compares the connections with the slot map and moves channels to their owners.
+func (n *notifier) check(ctx context.Context) {
+	n.checked = time.Now()
+	if len(n.chans) > 0 {
+		n.route.refresh(ctx)
+		for ch := range n.chans {
+			n.home(ctx, ch)
 		}
 	}
 }
@@ -231,20 +208,26 @@ func (n *notifier) homeless() bool {
 	return false
 }
 
-// home subscribes to ch on its owner's connection, opening it if needed. On failure ch stays
-// homeless, and run tries again later.
+// home subscribes to ch on its owner's connection, opening it if needed, and moves it there
+// from another connection. On failure ch stays where it was or homeless, and run tries again.
 func (n *notifier) home(ctx context.Context, ch string) {
 	addr, open, err := n.route.owner(ctx, ch)
-	if err != nil {
+	f := n.chans[ch]
+	if err != nil || f != nil && f.addr == addr {
 		return
 	}
-	f := n.feeds[addr]
+	if f != nil {
+		n.chans[ch] = nil
+		n.detach(ctx, f, ch)
+	}
+	f = n.feeds[addr]
 	fresh := f == nil
 	if fresh {
 		f = &feed{addr: addr, ps: open()}
 		n.feeds[addr] = f
 	}
 	if err := n.route.subscribe(ctx, f.ps, ch, true); err != nil {
+		n.fails.Add(1)
 		n.drop(f)
 		return
 	}
@@ -301,13 +284,8 @@ func (n *notifier) read(f *feed) {
 					continue
 				}
 			}
-			n.post(func(context.Context) bool {
-				n.fails.Add(1) // its channels are homed again after a back-off (see run)
-				if n.feeds[f.addr] == f {
-					n.drop(f)
-				}
-				return false
-			})
+			n.fails.Add(1) // its channels are homed again after a back-off (see run)
+			n.post(func(context.Context) { n.drop(f) })
 			return
 		}
 		silent = 0
@@ -320,15 +298,12 @@ func (n *notifier) read(f *feed) {
 				n.fails.Store(0)
 				n.ready(ch)
 			case "unsubscribe", "sunsubscribe":
-				n.post(func(context.Context) bool {
-					if g, ok := n.chans[ch]; !ok || g != f {
-						return false // an answer to run's own unsubscribe
-					}
-					n.chans[ch] = nil
-					if f.chans--; f.chans == 0 {
+				n.post(func(ctx context.Context) {
+					if n.chans[ch] == f { // not an answer to run's own unsubscribe: the slot moved
+						n.moved = time.Now()
 						n.drop(f)
+						n.check(ctx)
 					}
-					return true // the slot moved (resharding, failover)
 				})
 			}
 		}

@@ -133,23 +133,21 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 		return nil, attempts, err
 	}
 	defer ws.exit(ln)
-	for {
-		lock, err := l.queue(ctx, parent, cfg, resource, ln, &attempts)
-		if lock == nil && err == nil {
-			continue // the grant had lapsed: queue again
-		}
-		if errors.Is(err, errEnded) {
-			switch b := (&busyError{resource: resource, retryAfter: busy}); {
-			case ws.closed.Load():
-				err = ErrClosed
-			case parent.Err() != nil:
-				err = join(b, parent.Err())
-			default:
-				err = b // WithMaxWait ran out
-			}
-		}
-		return lock, attempts, err
+	var lock *Lock
+	for lock == nil && err == nil { // neither: the grant had lapsed, queue again
+		lock, err = l.queue(ctx, parent, cfg, resource, ln, &attempts)
 	}
+	if errors.Is(err, errEnded) {
+		switch b := (&busyError{resource: resource, retryAfter: busy}); {
+		case ws.closed.Load():
+			err = ErrClosed
+		case parent.Err() != nil:
+			err = join(b, parent.Err())
+		default:
+			err = b // WithMaxWait ran out
+		}
+	}
+	return lock, attempts, err
 }
 
 // queue joins the queue as one waiter and waits for the lock; nil and no error when the grant
@@ -162,15 +160,12 @@ func (l *Locker) queue(ctx, parent context.Context, cfg *config, resource string
 		return lock, err
 	}
 	backoff := cfg.retryMin
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
 	for {
 		d := min(cfg.retryMax, pollEvery)
 		if !ws.listening(ln.k.channel) {
 			d = min(backoff, d) // no announcements: poll with a back-off
 			backoff = min(2*backoff, cfg.retryMax)
 		}
-		t.Reset(jitter(d))
 		select {
 		case g := <-w.grant:
 			if parent.Err() != nil {
@@ -179,7 +174,7 @@ func (l *Locker) queue(ctx, parent context.Context, cfg *config, resource string
 			}
 			return l.take(parent, cfg, resource, ln.k, g)
 		case <-w.wake:
-		case <-t.C:
+		case <-time.After(jitter(d)):
 		case <-ctx.Done():
 			return nil, errEnded
 		case <-ws.done:
@@ -285,13 +280,9 @@ func (l *Locker) leave(w *waiter) {
 	delete(ws.byElem, w.elem) // no grant is delivered to w from now on
 	inQueue := queued(w)
 	ws.mu.Unlock()
-	select {
-	case g := <-w.grant:
-		l.passOn(ln.k, g.value)
-		return
-	default:
-	}
-	if inQueue {
+	if len(w.grant) > 0 { // nothing is sent to w any more
+		l.passOn(ln.k, (<-w.grant).value)
+	} else if inQueue {
 		ln.io.Lock()
 		defer ln.io.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
@@ -408,8 +399,7 @@ func (ws *waiting) released(k keys, sent time.Time, value, elem string, token in
 
 // mine reports whether elem is one of this Locker's elements.
 func (ws *waiting) mine(elem string) bool {
-	id, _, ok := strings.Cut(elem, ".")
-	return ok && id == ws.id
+	return strings.HasPrefix(elem, ws.id+".")
 }
 
 // entry returns the content of this Locker's waiter key for ln (see grant.lua).
@@ -447,11 +437,9 @@ func (ws *waiting) enter(ctx context.Context, k keys, patience time.Duration) (*
 	}
 	ws.mu.Unlock()
 	if ws.notes != nil {
-		t := time.NewTimer(patience)
-		defer t.Stop()
 		select {
 		case <-ln.ready:
-		case <-t.C:
+		case <-time.After(patience):
 		case <-ctx.Done():
 		case <-ws.done:
 		}
