@@ -23,7 +23,7 @@
 // several goroutines, but lifecycle changes of one server (Kill, Stop, Restart, ReplicaOf,
 // Promote) must not overlap, nor may changes of a Cluster's topology.
 //
-// Every wait is bounded (10 s by default, see Timeout); no wait relies on a fixed sleep.
+// Every wait is bounded (30 s by default, see Timeout); no wait relies on a fixed sleep.
 // The server executable is redis-server from PATH, or the one FENCING_REDIS_SERVER names
 // (EnvServer), such as valkey-server. Tests that use the package skip, through Require, when
 // redis-server is not on PATH, and fail when FENCING_REDIS_SERVER names a missing executable.

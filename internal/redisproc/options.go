@@ -62,7 +62,7 @@ func ClusterReplicas(n int) Option {
 }
 
 // Timeout bounds each wait: for PING after a start, for a replica to sync, for a process
-// to stop, and for a cluster to become healthy. The default is 10 s; values <= 0 keep it.
+// to stop, and for a cluster to become healthy. The default is 30 s; values <= 0 keep it.
 func Timeout(d time.Duration) Option {
 	return func(c *config) {
 		if d > 0 {
