@@ -38,6 +38,10 @@ var manyContenders = []contender{bsmRedislock, fencekitDo, redsyncMutex}
 //
 //   - sections/s: critical sections per second;
 //   - p50-wait-ms, p99-wait-ms, max-wait-ms: how long a goroutine waited for the lock;
+//   - hold-ms: how long a section held the lock, on average (the 1 ms sleep overruns);
+//   - r0-interval-ms, r0-gap-ms: on r0, the most wanted resource, the mean time from the
+//     start of one section to the start of the next, and the median time from the end of
+//     one to the start of the next (see reportHot);
 //   - cmds/section, cpu-us/section: commands the primaries processed (INFO stats
 //     total_commands_processed) and CPU time they used (INFO cpu used_cpu_sys +
 //     used_cpu_user), per section, summed over the primaries, less the benchmark's own INFO
@@ -66,6 +70,7 @@ func manyRows(b *testing.B, t *target) {
 					r := runRow(b, t, c, zipfWorkload(g))
 					r.reportCost(b)
 					r.reportWaits(b)
+					r.reportHot(b)
 					r.reportConns(b)
 					if len(t.primaries) > 1 {
 						r.reportSpread(b)

@@ -63,7 +63,17 @@ type rowResult struct {
 	// idle is the CPU time the primaries use per second with no traffic, summed over them,
 	// when the benchmark measured it (idleCPU); 0 if not.
 	idle time.Duration
+	// hold is the mean time a section held the lock: w.hold, and however long the sleep
+	// overran it.
+	hold time.Duration
+	// hot holds the holds on r0, the resource the workload's picker favours most when it
+	// has one (zipfWorkload), in the order they started.
+	hot []span
 }
+
+// A span is one hold of a lock, from the moment the section had it to the moment it was
+// about to give it back.
+type span struct{ start, end time.Time }
 
 // runRow runs w on t with contender c for rowTime: every worker goroutine takes the lock on
 // the resource it picks, holds it for w.hold and releases it, again and again (when the
@@ -94,6 +104,8 @@ func runRow(b *testing.B, t *target, c contender, w workload) rowResult {
 
 	workers := w.processes * w.goroutines
 	waits := make([][]time.Duration, workers) // one wait per section, per worker
+	var held atomic.Int64                     // the holds' total, ns
+	hot := make([][]span, workers)            // the holds on r0, the most wanted resource, per worker
 	before := t.stats(b)
 	stopSampling := sampleConnections(b, t, tracker, w.processes)
 	b.ResetTimer()
@@ -116,8 +128,14 @@ func runRow(b *testing.B, t *target, c contender, w workload) rowResult {
 					if n := holders[r].Add(1); n != 1 {
 						b.Errorf("%s: %d holders of %s at once", c.name, n, names[r])
 					}
+					h0 := time.Now()
 					if w.hold > 0 {
 						time.Sleep(w.hold)
+					}
+					h1 := time.Now()
+					held.Add(int64(h1.Sub(h0)))
+					if r == 0 {
+						hot[worker] = append(hot[worker], span{h0, h1})
 					}
 					holders[r].Add(-1)
 				})
@@ -134,9 +152,13 @@ func runRow(b *testing.B, t *target, c contender, w workload) rowResult {
 	peaks := stopSampling()
 	after := t.stats(b)
 
-	r := rowResult{elapsed: elapsed, waits: slices.Concat(waits...), peaks: peaks}
+	r := rowResult{elapsed: elapsed, waits: slices.Concat(waits...), peaks: peaks, hot: slices.Concat(hot...)}
 	r.sections = len(r.waits)
 	slices.Sort(r.waits)
+	if r.sections > 0 {
+		r.hold = time.Duration(held.Load() / int64(r.sections))
+	}
+	slices.SortFunc(r.hot, func(a, b span) int { return a.start.Compare(b.start) })
 	for i := range after {
 		r.primaries = append(r.primaries, after[i].sub(before[i]))
 	}
@@ -257,6 +279,29 @@ func (r rowResult) reportSpread(b *testing.B) {
 	b.ReportMetric(cmds, "cmds-max/mean")
 	b.ReportMetric(cpu, "cpu-max/mean")
 	b.ReportMetric(busiest, "busiest-cpu-us/section")
+}
+
+// reportHot reports hold-ms, the mean hold of all sections, and for r0, the most wanted
+// resource: r0-interval-ms, the mean time from the start of one of its sections to the start
+// of the next, and r0-gap-ms, the median time from the end of one to the start of the next
+// (the hand-over, when someone was waiting). With first-come, first-served waiting and every
+// goroutine queued on r0, the longest wait is about the number of goroutines times
+// r0-interval-ms.
+func (r rowResult) reportHot(b *testing.B) {
+	if r.sections == 0 {
+		return
+	}
+	b.ReportMetric(ms(r.hold), "hold-ms")
+	if len(r.hot) < 2 {
+		return
+	}
+	gaps := make([]time.Duration, 0, len(r.hot)-1)
+	for i := 1; i < len(r.hot); i++ {
+		gaps = append(gaps, r.hot[i].start.Sub(r.hot[i-1].end))
+	}
+	slices.Sort(gaps)
+	b.ReportMetric(ms(r.hot[len(r.hot)-1].start.Sub(r.hot[0].start))/float64(len(r.hot)-1), "r0-interval-ms")
+	b.ReportMetric(ms(gaps[len(gaps)/2]), "r0-gap-ms")
 }
 
 // idlePerSection returns the CPU, in µs, that the primaries would have used with no
