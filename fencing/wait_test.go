@@ -54,12 +54,13 @@ func TestWaiterWakesOnRelease(t *testing.T) {
 	}
 }
 
-// waitSubscribed waits until someone listens on resource's grant channel.
+// waitSubscribed waits until someone listens for the grants of resource: on a channel
+// <prefix>{resource}:grant... (each waiting Locker has one of its own, see grant.lua).
 func waitSubscribed(t *testing.T, r *redistest.Redis, resource string) {
 	t.Helper()
-	ch := r.Prefix + "{" + resource + "}:grant"
+	pattern := r.Prefix + "{" + resource + "}:grant*"
 	waitFor(t, 2*time.Second, "the subscription", func() bool {
-		return r.Client.PubSubNumSub(context.Background(), ch).Val()[ch] > 0
+		return len(r.Client.PubSubChannels(context.Background(), pattern).Val()) > 0
 	})
 }
 

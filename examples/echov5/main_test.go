@@ -308,7 +308,7 @@ func TestSignal(t *testing.T) {
 			code, _, _ := s.do(http.MethodPut, "/orders/2", `{"status":"paid"}`)
 			inFlight <- code
 		}()
-		waitForWaiter(t, client, keyPrefix+"{order:2}:grant")
+		waitForWaiter(t, client, keyPrefix+"{order:2}:grant*")
 		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 			t.Fatal(err)
 		}
@@ -360,17 +360,18 @@ func waitForShutdown(t *testing.T, base string) {
 	}
 }
 
-// waitForWaiter polls until a waiter listens on a lock's grant channel.
-func waitForWaiter(t *testing.T, client *redis.Client, channel string) {
+// waitForWaiter polls until a waiter listens on a channel that matches pattern: a lock's grant
+// channels (one per waiting Locker, or one for all of them).
+func waitForWaiter(t *testing.T, client *redis.Client, pattern string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		n, err := client.PubSubNumSub(context.Background(), channel).Result()
-		if err == nil && n[channel] > 0 {
+		chans, err := client.PubSubChannels(context.Background(), pattern).Result()
+		if err == nil && len(chans) > 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no waiter on %s", channel)
+			t.Fatalf("no waiter on %s", pattern)
 		}
 		time.Sleep(5 * time.Millisecond) // polling interval
 	}

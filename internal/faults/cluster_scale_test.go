@@ -251,8 +251,32 @@ type clusterWait struct {
 	last     time.Time // the latest acquisition
 }
 
-// grantChannel is the shard channel on which grants of resource are announced.
+// grantChannel is the shard channel on which grants of resource are announced, or the
+// prefix of those channels when each waiting Locker has one of its own (see grantSubscribers).
 func grantChannel(t testing.TB, resource string) string { return keyBase(t, resource) + "grant" }
+
+// grantSubscribers returns the subscriptions that node holds to channel, a grantChannel, and
+// to the channels that extend it, summed over them (PUBSUB SHARDCHANNELS and SHARDNUMSUB).
+func grantSubscribers(ctx context.Context, node *redisproc.Server, channel string) (int64, error) {
+	chans, err := node.Do(ctx, "PUBSUB", "SHARDCHANNELS", channel+"*").StringSlice()
+	if err != nil || len(chans) == 0 {
+		return 0, err
+	}
+	args := []any{"PUBSUB", "SHARDNUMSUB"}
+	for _, ch := range chans {
+		args = append(args, ch)
+	}
+	v, err := node.Do(ctx, args...).Slice()
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for i := 1; i < len(v); i += 2 {
+		k, _ := v[i].(int64)
+		n += k
+	}
+	return n, nil
+}
 
 // lockerName is the client name of the i-th waiting Locker's connections.
 func lockerName(i int) string { return "fk-locker-" + strconv.Itoa(i) }
@@ -351,8 +375,8 @@ func (w *clusterWait) waitQueued(n int64) {
 	})
 }
 
-// waitSubscribed waits until n subscribers listen on each resource's channel, on the
-// primary that serves it (PUBSUB SHARDNUMSUB).
+// waitSubscribed waits until n subscribers listen on each resource's grant channels, on the
+// primary that serves it (see grantSubscribers).
 func (w *clusterWait) waitSubscribed(names []string, n int64) {
 	w.t.Helper()
 	ctx := context.Background()
@@ -360,8 +384,8 @@ func (w *clusterWait) waitSubscribed(names []string, n int64) {
 		channel := grantChannel(w.t, name)
 		owner := w.cl.NodeFor(channel)
 		waitUntil(w.t, 15*time.Second, "the subscriptions to "+channel, func() bool {
-			v, err := owner.Do(ctx, "PUBSUB", "SHARDNUMSUB", channel).Slice()
-			return err == nil && len(v) == 2 && v[1] == n
+			got, err := grantSubscribers(ctx, owner, channel)
+			return err == nil && got == n
 		})
 	}
 }
@@ -377,8 +401,8 @@ func (w *clusterWait) follow(names []string, n int64) time.Duration {
 		channel := grantChannel(w.t, name)
 		owner := w.cl.NodeFor(channel)
 		waitUntil(w.t, 10*time.Second, "the subscriptions to "+channel+" on its new primary "+owner.Addr(), func() bool {
-			v, err := owner.Do(ctx, "PUBSUB", "SHARDNUMSUB", channel).Slice()
-			return err == nil && len(v) == 2 && v[1] == n
+			got, err := grantSubscribers(ctx, owner, channel)
+			return err == nil && got == n
 		})
 	}
 	return time.Since(begin)

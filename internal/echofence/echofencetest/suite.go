@@ -239,11 +239,11 @@ func maxWait(t *testing.T, d Driver) {
 
 	done := make(chan int, 1)
 	go func() { done <- v.serve(http.MethodPut, "/long/1").Code }()
-	// The waiter subscribes to the grant channel after its first attempt failed.
-	channel := strings.TrimSuffix(v.lockKeys()[0], "lock") + "grant"
-	eventually(t, 5*time.Second, "a waiter on "+channel, func() bool {
-		n, _ := v.r.Client.PubSubNumSub(context.Background(), channel).Result()
-		return n[channel] > 0
+	// The waiter subscribes to a grant channel after its first attempt failed.
+	pattern := strings.TrimSuffix(v.lockKeys()[0], "lock") + "grant*"
+	eventually(t, 5*time.Second, "a waiter on "+pattern, func() bool {
+		chans, _ := v.r.Client.PubSubChannels(context.Background(), pattern).Result()
+		return len(chans) > 0
 	})
 	if err := lock.Release(t.Context()); err != nil {
 		t.Fatal(err)
