@@ -75,7 +75,8 @@ end
 -- grant_next hands the free lock to the waiter of element, just popped from the head of
 -- the queue, or if it is dead to the next live one: it sets the lock to "<element>:<token>+"
 -- with the lease that the waiter's Locker asked for and announces "<element>:<token>" as
--- opts says.
+-- opts says, on "<prefix><tag>:grant:<id>", the channel of the waiter's Locker alone, so that
+-- no other waiting Locker is woken.
 -- Dead waiters are dropped on the way. self is the calling Locker's id and self_entry its
 -- waiter value: it is not notified (the caller gets the grant in the reply) and its key need
 -- not be read. Returns {element, token}, or nil when nobody waits (element is nil).
@@ -97,7 +98,7 @@ local function grant_next(element, opts, self, self_entry)
         redis.call('SET', KEYS[1], value .. '+', 'PX', lease)
         local publish = string.sub(opts, 1, 1)
         if id ~= self and publish ~= '-' then
-          local channel = string.sub(KEYS[3], 1, -6) .. 'grant'
+          local channel = string.sub(KEYS[3], 1, -6) .. 'grant:' .. id
           redis.call(publish == 'S' and 'SPUBLISH' or 'PUBLISH', channel, value)
         end
         return {element, token}

@@ -14,14 +14,15 @@ type keys struct {
 	lock    string // "<owner>:<token>", with the lease as its TTL
 	fence   string // the token counter
 	queue   string // the waiting Lockers' ids, in order (see grant.lua)
-	channel string // grants to waiters are announced here
+	channel string // grants to a Locker's waiters are announced on channel + ":<Locker id>"
 }
 
 // resourceKeys returns the keys of resource under prefix.
 //
 // A name without '{' or '}' is used as it is: <prefix>{R}:lock, <prefix>{R}:fence,
-// <prefix>{R}:queue, the waiting Lockers' keys <prefix>{R}:w:<id> and the channel
-// <prefix>{R}:grant. Any other name is encoded as unpadded base64url,
+// <prefix>{R}:queue, the waiting Lockers' keys <prefix>{R}:w:<id> and channels
+// <prefix>{R}:grant:<id> (channel is <prefix>{R}:grant, which each Locker extends with its
+// id). Any other name is encoded as unpadded base64url,
 // which never contains a brace, with a ":b64" marker after the tag:
 // <prefix>{base64url(R)}:b64:lock. The marker keeps the two forms apart: a plain key has
 // ":lock" right after the first '}', an encoded one ":b64:lock". The tag is never empty

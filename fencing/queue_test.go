@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -312,6 +313,109 @@ func TestHandOverRoundTrips(t *testing.T) {
 				t.Errorf("the waiter's client sent %d commands between the release and holding the lock, want %d", res.sent, tc.want)
 			}
 		})
+	}
+}
+
+// TestDoGrantDatedByOwnRelease checks that a release dates the grants after it: Locker A's
+// waiters a1 and a2 are queued with B's b1 between them (a1, b1, a2), and a1 holds the lock
+// for longer than half a grant's lease. Nothing A sent meanwhile saw another's token held (a2
+// joined with RPUSHX; a2's polls saw a1's own grant), so without the date of a1's release the
+// grant to a2, announced after b1's section, would count its lease from a1's join, show less
+// than half of it left and be extended before Do runs fn: a round trip on every hand-over of
+// a busy resource. Inside Do, A sends no extension (OpExtend) at all. b1's section starts
+// once a1's Do has returned, after the reply to a1's release: a grant announced before that
+// reply is read is dated by older calls.
+func TestDoGrantDatedByOwnRelease(t *testing.T) {
+	r := redistest.New(t)
+	holder, b := process(t, r), process(t, r)
+	var extends atomic.Int32
+	a := process(t, r, fencing.WithHooks(fencing.Hooks{End: func(_ context.Context, e fencing.Event) {
+		if e.Op == fencing.OpExtend {
+			extends.Add(1)
+		}
+	}}))
+	held := mustAcquire(t, holder, "res", fencing.WithTTL(time.Hour))
+	tokens := make(chan string, 3)
+	errs := make(chan error, 3)
+	a1Done := make(chan struct{})
+	do := func(l *fencing.Locker, name string, work func()) {
+		errs <- l.Do(t.Context(), "res", func(ctx context.Context) error {
+			token, _ := fencing.TokenFromContext(ctx)
+			tokens <- fmt.Sprintf("%s:%d", name, token)
+			work()
+			return nil
+		})
+	}
+	go func() {
+		defer close(a1Done)
+		// The section's work: longer than half a grant's lease (1.5s).
+		do(a, "a1", func() { time.Sleep(1600 * time.Millisecond) })
+	}()
+	waitFor(t, 5*time.Second, "a1 in the queue", func() bool { return queueLen(r, "res") == 1 })
+	go do(b, "b1", func() { <-a1Done })
+	waitFor(t, 5*time.Second, "b1 in the queue", func() bool { return queueLen(r, "res") == 2 })
+	go do(a, "a2", func() {})
+	waitFor(t, 5*time.Second, "a2 in the queue", func() bool { return queueLen(r, "res") == 3 })
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(tokens)
+	var got []string
+	for s := range tokens {
+		got = append(got, s)
+	}
+	want := []string{
+		fmt.Sprintf("a1:%d", held.Token()+1), fmt.Sprintf("b1:%d", held.Token()+2), fmt.Sprintf("a2:%d", held.Token()+3),
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("served %v, want %v", got, want)
+	}
+	if n := extends.Load(); n != 0 {
+		t.Errorf("A extended %d grants before running fn, want 0", n)
+	}
+}
+
+// TestGrantChannelPerLocker checks that each waiting Locker hears the grants of a resource on
+// a channel of its own, <prefix>{R}:grant:<Locker id>, so that a grant wakes the Locker it is
+// for and no other, and a release costs Redis the same however many Lockers wait.
+func TestGrantChannelPerLocker(t *testing.T) {
+	r := redistest.New(t)
+	holder, a, b := process(t, r), process(t, r), process(t, r)
+	held := mustAcquire(t, holder, "res", fencing.WithTTL(time.Hour))
+	gotA := acquireAsync(t.Context(), a, "res")
+	waitFor(t, 5*time.Second, "A's waiter in the queue", func() bool { return queueLen(r, "res") == 1 })
+	gotB := acquireAsync(t.Context(), b, "res")
+	waitFor(t, 5*time.Second, "B's waiter in the queue", func() bool { return queueLen(r, "res") == 2 })
+	base := r.Prefix + "{res}:grant"
+	want := []string{base + ":" + fencing.ID(a), base + ":" + fencing.ID(b)}
+	waitFor(t, 5*time.Second, "the subscriptions", func() bool {
+		return len(r.Client.PubSubChannels(t.Context(), base+"*").Val()) == 2
+	})
+	chans := r.Client.PubSubChannels(t.Context(), base+"*").Val()
+	slices.Sort(chans)
+	slices.Sort(want)
+	if !slices.Equal(chans, want) {
+		t.Fatalf("grant channels %v, want %v", chans, want)
+	}
+	for ch, n := range r.Client.PubSubNumSub(t.Context(), chans...).Val() {
+		if n != 1 {
+			t.Errorf("%s: %d subscribers, want 1", ch, n)
+		}
+	}
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, got := range []<-chan acquired{gotA, gotB} {
+		res := <-got
+		if res.err != nil {
+			t.Fatal(res.err)
+		}
+		_ = res.lock.Release(t.Context())
 	}
 }
 

@@ -17,7 +17,8 @@ import (
 // Waiting (see docs/waiting.md). A waiter that finds the resource busy joins its queue in
 // Redis, one element "<Locker id>.<n>" per waiter. The release script grants the lock to the
 // head element with a new token and a short lease (grantLease) and announces
-// "<element>:<token>" on the resource's channel (to the releasing Locker itself, in its reply);
+// "<element>:<token>" on the channel of the resource and the element's Locker alone,
+// "<keys.channel>:<Locker id>" (to the releasing Locker itself, in its reply);
 // the waiter returns without another round trip (Acquire first extends the lock to its TTL).
 // A Locker's waiter key per resource ("w:<id>") marks its elements alive; its longest-waiting
 // waiter there polls every pollEvery (poll.lua) to renew the key, put back dropped elements and
@@ -92,7 +93,7 @@ var errEnded = errors.New("fencing: wait ended")
 func newWaiting(l *Locker, usable bool) *waiting {
 	id, _ := newOwner() // on a broken random source, "" still works within one Locker
 	ws := &waiting{l: l, id: id, idArg: id, publish: '-', done: make(chan struct{}), lines: map[string]*line{}, byElem: map[string]*waiter{}}
-	heard, ready := ws.heard, func(ch string) { ws.kick(ch, true) }
+	heard, ready := ws.heard, func(ch string) { ws.kick(strings.TrimSuffix(ch, ":"+ws.id), true) }
 	switch c := l.client.(type) {
 	case *redis.Ring:
 	case *redis.ClusterClient:
@@ -363,28 +364,29 @@ func (ws *waiting) deliver(k keys, elem string, token int64, start time.Time, to
 	}
 }
 
-// heard handles an announcement on ch: "<element>:<token>".
+// heard handles an announcement on this Locker's channel ch: "<element>:<token>".
 func (ws *waiting) heard(ch, payload string) {
 	if elem, token, ok := splitValue(payload); ok {
-		ws.deliver(channelKeys(ch), elem, token, time.Time{}, true)
+		ws.deliver(channelKeys(strings.TrimSuffix(ch, ":"+ws.id)), elem, token, time.Time{}, true)
 	}
 }
 
 // saw records that a reply to a call sent at sent showed held as the lock value of k: a grant
-// to one of this Locker's waiters is delivered, another's token dates the grants after it.
+// to one of this Locker's waiters is delivered, and the token, whoever's (a release's own
+// too), dates the grants after it.
 func (ws *waiting) saw(k keys, sent time.Time, held string) {
 	owner, token, ok := splitValue(held)
-	switch {
-	case !ok:
-	case ws.mine(owner):
-		ws.deliver(k, owner, token, time.Time{}, false)
-	default:
-		ws.mu.Lock()
-		if ln := ws.lines[k.channel]; ln != nil && sent.After(ln.seen) {
-			ln.seen, ln.seenOf = sent, token
-		}
-		ws.mu.Unlock()
+	if !ok {
+		return
 	}
+	if ws.mine(owner) {
+		ws.deliver(k, owner, token, time.Time{}, false) // dated by older calls
+	}
+	ws.mu.Lock()
+	if ln := ws.lines[k.channel]; ln != nil && sent.After(ln.seen) {
+		ln.seen, ln.seenOf = sent, token
+	}
+	ws.mu.Unlock()
 }
 
 // released records what a release sent at sent learnt: the lock value it found held, and a
@@ -427,7 +429,7 @@ func (ws *waiting) enter(ctx context.Context, k keys, patience time.Duration) (*
 		ln = &line{k: k, ready: make(chan struct{}), since: time.Now().UnixMilli()}
 		ws.lines[k.channel] = ln
 		if ws.notes != nil {
-			ws.notes.listen(k.channel, true)
+			ws.notes.listen(k.channel+":"+ws.id, true)
 		}
 	}
 	ln.users++
@@ -461,7 +463,7 @@ func (ws *waiting) exit(ln *line) {
 		if ln.users == 0 && ws.lines[ln.k.channel] == ln && !ws.closed.Load() {
 			delete(ws.lines, ln.k.channel)
 			if ws.notes != nil {
-				ws.notes.listen(ln.k.channel, false)
+				ws.notes.listen(ln.k.channel+":"+ws.id, false)
 			}
 		}
 	})
