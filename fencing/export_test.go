@@ -1,5 +1,11 @@
 package fencing
 
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
 // Waiters returns the number of waiters queued in l, for tests.
 func Waiters(l *Locker) int {
 	l.waits.mu.Lock()
@@ -27,4 +33,13 @@ func Queued(l *Locker) int {
 		}
 	}
 	return n
+}
+
+// LoadScripts loads the acquire and poll scripts into c's server and returns their SHA1
+// digests, for tests that spot their EVALSHA.
+func LoadScripts(ctx context.Context, c redis.Scripter) (acquire, poll string, err error) {
+	if err := acquireScript.Load(ctx, c).Err(); err != nil {
+		return "", "", err
+	}
+	return acquireScript.Hash(), pollScript.Hash(), pollScript.Load(ctx, c).Err()
 }

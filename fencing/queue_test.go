@@ -751,3 +751,114 @@ func TestDoGrantStartsShortAndRenews(t *testing.T) {
 		t.Errorf("the grant's lease: %v, want at most 3s", granted)
 	}
 }
+
+// gate holds the first command, once armed, whose arguments match, until unblock is closed;
+// blocked receives when it holds one, and finished is closed once that command has run.
+type gate struct {
+	match             func(args []any) bool
+	armed             atomic.Bool
+	blocked           chan struct{}
+	unblock, finished chan struct{}
+}
+
+func newGate(match func(args []any) bool) *gate {
+	return &gate{match: match, blocked: make(chan struct{}, 1), unblock: make(chan struct{}), finished: make(chan struct{})}
+}
+
+func (*gate) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (*gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !g.match(cmd.Args()) || !g.armed.CompareAndSwap(true, false) {
+			return next(ctx, cmd)
+		}
+		g.blocked <- struct{}{}
+		<-g.unblock
+		defer close(g.finished)
+		return next(ctx, cmd)
+	}
+}
+
+// evalsha matches an EVALSHA of the script sha with at least n arguments in all.
+func evalsha(sha string, n int) func(args []any) bool {
+	return func(args []any) bool {
+		return len(args) >= n && strings.EqualFold(fmt.Sprint(args[0]), "evalsha") && args[1] == sha
+	}
+}
+
+// TestLeaveWaitsForPollInFlight holds a poll of a Locker's front waiter w1 between the moment
+// it read its waiters' elements as queued and its script, while the lock is granted to the
+// Locker's other waiter w2, queued in Redis before w1. Had w2 taken the lock and released it
+// before the poll's script ran, the script would find w2's element neither queued nor
+// holding, put it back as if dropped as dead, and a later poll could grant the lock to it, a
+// waiter long gone, without a message: the lock would stay held for a lease by nobody (on
+// miniredis, whose clock stands still, for good; the demo example hung so about once in
+// fifteen runs). So a waiter leaves only once a poll in flight is done, and no element is put
+// back.
+func TestLeaveWaitsForPollInFlight(t *testing.T) {
+	r := redistest.New(t)
+	holder := process(t, r)
+	c := r.NewClient(t)
+	acquireSHA, pollSHA, err := fencing.LoadScripts(t.Context(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	join := newGate(evalsha(acquireSHA, 10)) // an acquire script with a queue element
+	poll := newGate(evalsha(pollSHA, 7))     // a poll with at least one element
+	c.AddHook(join)
+	c.AddHook(poll)
+	a := fencing.New(c, fencing.WithPrefix(r.Prefix))
+	t.Cleanup(func() { _ = a.Close() })
+	w1Elem, w2Elem := fencing.ID(a)+".1", fencing.ID(a)+".2"
+
+	held := mustAcquire(t, holder, "res", fencing.WithTTL(time.Hour))
+	// w1 is first in a's line, but its join is held until w2's element is in Redis.
+	join.armed.Store(true)
+	got1 := acquireAsync(t.Context(), a, "res")
+	<-join.blocked
+	got2 := acquireAsync(t.Context(), a, "res")
+	waitFor(t, 5*time.Second, "w2 in the queue", func() bool { return queueLen(r, "res") == 1 })
+	poll.armed.Store(true)
+	close(join.unblock)
+	<-join.finished
+	select {
+	case <-poll.blocked: // w1, the front waiter, polls (at the subscription, or within a second)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the front waiter did not poll")
+	}
+	if q := r.Client.LRange(t.Context(), r.Prefix+"{res}:queue", 0, -1).Val(); !slices.Equal(q, []string{w2Elem, w1Elem}) {
+		t.Fatalf("queue %v, want [w2 w1] = %v", q, []string{w2Elem, w1Elem})
+	}
+	if err := held.Release(t.Context()); err != nil { // grants the lock to w2
+		t.Fatal(err)
+	}
+	release := func(res acquired) {
+		t.Helper()
+		if res.err != nil {
+			t.Fatal(res.err)
+		}
+		if err := res.lock.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case res := <-got2: // w2 left while the poll was in flight
+		release(res)
+		close(poll.unblock)
+	case <-time.After(300 * time.Millisecond):
+		close(poll.unblock)
+		release(<-got2)
+	}
+	<-poll.finished
+	if q := r.Client.LRange(t.Context(), r.Prefix+"{res}:queue", 0, -1).Val(); slices.Contains(q, w2Elem) {
+		t.Fatalf("queue %v after the poll: it put back w2's element %s, granted before", q, w2Elem)
+	}
+	release(<-got1)
+	if n := queueLen(r, "res"); n != 0 {
+		t.Fatalf("queue of %d after both waiters left, want it empty", n)
+	}
+}

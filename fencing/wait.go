@@ -273,9 +273,12 @@ func (l *Locker) poll(ctx context.Context, ln *line) error {
 }
 
 // leave takes w off its line. A grant to w that it did not take is released, which passes it
-// on; its element, if still queued, is removed.
+// on; its element, if still queued, is removed. It waits for a poll in flight, which would
+// put back as dropped the element of a grant w took and released meanwhile (a stale element).
 func (l *Locker) leave(w *waiter) {
 	ws, ln := l.waits, w.ln
+	ln.io.Lock()
+	defer ln.io.Unlock()
 	ws.mu.Lock()
 	ln.waiters = slices.DeleteFunc(ln.waiters, func(x *waiter) bool { return x == w })
 	delete(ws.byElem, w.elem) // no grant is delivered to w from now on
@@ -284,8 +287,6 @@ func (l *Locker) leave(w *waiter) {
 	if len(w.grant) > 0 { // nothing is sent to w any more
 		l.passOn(ln.k, (<-w.grant).value)
 	} else if inQueue {
-		ln.io.Lock()
-		defer ln.io.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 		defer cancel()
 		if n, err := l.client.LRem(ctx, ln.k.queue, 0, w.elem).Result(); err == nil && n == 0 {
