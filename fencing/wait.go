@@ -380,9 +380,7 @@ func (ws *waiting) saw(k keys, sent time.Time, held string) {
 	if !ok {
 		return
 	}
-	if ws.mine(owner) {
-		ws.deliver(k, owner, token, time.Time{}, false) // dated by older calls
-	}
+	ws.deliver(k, owner, token, time.Time{}, false) // if it is mine; dated by older calls
 	ws.mu.Lock()
 	if ln := ws.lines[k.channel]; ln != nil && sent.After(ln.seen) {
 		ln.seen, ln.seenOf = sent, token
