@@ -42,24 +42,31 @@ var pacedRate = flag.Float64("pacedrate", 2000,
 //     out of the 2,000, paced the same way.
 //
 // Each row reports sections/s, cmds/section and cpu-us/section (summed over the primaries,
-// as in BenchmarkManyResources), the waits for the lock, and how evenly the primaries shared
-// the work: cmds-max/mean and cpu-max/mean (the largest primary's commands or CPU over the
-// mean) and busiest-cpu-us/section (the busiest primary's CPU per section of the whole
-// cluster), the peak connections, and the primaries' wakeups/section and
-// preemptions/section (the voluntary and involuntary context switches of their event-loop
-// threads: how many commands a server serves per turn of its loop, and how often it loses
-// its CPU to another process). The paced rows also report the rate they offered
-// (offered/s) and the mean primary's CPU in percent of a core (core-%/primary).
-// idle-cpu-us/section is the part of cpu-us/section that the servers spend on their own
-// background work (cron, the cluster bus), measured for 1 s with no traffic before the
-// rows. On 3 and 6 primaries each row logs its cpu-us/section, with and without that part,
-// and its sections/s over the same row's on 1 primary. See README.md for the commands.
+// as in BenchmarkManyResources) with its part in the kernel (sys-cpu-us/section), the waits
+// for the lock, and how evenly the primaries shared the work: cmds-max/mean and
+// cpu-max/mean (the largest primary's commands or CPU over the mean) and
+// busiest-cpu-us/section (the busiest primary's CPU per section of the whole cluster), the
+// peak connections, and the primaries' wakeups/section and preemptions/section (the
+// voluntary and involuntary context switches of their event-loop threads: how many commands
+// a server serves per turn of its loop, and how often it loses its CPU to another process).
+// The paced rows also report the rate they offered (offered/s) and the mean primary's CPU in
+// percent of a core (core-%/primary). idle-cpu-us/section is the part of cpu-us/section that
+// the servers spend on their own background work (cron, the cluster bus), measured for 1 s
+// with no traffic before the rows. On 3 and 6 primaries each row logs its cpu-us/section,
+// with and without that part, and its sections/s over the same row's on 1 primary.
+//
+// With -callgrind the servers run under valgrind --tool=callgrind, and each row also reports
+// the instructions they executed per section in user space (server-Ir/section, summed over
+// the primaries; idle-Ir/section is its background part) and Ir-max/mean: figures that,
+// unlike CPU time, do not depend on how the servers and the client share the machine's CPUs.
+// The servers then run about 50 times slower: give -pacedrate 25. See README.md for the
+// commands.
 func BenchmarkCapacity(b *testing.B) {
 	results := make(map[int]map[string]rowResult) // by primaries, then row
 	for _, n := range capacityPrimaries {
 		b.Run(fmt.Sprintf("primaries=%d", n), func(b *testing.B) {
 			t := clusterOf(b, n)
-			idle := idleCPU(b, t)
+			idle := idleWork(b, t)
 			results[n] = make(map[string]rowResult)
 			for _, row := range capacityRows(n) {
 				b.Run(row.name, func(b *testing.B) {
@@ -143,15 +150,22 @@ func uniformWorkload() workload {
 	return w
 }
 
-// logScaling logs r's cpu-us/section, the same less idle-cpu-us/section, and sections/s, on
-// n primaries, over those of one, the same row on 1 primary, if n is more than 1 and both
-// ran.
+// logScaling logs r's cpu-us/section, the same less idle-cpu-us/section, its parts in user
+// space and in the kernel, and sections/s, on n primaries, over those of one, the same row on
+// 1 primary, if n is more than 1 and both ran; under callgrind, server-Ir/section too, with
+// and without idle-Ir/section.
 func logScaling(b *testing.B, r, one rowResult, n int) {
 	if n == 1 || r.sections == 0 || one.sections == 0 {
 		return
 	}
 	rate, _, cpu := r.perSection()
 	oneRate, _, oneCPU := one.perSection()
-	b.Logf("over 1 primary: cpu-us/section %.2fx (less idle %.2fx), sections/s %.2fx",
-		cpu/oneCPU, (cpu-r.idlePerSection())/(oneCPU-one.idlePerSection()), rate/oneRate)
+	idleCPU, idleIr := r.idlePerSection()
+	oneIdleCPU, oneIdleIr := one.idlePerSection()
+	sys, oneSys := r.sysPerSection(), one.sysPerSection()
+	b.Logf("over 1 primary: cpu-us/section %.2fx (less idle %.2fx; in user space %.2fx, in the kernel %.2fx), sections/s %.2fx",
+		cpu/oneCPU, (cpu-idleCPU)/(oneCPU-oneIdleCPU), (cpu-sys)/(oneCPU-oneSys), sys/oneSys, rate/oneRate)
+	if ir, oneIr := r.instructionsPerSection(), one.instructionsPerSection(); ir > 0 && oneIr > 0 {
+		b.Logf("over 1 primary: server-Ir/section %.3fx (less idle %.3fx)", ir/oneIr, (ir-idleIr)/(oneIr-oneIdleIr))
+	}
 }

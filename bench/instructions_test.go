@@ -46,7 +46,8 @@ func BenchmarkInstructions(b *testing.B) {
 				}
 			}
 			callgrind(b, "-z", pid)
-			before := dumps(b, dir)
+			glob := filepath.Join(dir, "callgrind.out.*")
+			before := dumps(b, glob)
 			b.ResetTimer()
 			for i := range b.N {
 				if err := op.run(ctx, "u"+strconv.Itoa(i%100)); err != nil {
@@ -55,7 +56,8 @@ func BenchmarkInstructions(b *testing.B) {
 			}
 			b.StopTimer()
 			callgrind(b, "-d", pid)
-			b.ReportMetric(float64(instructions(b, dir, before))/float64(b.N), "server-Ir/op")
+			n, _ := instructions(b, glob, before)
+			b.ReportMetric(float64(n)/float64(b.N), "server-Ir/op")
 		})
 	}
 }
@@ -68,34 +70,47 @@ func callgrind(b *testing.B, args ...string) {
 	}
 }
 
-// dumps lists the callgrind dumps in dir.
-func dumps(b *testing.B, dir string) []string {
+// dumps lists the callgrind dumps that glob matches.
+func dumps(b *testing.B, glob string) []string {
 	b.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "callgrind.out.*"))
+	files, err := filepath.Glob(glob)
 	if err != nil {
 		b.Fatal(err)
 	}
 	return files
 }
 
-// instructions waits for the dump that is not in before and returns its total instruction
-// count.
-func instructions(b *testing.B, dir string, before []string) int64 {
+// instructions waits for a dump that glob matches and that is not in before, and returns
+// its total instruction count and its path.
+func instructions(b *testing.B, glob string, before []string) (int64, string) {
 	b.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		for _, f := range dumps(b, dir) {
+		for _, f := range dumps(b, glob) {
 			if slices.Contains(before, f) {
 				continue
 			}
 			if n, ok := totals(f); ok {
-				return n
+				return n, f
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	b.Fatalf("no new callgrind dump in %s", dir)
-	return 0
+	b.Fatalf("no new callgrind dump matching %s", glob)
+	return 0, ""
+}
+
+// dumpInstructions makes the server of process pid, run under callgrind with its dumps in
+// dir, dump its counters, which zeroes them, and returns the instructions it executed since
+// its last dump (or its start). The dump is removed.
+func dumpInstructions(b *testing.B, dir, pid string) int64 {
+	b.Helper()
+	glob := filepath.Join(dir, "callgrind.out."+pid+".*")
+	before := dumps(b, glob)
+	callgrind(b, "-d", pid)
+	n, f := instructions(b, glob, before)
+	_ = os.Remove(f)
+	return n
 }
 
 // totals reads the "totals:" (or "summary:") line of a callgrind dump, once it is written.

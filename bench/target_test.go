@@ -2,9 +2,12 @@ package bench_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,7 +40,17 @@ type target struct {
 	primaries []*redis.Client
 	// prefix starts every key the family creates; it contains no '{' or '}'.
 	prefix string
+	// callgrind, when not empty, is the directory where the primaries, run under valgrind
+	// --tool=callgrind (-callgrind), write their dumps; instructions then holds the
+	// instructions each has executed since the target started, as far as stats has read.
+	callgrind    string
+	instructions []int64
 }
+
+// underCallgrind runs the servers of the cluster rows under callgrind.
+var underCallgrind = flag.Bool("callgrind", false,
+	"run the servers of the cluster rows under valgrind --tool=callgrind and report the instructions "+
+		"they execute per section (server-Ir/section); they run about 50 times slower, so lower -pacedrate")
 
 // noMaint turns off go-redis's maintenance notifications, which would add a command to
 // every new connection; CLIENT SETINFO is turned off with DisableIdentity for the same reason.
@@ -85,8 +98,24 @@ func clusterOf(b *testing.B, n int) *target {
 	if !redisproc.Available() {
 		b.Skip("redis-server is not on PATH: the cluster rows start a local cluster with it")
 	}
-	cl := redisproc.StartCluster(b, n)
+	var opts []redisproc.Option
+	dir := ""
+	if *underCallgrind {
+		if _, err := exec.LookPath("valgrind"); err != nil {
+			b.Fatalf("-callgrind: %v", err)
+		}
+		dir = b.TempDir()
+		opts = append(opts,
+			redisproc.Under("valgrind", "--tool=callgrind", "--callgrind-out-file="+filepath.Join(dir, "callgrind.out.%p")),
+			// A node under callgrind answers the cluster bus late; it must not be taken
+			// for failed.
+			redisproc.Args("--cluster-node-timeout", "60000"),
+			redisproc.Timeout(2*time.Minute))
+	}
+	cl := redisproc.StartCluster(b, n, opts...)
 	t := &target{
+		callgrind:    dir,
+		instructions: make([]int64, n),
 		newClient: func(dial dialFunc) redis.UniversalClient {
 			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Dialer: dial, DisableIdentity: true, MaintNotificationsConfig: noMaint})
 		},
@@ -116,12 +145,22 @@ var adminCommands = []string{"info", "client|list"}
 type serverStats struct {
 	// commands is total_commands_processed: every command, those run by scripts included.
 	commands int64
-	// cpu is used_cpu_sys + used_cpu_user: the CPU time of the whole server process.
-	cpu time.Duration
+	// cpu is used_cpu_sys + used_cpu_user: the CPU time of the whole server process; sys
+	// is used_cpu_sys, its part in the kernel (system calls: epoll_wait, reads, writes).
+	cpu, sys time.Duration
 	// adminCalls and adminTime are the calls of adminCommands and the time the server spent
 	// executing them (commandstats calls and usec).
 	adminCalls int64
 	adminTime  time.Duration
+	// instructions is how many instructions the server has executed, when it runs under
+	// callgrind (target.callgrind); 0 otherwise.
+	instructions int64
+	// pid is the server's process id, as INFO server gives it.
+	pid string
+	// at is when a reading was taken (under callgrind, when the server dumped); span is how
+	// long a difference of two readings lasted.
+	at   time.Time
+	span time.Duration
 	// wakeups and preemptions are the voluntary and involuntary context switches of the
 	// server's main thread, which runs its event loop: a wakeup ends a wait in epoll_wait, a
 	// preemption is the kernel giving the CPU to another process. Read from
@@ -132,12 +171,15 @@ type serverStats struct {
 // sub returns the work done between an earlier reading and s.
 func (s serverStats) sub(earlier serverStats) serverStats {
 	return serverStats{
-		commands:    s.commands - earlier.commands,
-		cpu:         s.cpu - earlier.cpu,
-		adminCalls:  s.adminCalls - earlier.adminCalls,
-		adminTime:   s.adminTime - earlier.adminTime,
-		wakeups:     s.wakeups - earlier.wakeups,
-		preemptions: s.preemptions - earlier.preemptions,
+		commands:     s.commands - earlier.commands,
+		instructions: s.instructions - earlier.instructions,
+		span:         s.at.Sub(earlier.at),
+		cpu:          s.cpu - earlier.cpu,
+		sys:          s.sys - earlier.sys,
+		adminCalls:   s.adminCalls - earlier.adminCalls,
+		adminTime:    s.adminTime - earlier.adminTime,
+		wakeups:      s.wakeups - earlier.wakeups,
+		preemptions:  s.preemptions - earlier.preemptions,
 	}
 }
 
@@ -150,7 +192,8 @@ func (s serverStats) work() (commands int64, cpu time.Duration) {
 
 // stats reads INFO stats, cpu and commandstats from every primary, in the order of
 // t.primaries, and the context switches of the process that INFO server names, which are
-// the server's only if the server runs on this machine.
+// the server's only if the server runs on this machine; under callgrind, also the
+// instructions each has executed (its INFO call included).
 func (t *target) stats(b *testing.B) []serverStats {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -164,6 +207,11 @@ func (t *target) stats(b *testing.B) []serverStats {
 		if err != nil {
 			b.Fatalf("INFO on %s: %v", c.Options().Addr, err)
 		}
+		if t.callgrind != "" {
+			t.instructions[i] += dumpInstructions(b, t.callgrind, all[i].pid)
+			all[i].instructions = t.instructions[i]
+		}
+		all[i].at = time.Now()
 	}
 	return all
 }
@@ -178,7 +226,8 @@ func parseStats(info string) (serverStats, error) {
 		}
 	}
 	var s serverStats
-	s.wakeups, s.preemptions = contextSwitches(fields["process_id"])
+	s.pid = fields["process_id"]
+	s.wakeups, s.preemptions = contextSwitches(s.pid)
 	var err error
 	if s.commands, err = strconv.ParseInt(fields["total_commands_processed"], 10, 64); err != nil {
 		return s, fmt.Errorf("total_commands_processed: %w", err)
@@ -188,7 +237,11 @@ func parseStats(info string) (serverStats, error) {
 		if err != nil {
 			return s, fmt.Errorf("%s: %w", name, err)
 		}
-		s.cpu += time.Duration(sec * float64(time.Second))
+		d := time.Duration(sec * float64(time.Second))
+		s.cpu += d
+		if name == "used_cpu_sys" {
+			s.sys = d
+		}
 	}
 	for _, name := range adminCommands {
 		stat, ok := fields["cmdstat_"+name]
@@ -271,21 +324,22 @@ func (t *target) deleteKeys(b *testing.B) {
 	}
 }
 
-// idleWindow is how long idleCPU watches the servers.
+// idleWindow is how long idleWork watches the servers.
 const idleWindow = time.Second
 
-// idleCPU watches t's primaries for idleWindow while the benchmark sends them nothing and
-// returns the CPU time they used per second, summed over the primaries: the servers' own
-// background work (cron, the cluster bus), which cpu-us/section includes.
-func idleCPU(b *testing.B, t *target) time.Duration {
+// idleWork watches t's primaries for idleWindow while the benchmark sends them nothing and
+// returns the work each did, with its span: the servers' own background work (cron, the
+// cluster bus), which the rows' figures include. A primary's span is its own, from its first
+// reading to its second: under callgrind, reading the others' counters makes it longer than
+// idleWindow.
+func idleWork(b *testing.B, t *target) []serverStats {
 	b.Helper()
 	before := t.stats(b)
 	time.Sleep(idleWindow) // the measurement's window
 	after := t.stats(b)
-	var cpu time.Duration
+	idle := make([]serverStats, len(after))
 	for i := range after {
-		_, c := after[i].sub(before[i]).work()
-		cpu += c
+		idle[i] = after[i].sub(before[i])
 	}
-	return time.Duration(float64(cpu) / idleWindow.Seconds())
+	return idle
 }

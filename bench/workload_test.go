@@ -60,9 +60,9 @@ type rowResult struct {
 	primaries []serverStats
 	// peaks are the processes' connections at the peak.
 	peaks connPeaks
-	// idle is the CPU time the primaries use per second with no traffic, summed over them,
-	// when the benchmark measured it (idleCPU); 0 if not.
-	idle time.Duration
+	// idle is the work each primary did with no traffic during a span of its own, when the
+	// benchmark measured it (idleWork); empty if not.
+	idle []serverStats
 	// hold is the mean time a section held the lock: w.hold, and however long the sleep
 	// overran it.
 	hold time.Duration
@@ -106,8 +106,9 @@ func runRow(b *testing.B, t *target, c contender, w workload) rowResult {
 	waits := make([][]time.Duration, workers) // one wait per section, per worker
 	var held atomic.Int64                     // the holds' total, ns
 	hot := make([][]span, workers)            // the holds on r0, the most wanted resource, per worker
-	before := t.stats(b)
+	// The connection samples that open and close the row fall outside its figures.
 	stopSampling := sampleConnections(b, t, tracker, w.processes)
+	before := t.stats(b)
 	b.ResetTimer()
 	begin := time.Now()
 	deadline := begin.Add(*rowTime)
@@ -149,8 +150,8 @@ func runRow(b *testing.B, t *target, c contender, w workload) rowResult {
 	wg.Wait()
 	elapsed := time.Since(begin)
 	b.StopTimer()
-	peaks := stopSampling()
 	after := t.stats(b)
+	peaks := stopSampling()
 
 	r := rowResult{elapsed: elapsed, waits: slices.Concat(waits...), peaks: peaks, hot: slices.Concat(hot...)}
 	r.sections = len(r.waits)
@@ -196,9 +197,13 @@ func pace(ctx context.Context, perSecond float64, deadline time.Time) (next func
 // connect opens a connection from client to every primary it knows.
 func connect(ctx context.Context, client redis.UniversalClient) error {
 	if cc, ok := client.(*redis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		if err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
 			return node.Ping(ctx).Err()
-		})
+		}); err != nil {
+			return err
+		}
+		// The first command through the cluster client also loads its command table
+		// (COMMAND, a large reply, once per client).
 	}
 	return client.Ping(ctx).Err()
 }
@@ -222,7 +227,8 @@ func (r rowResult) perSection() (rate, cmds, cpuUS float64) {
 	return n / r.elapsed.Seconds(), float64(commands) / n, us(cpu) / n
 }
 
-// reportCost reports sections/s, cmds/section and cpu-us/section, and suppresses ns/op,
+// reportCost reports sections/s, cmds/section, cpu-us/section and its part in the kernel,
+// sys-cpu-us/section, and under callgrind server-Ir/section, and suppresses ns/op,
 // which the benchmark's b.N does not drive. It reports nothing when no section ran.
 func (r rowResult) reportCost(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
@@ -233,6 +239,29 @@ func (r rowResult) reportCost(b *testing.B) {
 	b.ReportMetric(rate, "sections/s")
 	b.ReportMetric(cmds, "cmds/section")
 	b.ReportMetric(cpu, "cpu-us/section")
+	b.ReportMetric(r.sysPerSection(), "sys-cpu-us/section")
+	if ir := r.instructionsPerSection(); ir > 0 {
+		b.ReportMetric(ir, "server-Ir/section")
+	}
+}
+
+// sysPerSection returns the primaries' CPU in the kernel per section, in µs, summed over them.
+func (r rowResult) sysPerSection() float64 {
+	var sys time.Duration
+	for _, p := range r.primaries {
+		sys += p.sys
+	}
+	return us(sys) / float64(r.sections)
+}
+
+// instructionsPerSection returns the instructions the primaries executed per section,
+// summed over them, when they run under callgrind; 0 otherwise.
+func (r rowResult) instructionsPerSection() float64 {
+	var n int64
+	for _, s := range r.primaries {
+		n += s.instructions
+	}
+	return float64(n) / float64(r.sections)
 }
 
 // reportWaits reports the median, 99th percentile and longest waits for the lock.
@@ -255,30 +284,38 @@ func (r rowResult) reportConns(b *testing.B) {
 }
 
 // spread returns how evenly the work spread over the primaries: the largest primary's
-// commands and CPU over the mean of all primaries', and the busiest primary's CPU per
-// section, in µs.
-func (r rowResult) spread() (cmdsMaxMean, cpuMaxMean, busiestCPUUS float64) {
-	var cmdSum, cmdMax int64
+// commands, CPU and instructions (0 when not under callgrind) over the mean of all
+// primaries', and the busiest primary's CPU per section, in µs.
+func (r rowResult) spread() (cmdsMaxMean, cpuMaxMean, irMaxMean, busiestCPUUS float64) {
+	var cmdSum, cmdMax, irSum, irMax int64
 	var cpuSum, cpuMax time.Duration
 	for _, s := range r.primaries {
 		n, c := s.work()
 		cmdSum, cmdMax = cmdSum+n, max(cmdMax, n)
 		cpuSum, cpuMax = cpuSum+c, max(cpuMax, c)
+		irSum, irMax = irSum+s.instructions, max(irMax, s.instructions)
 	}
 	k := float64(len(r.primaries))
+	if irSum > 0 {
+		irMaxMean = float64(irMax) / (float64(irSum) / k)
+	}
 	return float64(cmdMax) / (float64(cmdSum) / k), float64(cpuMax) / (float64(cpuSum) / k),
-		us(cpuMax) / float64(r.sections)
+		irMaxMean, us(cpuMax) / float64(r.sections)
 }
 
-// reportSpread reports cmds-max/mean, cpu-max/mean and busiest-cpu-us/section (see spread).
+// reportSpread reports cmds-max/mean, cpu-max/mean, busiest-cpu-us/section and, under
+// callgrind, Ir-max/mean (see spread).
 func (r rowResult) reportSpread(b *testing.B) {
 	if r.sections == 0 {
 		return
 	}
-	cmds, cpu, busiest := r.spread()
+	cmds, cpu, ir, busiest := r.spread()
 	b.ReportMetric(cmds, "cmds-max/mean")
 	b.ReportMetric(cpu, "cpu-max/mean")
 	b.ReportMetric(busiest, "busiest-cpu-us/section")
+	if ir > 0 {
+		b.ReportMetric(ir, "Ir-max/mean")
+	}
 }
 
 // reportHot reports hold-ms, the mean hold of all sections, and for r0, the most wanted
@@ -304,19 +341,36 @@ func (r rowResult) reportHot(b *testing.B) {
 	b.ReportMetric(ms(gaps[len(gaps)/2]), "r0-gap-ms")
 }
 
-// idlePerSection returns the CPU, in µs, that the primaries would have used with no
-// traffic (r.idle) over the row's elapsed time, per section: the part of cpu-us/section
-// that is the servers' own background work.
-func (r rowResult) idlePerSection() float64 {
-	return us(r.idle) * r.elapsed.Seconds() / float64(r.sections)
+// idlePerSection returns the CPU, in µs, and the instructions that the primaries would have
+// used with no traffic (r.idle) over the spans of their readings for the row, per section:
+// the part of cpu-us/section and server-Ir/section that is the servers' own background
+// work.
+func (r rowResult) idlePerSection() (cpuUS, ir float64) {
+	if len(r.idle) != len(r.primaries) {
+		return 0, 0
+	}
+	var cpu time.Duration
+	var n float64
+	for i, p := range r.primaries {
+		share := p.span.Seconds() / r.idle[i].span.Seconds()
+		_, idleCPU := r.idle[i].work()
+		cpu += time.Duration(float64(idleCPU) * share)
+		n += float64(r.idle[i].instructions) * share
+	}
+	return us(cpu) / float64(r.sections), n / float64(r.sections)
 }
 
-// reportIdle reports idle-cpu-us/section (see idlePerSection).
+// reportIdle reports idle-cpu-us/section and, under callgrind, idle-Ir/section (see
+// idlePerSection).
 func (r rowResult) reportIdle(b *testing.B) {
 	if r.sections == 0 {
 		return
 	}
-	b.ReportMetric(r.idlePerSection(), "idle-cpu-us/section")
+	cpu, ir := r.idlePerSection()
+	b.ReportMetric(cpu, "idle-cpu-us/section")
+	if ir > 0 {
+		b.ReportMetric(ir, "idle-Ir/section")
+	}
 }
 
 // reportSwitches reports the primaries' wakeups/section and preemptions/section (see

@@ -11,6 +11,7 @@ type Option func(*config)
 type config struct {
 	args      []string
 	env       []string
+	under     []string // the command line the server runs under, before its own
 	replicaOf *Server
 	cluster   bool
 	replicas  int // replicas per primary, for StartCluster
@@ -37,6 +38,15 @@ func Args(args ...string) Option {
 // By default the server inherits the test's environment unchanged.
 func Env(kv ...string) Option {
 	return func(c *config) { c.env = append(c.env, kv...) }
+}
+
+// Under runs the server under another program: command and its arguments come before the
+// server's executable and its arguments, as in
+// Under("valgrind", "--tool=callgrind", "--callgrind-out-file=/tmp/cg/callgrind.out.%p").
+// The program must run the server in its own process (valgrind and env do), so that PID,
+// Pause and Kill reach the server. Restart reuses it. By default the server runs directly.
+func Under(command ...string) Option {
+	return func(c *config) { c.under = append(c.under, command...) }
 }
 
 // ReplicaOf starts the server as a replica of primary (--replicaof), and makes Start wait

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -17,10 +18,12 @@ type process struct {
 	done chan struct{} // closed once the process has exited and been reaped
 }
 
-// spawn starts redis-server with args, its output appended to stdio. The child gets its
-// own process group, so that signals reach the children it forks (BGSAVE, AOF rewrite).
-func spawn(bin string, args, env []string, stdio *os.File) (*process, error) {
-	cmd := exec.Command(bin, args...)
+// spawn starts redis-server with args, its output appended to stdio; under, when not
+// empty, is the command line it runs under (see Under). The child gets its own process
+// group, so that signals reach the children it forks (BGSAVE, AOF rewrite).
+func spawn(under []string, bin string, args, env []string, stdio *os.File) (*process, error) {
+	line := append(append(slices.Clip(under), bin), args...)
+	cmd := exec.Command(line[0], line[1:]...)
 	cmd.Stdout, cmd.Stderr = stdio, stdio
 	if len(env) > 0 {
 		cmd.Env = append(os.Environ(), env...)

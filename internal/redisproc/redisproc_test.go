@@ -1,6 +1,7 @@
 package redisproc_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -163,6 +164,33 @@ func TestPauseResume(t *testing.T) {
 	s.Restart()
 	if err := client.Ping(c).Err(); err != nil {
 		t.Fatalf("PING after Pause, Kill and Restart: %v", err)
+	}
+}
+
+// TestUnder runs the server under nice, which lowers its priority and runs it in its own
+// process: the server's process must have that priority, before and after a restart.
+func TestUnder(t *testing.T) {
+	t.Parallel()
+	s := redisproc.Start(t, redisproc.Under("nice", "-n", "7"))
+	c := ctx(t)
+	for _, when := range []string{"after Start", "after Restart"} {
+		if err := s.Client(t).Ping(c).Err(); err != nil {
+			t.Fatalf("PING %s: %v", when, err)
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.PID()))
+		if err != nil {
+			t.Skipf("cannot read the server's state (no /proc?): %v", err)
+		}
+		// The fields after the command name, which is in parentheses: nice is the 17th.
+		nice := ""
+		if fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(fields) >= 17 {
+			nice = fields[16]
+		}
+		if nice != "7" {
+			t.Errorf("%s: process %d has nice %q, want 7: not run under nice", when, s.PID(), nice)
+		}
+		s.Kill()
+		s.Restart()
 	}
 }
 

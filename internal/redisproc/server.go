@@ -141,7 +141,7 @@ func (s *Server) launch(deadline time.Time) error {
 	if err != nil {
 		return err
 	}
-	p, err := spawn(s.bin, s.args(), s.cfg.env, stdio)
+	p, err := spawn(s.cfg.under, s.bin, s.args(), s.cfg.env, stdio)
 	_ = stdio.Close() // the child holds its own descriptor
 	if err != nil {
 		return err
