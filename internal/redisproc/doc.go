@@ -25,7 +25,8 @@
 //
 // Every wait is bounded (30 s by default, see Timeout); no wait relies on a fixed sleep.
 // The server executable is redis-server from PATH, or the one FENCING_REDIS_SERVER names
-// (EnvServer), such as valkey-server. Tests that use the package skip, through Require, when
+// (EnvServer), such as valkey-server, run directly or under another program (Under: valgrind
+// for the benchmarks' instruction counts). Tests that use the package skip, through Require, when
 // redis-server is not on PATH, and fail when FENCING_REDIS_SERVER names a missing executable.
 // The package needs a Unix system; process pauses are confirmed through /proc on Linux.
 package redisproc
