@@ -35,6 +35,19 @@ func Queued(l *Locker) int {
 	return n
 }
 
+// Granted returns the number of l's waiters to which a grant was delivered, for tests.
+func Granted(l *Locker) int {
+	l.waits.mu.Lock()
+	defer l.waits.mu.Unlock()
+	n := 0
+	for _, w := range l.waits.byElem {
+		if w.got {
+			n++
+		}
+	}
+	return n
+}
+
 // LoadScripts loads the acquire and poll scripts into c's server and returns their SHA1
 // digests, for tests that spot their EVALSHA.
 func LoadScripts(ctx context.Context, c redis.Scripter) (acquire, poll string, err error) {

@@ -17,7 +17,7 @@ type Lock struct {
 	keys     keys
 	value    string // the lock key's value while this acquisition holds it: "<owner>:<token>"
 	token    int64
-	acquired time.Time     // when the acquire script was sent (monotonic)
+	acquired time.Time     // when the acquire script was sent, or the grant taken (monotonic)
 	behind   time.Duration // how far the server clock was behind the last token (see Event)
 
 	validUntil atomic.Int64 // local lease deadline: nanoseconds since acquired

@@ -752,10 +752,55 @@ func TestDoGrantStartsShortAndRenews(t *testing.T) {
 	}
 }
 
+// TestDoGrantAnnouncedBeforeQueueReply holds the reply to the call that queued a waiter in
+// Do until the grant's announcement, on the Locker's pub/sub connection, has been delivered to
+// it: nothing orders the two connections. The grant is dated by the sending of that call, so
+// Do runs fn on the short grant without extending it first, as when the reply comes first.
+func TestDoGrantAnnouncedBeforeQueueReply(t *testing.T) {
+	r := redistest.New(t)
+	holder := process(t, r)
+	c := r.NewClient(t)
+	acquireSHA, _, err := fencing.LoadScripts(t.Context(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	join := newGate(evalsha(acquireSHA, 10)) // an acquire script with a queue element
+	join.replied = true
+	c.AddHook(join)
+	waiter := fencing.New(c, fencing.WithPrefix(r.Prefix))
+	t.Cleanup(func() { _ = waiter.Close() })
+
+	held := mustAcquire(t, holder, "res")
+	key := r.Prefix + "{res}:lock"
+	join.armed.Store(true)
+	var granted time.Duration
+	done := make(chan error, 1)
+	go func() {
+		done <- waiter.Do(t.Context(), "res", func(ctx context.Context) error {
+			granted = r.Client.PTTL(ctx, key).Val()
+			return nil
+		}, fencing.WithTTL(time.Minute))
+	}()
+	<-join.blocked // the waiter is queued; its Locker has not read the reply
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the grant delivered", func() bool { return fencing.Granted(waiter) == 1 })
+	close(join.unblock)
+	if err := <-done; err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	if granted > 3*time.Second || granted <= 0 {
+		t.Errorf("the lease when fn started: %v, want the grant's, at most 3s: Do extended a grant it could not date", granted)
+	}
+}
+
 // gate holds the first command, once armed, whose arguments match, until unblock is closed;
-// blocked receives when it holds one, and finished is closed once that command has run.
+// blocked receives when it holds one, and finished is closed once that command has run. With
+// replied set, the command runs first and the gate holds its reply from the caller.
 type gate struct {
 	match             func(args []any) bool
+	replied           bool
 	armed             atomic.Bool
 	blocked           chan struct{}
 	unblock, finished chan struct{}
@@ -776,10 +821,17 @@ func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if !g.match(cmd.Args()) || !g.armed.CompareAndSwap(true, false) {
 			return next(ctx, cmd)
 		}
+		defer close(g.finished)
+		var err error
+		if g.replied {
+			err = next(ctx, cmd)
+		}
 		g.blocked <- struct{}{}
 		<-g.unblock
-		defer close(g.finished)
-		return next(ctx, cmd)
+		if !g.replied {
+			err = next(ctx, cmd)
+		}
+		return err
 	}
 }
 

@@ -75,6 +75,7 @@ type waiter struct {
 	ln     *line
 	elem   string
 	joined bool          // its element is in the Redis queue
+	sent   time.Time     // when its element was first sent to Redis: any grant to it came later
 	got    bool          // a grant was delivered to it
 	grant  chan grant    // capacity 1
 	wake   chan struct{} // capacity 1: check with Redis now
@@ -198,6 +199,7 @@ func (l *Locker) join(ctx context.Context, cfg *config, resource string, w *wait
 	others := slices.ContainsFunc(ln.waiters, queued)
 	ln.waiters = append(ln.waiters, w)
 	ws.byElem[w.elem] = w
+	w.sent = time.Now()
 	entry := ""
 	if !time.Now().Before(ln.renewBy) || (cfg.timeFloor && !ln.floor) {
 		ln.floor = ln.floor || cfg.timeFloor
@@ -302,10 +304,8 @@ func (l *Locker) leave(w *waiter) {
 // shows at least half of the lease left; otherwise, and always for Acquire, it first extends
 // the lock to the TTL (with WAIT for WithReplicas).
 func (l *Locker) take(ctx context.Context, cfg *config, resource string, k keys, g grant) (*Lock, error) {
-	lock := &Lock{locker: l, hooks: cfg.hooks, resource: resource, keys: k, value: g.value, token: g.token, acquired: g.start, keyArgs: k.args(), valueArg: g.value}
-	if g.start.IsZero() {
-		lock.acquired = time.Now()
-	} else {
+	lock := &Lock{locker: l, hooks: cfg.hooks, resource: resource, keys: k, value: g.value, token: g.token, acquired: time.Now(), keyArgs: k.args(), valueArg: g.value}
+	if !g.start.IsZero() {
 		lock.setValidUntil(g.start, grantLease)
 	}
 	if cfg.renewed && cfg.replicas == 0 && time.Until(lock.deadline()) > grantLease/2 {
@@ -354,8 +354,11 @@ func (ws *waiting) deliver(k keys, elem string, token int64, start time.Time, to
 	}
 	if ok {
 		w.got = true
-		if start.IsZero() && ln.seenOf < token {
-			start = ln.seen // the grant came after the latest call that saw an older token held
+		if start.IsZero() { // granted after w's element was sent, and after any call that saw an older token
+			start = w.sent
+			if ln.seenOf < token && ln.seen.After(start) {
+				start = ln.seen
+			}
 		}
 		w.grant <- grant{token: token, value: value, start: start}
 	}
