@@ -17,7 +17,8 @@ const (
 	// envCallgrindPID names the environment variable with the process id of a redis-server
 	// that runs under valgrind --tool=callgrind, for BenchmarkInstructions.
 	envCallgrindPID = "FENCING_CALLGRIND_PID"
-	// envCallgrindDir names the directory that server writes its callgrind.out.* dumps to.
+	// envCallgrindDir names the directory that server writes its dumps to, as
+	// callgrind.out.<pid>.<n> (--callgrind-out-file=<dir>/callgrind.out.%p).
 	envCallgrindDir = "FENCING_CALLGRIND_DIR"
 )
 
@@ -46,8 +47,6 @@ func BenchmarkInstructions(b *testing.B) {
 				}
 			}
 			callgrind(b, "-z", pid)
-			glob := filepath.Join(dir, "callgrind.out.*")
-			before := dumps(b, glob)
 			b.ResetTimer()
 			for i := range b.N {
 				if err := op.run(ctx, "u"+strconv.Itoa(i%100)); err != nil {
@@ -55,9 +54,7 @@ func BenchmarkInstructions(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			callgrind(b, "-d", pid)
-			n, _ := instructions(b, glob, before)
-			b.ReportMetric(float64(n)/float64(b.N), "server-Ir/op")
+			b.ReportMetric(float64(dumpInstructions(b, dir, pid))/float64(b.N), "server-Ir/op")
 		})
 	}
 }
@@ -81,8 +78,8 @@ func dumps(b *testing.B, glob string) []string {
 }
 
 // instructions waits for a dump that glob matches and that is not in before, and returns
-// its total instruction count and its path.
-func instructions(b *testing.B, glob string, before []string) (int64, string) {
+// its total instruction count.
+func instructions(b *testing.B, glob string, before []string) int64 {
 	b.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
@@ -91,26 +88,25 @@ func instructions(b *testing.B, glob string, before []string) (int64, string) {
 				continue
 			}
 			if n, ok := totals(f); ok {
-				return n, f
+				return n
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	b.Fatalf("no new callgrind dump matching %s", glob)
-	return 0, ""
+	return 0
 }
 
 // dumpInstructions makes the server of process pid, run under callgrind with its dumps in
-// dir, dump its counters, which zeroes them, and returns the instructions it executed since
-// its last dump (or its start). The dump is removed.
+// dir as callgrind.out.<pid>.<n>, dump its counters, which zeroes them, and returns the
+// instructions it executed since its last dump, zeroing or start. The dump stays, for
+// callgrind_annotate.
 func dumpInstructions(b *testing.B, dir, pid string) int64 {
 	b.Helper()
 	glob := filepath.Join(dir, "callgrind.out."+pid+".*")
 	before := dumps(b, glob)
 	callgrind(b, "-d", pid)
-	n, f := instructions(b, glob, before)
-	_ = os.Remove(f)
-	return n
+	return instructions(b, glob, before)
 }
 
 // totals reads the "totals:" (or "summary:") line of a callgrind dump, once it is written.

@@ -759,16 +759,10 @@ func TestDoGrantStartsShortAndRenews(t *testing.T) {
 func TestDoGrantAnnouncedBeforeQueueReply(t *testing.T) {
 	r := redistest.New(t)
 	holder := process(t, r)
-	c := r.NewClient(t)
-	acquireSHA, _, err := fencing.LoadScripts(t.Context(), c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	acquireSHA, _ := scripts(t, r)
 	join := newGate(evalsha(acquireSHA, 10)) // an acquire script with a queue element
 	join.replied = true
-	c.AddHook(join)
-	waiter := fencing.New(c, fencing.WithPrefix(r.Prefix))
-	t.Cleanup(func() { _ = waiter.Close() })
+	waiter := hooked(t, r, join)
 
 	held := mustAcquire(t, holder, "res")
 	key := r.Prefix + "{res}:lock"
@@ -835,6 +829,28 @@ func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// scripts loads the acquire and poll scripts into r's server and returns their digests.
+func scripts(t *testing.T, r *redistest.Redis) (acquire, poll string) {
+	t.Helper()
+	acquire, poll, err := fencing.LoadScripts(t.Context(), r.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return acquire, poll
+}
+
+// hooked returns a Locker on a client of its own whose commands pass through hooks.
+func hooked(t *testing.T, r *redistest.Redis, hooks ...redis.Hook) *fencing.Locker {
+	t.Helper()
+	c := r.NewClient(t)
+	for _, h := range hooks {
+		c.AddHook(h)
+	}
+	l := fencing.New(c, fencing.WithPrefix(r.Prefix))
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
 // evalsha matches an EVALSHA of the script sha with at least n arguments in all.
 func evalsha(sha string, n int) func(args []any) bool {
 	return func(args []any) bool {
@@ -854,17 +870,10 @@ func evalsha(sha string, n int) func(args []any) bool {
 func TestLeaveWaitsForPollInFlight(t *testing.T) {
 	r := redistest.New(t)
 	holder := process(t, r)
-	c := r.NewClient(t)
-	acquireSHA, pollSHA, err := fencing.LoadScripts(t.Context(), c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	acquireSHA, pollSHA := scripts(t, r)
 	join := newGate(evalsha(acquireSHA, 10)) // an acquire script with a queue element
 	poll := newGate(evalsha(pollSHA, 7))     // a poll with at least one element
-	c.AddHook(join)
-	c.AddHook(poll)
-	a := fencing.New(c, fencing.WithPrefix(r.Prefix))
-	t.Cleanup(func() { _ = a.Close() })
+	a := hooked(t, r, join, poll)
 	w1Elem, w2Elem := fencing.ID(a)+".1", fencing.ID(a)+".2"
 
 	held := mustAcquire(t, holder, "res", fencing.WithTTL(time.Hour))
