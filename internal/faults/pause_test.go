@@ -214,7 +214,10 @@ func TestPausedHolder(t *testing.T) {
 	s := redisproc.Start(t)
 	h := startHolder(t, s, ttl)
 	pid := h.cmd.Process.Pid
-	other := newLocker(t, s.Client(t))
+	// The taker checks every 50ms for the lapsed lease (WithRetryBackoff's max; 1s by
+	// default): how soon it takes over is not under test here, and each round lasts a lease
+	// and one check.
+	other := newLocker(t, s.Client(t), fencing.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond))
 	var store fencedStore
 	var cancelled, doLost int
 	var maxCancel, minPause time.Duration
