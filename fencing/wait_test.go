@@ -3,6 +3,7 @@ package fencing_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -87,6 +88,56 @@ func TestWaiterWakesOnExpiry(t *testing.T) {
 	}
 	if a.lock.Token() != crashed.Token()+1 {
 		t.Fatalf("got token %d, want %d", a.lock.Token(), crashed.Token()+1)
+	}
+}
+
+// TestHolderCrashTakeover measures, on a real Redis, how soon after a crashed holder's lease
+// ends a waiter of another Locker holds the lock: nothing announces a lease that runs out, so
+// the waiter's poll finds it, every WithRetryBackoff max (at most a second, ±20% jitter). It
+// checks the bound docs/waiting.md states for the default and for a 100ms max, with a
+// loaded machine's slack, and logs the figures.
+func TestHolderCrashTakeover(t *testing.T) {
+	if !redistest.Real() {
+		t.Skip("needs a real Redis (FENCING_REDIS_ADDR): miniredis moves TTLs only with FastForward")
+	}
+	const (
+		lease  = 300 * time.Millisecond
+		rounds = 5
+	)
+	for _, tc := range []struct {
+		name  string
+		opts  []fencing.Option
+		bound time.Duration // the poll interval's most, jitter included
+	}{
+		{"default", nil, 1200 * time.Millisecond},
+		{"backoff-max-100ms", []fencing.Option{fencing.WithRetryBackoff(10*time.Millisecond, 100*time.Millisecond)}, 120 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := redistest.New(t)
+			crashed := newLocker(t, r) // its holders never release
+			waiter := newLocker(t, r, tc.opts...)
+			var worst time.Duration
+			for i := range rounds {
+				sent := time.Now()
+				held := mustAcquire(t, crashed, "res"+strconv.Itoa(i), fencing.WithTTL(lease))
+				lock, err := waiter.Acquire(t.Context(), "res"+strconv.Itoa(i))
+				after := time.Since(sent.Add(lease)) // from the lease's end at the latest
+				if err != nil {
+					t.Fatal(err)
+				}
+				if lock.Token() != held.Token()+1 {
+					t.Fatalf("got token %d, want %d", lock.Token(), held.Token()+1)
+				}
+				if err := lock.Release(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				worst = max(worst, after)
+			}
+			t.Logf("FIGURE holder-crash %s: lease %v, %d rounds, the waiter held the lock at most %v after the lease's end", tc.name, lease, rounds, worst.Round(time.Millisecond))
+			if slack := 500 * time.Millisecond; worst > tc.bound+slack {
+				t.Fatalf("the waiter held the lock %v after the lease's end, want at most %v (+%v slack)", worst, tc.bound, slack)
+			}
+		})
 	}
 }
 
