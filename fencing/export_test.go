@@ -56,3 +56,8 @@ func LoadScripts(ctx context.Context, c redis.Scripter) (acquire, poll string, e
 	}
 	return acquireScript.Hash(), pollScript.Hash(), pollScript.Load(ctx, c).Err()
 }
+
+// Listening reports whether l's subscription for resource's grants is confirmed, for tests.
+func Listening(l *Locker, resource string) bool {
+	return l.waits.listening(resourceKeys(l.cfg.prefix, resource).channel)
+}

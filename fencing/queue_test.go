@@ -789,6 +789,73 @@ func TestDoGrantAnnouncedBeforeQueueReply(t *testing.T) {
 	}
 }
 
+// TestSubscribedWhileQueueing holds a waiter's subscription (its connection's dial) and the
+// reply to the call that queued it, and releases the lock in between: the grant is announced
+// before anyone listens, and the subscription is confirmed before the waiter counts as
+// queued, so the confirmation wakes nobody. The waiter, which sent that call before it
+// listened, checks with Redis as soon as its reply is read, instead of after a poll interval
+// (a second, once subscribed).
+func TestSubscribedWhileQueueing(t *testing.T) {
+	r := redistest.New(t)
+	holder := process(t, r)
+	acquireSHA, _ := scripts(t, r)
+	join := newGate(evalsha(acquireSHA, 10)) // an acquire script with a queue element
+	join.replied = true
+	dial := &dialGate{unblock: make(chan struct{})}
+	c := r.NewClient(t)
+	if err := c.Ping(t.Context()).Err(); err != nil { // a pooled connection for the commands
+		t.Fatal(err)
+	}
+	c.AddHook(join)
+	c.AddHook(dial)
+	waiter := fencing.New(c, fencing.WithPrefix(r.Prefix), fencing.WithRetryBackoff(time.Millisecond, time.Second))
+	t.Cleanup(func() { _ = waiter.Close() })
+
+	held := mustAcquire(t, holder, "res")
+	dial.armed.Store(true)
+	join.armed.Store(true)
+	got := acquireAsync(t.Context(), waiter, "res")
+	<-join.blocked // queued in Redis; its Locker has not read the reply, nor subscribed
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	close(dial.unblock)
+	waitFor(t, 5*time.Second, "the subscription confirmed", func() bool { return fencing.Listening(waiter, "res") })
+	read := time.Now()
+	close(join.unblock)
+	a := <-got
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if d := a.at.Sub(read); d > 400*time.Millisecond {
+		t.Fatalf("the waiter held the lock %v after its queueing call's reply: it waited for a poll", d)
+	}
+	if a.lock.Token() != held.Token()+1 {
+		t.Fatalf("got token %d, want %d", a.lock.Token(), held.Token()+1)
+	}
+}
+
+// dialGate holds every new connection, once armed, until unblock is closed.
+type dialGate struct {
+	armed   atomic.Bool
+	unblock chan struct{}
+}
+
+func (g *dialGate) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if g.armed.Load() {
+			<-g.unblock
+		}
+		return next(ctx, network, addr)
+	}
+}
+
+func (*dialGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (*dialGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
 // gate holds the first command, once armed, whose arguments match, until unblock is closed;
 // blocked receives when it holds one, and finished is closed once that command has run. With
 // replied set, the command runs first and the gate holds its reply from the caller.

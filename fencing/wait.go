@@ -200,6 +200,7 @@ func (l *Locker) join(ctx context.Context, cfg *config, resource string, w *wait
 	ln.waiters = append(ln.waiters, w)
 	ws.byElem[w.elem] = w
 	w.sent = time.Now()
+	deaf := !ln.isReady // a grant announced before the subscription is confirmed is lost
 	entry := ""
 	if !time.Now().Before(ln.renewBy) || (cfg.timeFloor && !ln.floor) {
 		ln.floor = ln.floor || cfg.timeFloor
@@ -227,6 +228,11 @@ func (l *Locker) join(ctx context.Context, cfg *config, resource string, w *wait
 	w.joined = true
 	if entry != "" {
 		ln.renewBy = sent.Add(entryTTL - pollEvery) // the script wrote the key
+	}
+	if deaf && ln.isReady {
+		// Confirmed while this call was on its way: a grant to w may have been announced to
+		// nobody, and the front waiter's poll, woken by the confirmation, did not name w.
+		ln.wakeFront()
 	}
 	ws.mu.Unlock()
 	ws.saw(ln.k, sent, r.held)
@@ -471,7 +477,7 @@ func (ws *waiting) exit(ln *line) {
 	})
 }
 
-// kick makes ch's front queued waiter check with Redis now. With confirmed, the server has
+// kick makes ch's front waiter check with Redis now. With confirmed, the server has
 // just confirmed the subscription, perhaps on a new connection that lost an announcement.
 func (ws *waiting) kick(ch string, confirmed bool) {
 	ws.mu.Lock()
@@ -484,9 +490,15 @@ func (ws *waiting) kick(ch string, confirmed bool) {
 		ln.isReady = true
 		close(ln.ready)
 	}
-	if i := slices.IndexFunc(ln.waiters, queued); i >= 0 {
+	ln.wakeFront()
+}
+
+// wakeFront makes ln's front waiter poll: at once, or as soon as the call that queues it
+// returns. The caller holds ws.mu.
+func (ln *line) wakeFront() {
+	if w := ln.front(); w != nil {
 		select {
-		case ln.waiters[i].wake <- struct{}{}:
+		case w.wake <- struct{}{}:
 		default:
 		}
 	}
@@ -505,8 +517,16 @@ func (ws *waiting) listening(ch string) bool {
 func (ws *waiting) front(w *waiter) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	i := slices.IndexFunc(w.ln.waiters, func(x *waiter) bool { return !x.got })
-	return i >= 0 && w.ln.waiters[i] == w
+	return w.ln.front() == w
+}
+
+// front returns ln's longest-waiting waiter without a grant, or nil. The caller holds ws.mu.
+func (ln *line) front() *waiter {
+	i := slices.IndexFunc(ln.waiters, func(w *waiter) bool { return !w.got })
+	if i < 0 {
+		return nil
+	}
+	return ln.waiters[i]
 }
 
 // selfEntry returns this Locker's waiter key content for ch while it has elements queued
