@@ -759,9 +759,7 @@ func TestDoGrantStartsShortAndRenews(t *testing.T) {
 func TestDoGrantAnnouncedBeforeQueueReply(t *testing.T) {
 	r := redistest.New(t)
 	holder := process(t, r)
-	acquireSHA, _ := scripts(t, r)
-	join := newGate(evalsha(acquireSHA, 10)) // an acquire script with a queue element
-	join.replied = true
+	join := heldReply(t, r)
 	waiter := hooked(t, r, join)
 
 	held := mustAcquire(t, holder, "res")
@@ -798,9 +796,7 @@ func TestDoGrantAnnouncedBeforeQueueReply(t *testing.T) {
 func TestSubscribedWhileQueueing(t *testing.T) {
 	r := redistest.New(t)
 	holder := process(t, r)
-	acquireSHA, _ := scripts(t, r)
-	join := newGate(evalsha(acquireSHA, 10)) // an acquire script with a queue element
-	join.replied = true
+	join := heldReply(t, r)
 	dial := &dialGate{unblock: make(chan struct{})}
 	c := r.NewClient(t)
 	if err := c.Ping(t.Context()).Err(); err != nil { // a pooled connection for the commands
@@ -894,6 +890,16 @@ func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return err
 	}
+}
+
+// heldReply returns a gate that, once armed, holds the reply to the next call that queues a
+// waiter (an acquire script with a queue element) on r's server.
+func heldReply(t *testing.T, r *redistest.Redis) *gate {
+	t.Helper()
+	acquireSHA, _ := scripts(t, r)
+	g := newGate(evalsha(acquireSHA, 10))
+	g.replied = true
+	return g
 }
 
 // scripts loads the acquire and poll scripts into r's server and returns their digests.
