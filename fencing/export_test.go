@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -61,3 +62,7 @@ func LoadScripts(ctx context.Context, c redis.Scripter) (acquire, poll string, e
 func Listening(l *Locker, resource string) bool {
 	return l.waits.listening(resourceKeys(l.cfg.prefix, resource).channel)
 }
+
+// SetOutageWait sets how long l's waiters go on through Redis errors that can pass, for tests;
+// call it before l is used.
+func SetOutageWait(l *Locker, d time.Duration) { l.waits.outage = d }

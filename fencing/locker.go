@@ -128,8 +128,12 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...Option
 //
 // When ctx ends first, Acquire returns an error that matches both [ErrNotAcquired] and
 // ctx.Err() under errors.Is, and holds nothing: the waiter leaves the queue, and a lock
-// granted to it meanwhile goes to the next waiter. A Redis error ends the wait at once and is
-// returned as it is (it does not match ErrNotAcquired).
+// granted to it meanwhile goes to the next waiter. A Redis error on the way into the queue
+// ends the call at once and is returned as it is (it does not match ErrNotAcquired). Once
+// queued, a waiter keeps its place through errors that can pass by themselves (a lost
+// connection, a timeout, LOADING, READONLY, CLUSTERDOWN, MASTERDOWN, TRYAGAIN, BUSY: a restart
+// or a failover) and checks again with a back-off, for up to 30s of them in a row; the
+// error that ends the wait then also matches the last of them. Any other error ends it at once.
 func (l *Locker) Acquire(ctx context.Context, resource string, opts ...Option) (*Lock, error) {
 	return l.acquire(ctx, l.cfg.with(opts), resource)
 }

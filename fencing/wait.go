@@ -3,7 +3,9 @@ package fencing
 import (
 	"context"
 	"errors"
+	"io"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,10 +43,11 @@ const (
 // brings their grants.
 type waiting struct {
 	l       *Locker
-	id      string    // random; the Locker's id in the queues
-	idArg   any       // id boxed once, for the scripts' arguments
-	publish byte      // how the scripts announce: 'P' (PUBLISH), 'S' (SPUBLISH), '-' (none: Ring polls)
-	notes   *notifier // nil when waiters poll
+	id      string        // random; the Locker's id in the queues
+	idArg   any           // id boxed once, for the scripts' arguments
+	publish byte          // how the scripts announce: 'P' (PUBLISH), 'S' (SPUBLISH), '-' (none: Ring polls)
+	outage  time.Duration // outageWait; shorter in tests
+	notes   *notifier     // nil when waiters poll
 	seq     atomic.Uint64
 	closed  atomic.Bool
 	done    chan struct{} // closed by close
@@ -88,12 +91,33 @@ type grant struct {
 	start time.Time // the lease began after this; zero when unknown
 }
 
-// errEnded is queue's error when the wait ended: context, WithMaxWait or Close.
-var errEnded = errors.New("fencing: wait ended")
+// ended is queue's error when the wait ended: context, WithMaxWait or Close. last is the error
+// of the checks with Redis that failed since the last one that worked, nil if none did.
+type ended struct{ last error }
+
+func (e *ended) Error() string { return "fencing: wait ended" }
+
+// outageWait is how long a queued waiter goes on checking with Redis while every check fails
+// with an error that can pass (see passing): long enough for a restart, a Cluster's failover
+// with the default cluster-node-timeout (15s) and the CLUSTERDOWN of a primary that rejoins.
+const outageWait = 30 * time.Second
+
+// passing reports whether err can pass by itself: the connection failed or timed out, or the
+// server cannot serve the call yet (loading its data, a replica promoted or a primary demoted,
+// the cluster or the primary down, a slot moving, another script running, too many clients).
+func passing(err error) bool {
+	var ne net.Error
+	_, moved := redis.IsMovedError(err)
+	_, ask := redis.IsAskError(err)
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, redis.ErrPoolTimeout) || redis.IsLoadingError(err) || redis.IsReadOnlyError(err) ||
+		redis.IsClusterDownError(err) || redis.IsTryAgainError(err) || redis.IsMasterDownError(err) ||
+		redis.IsMaxClientsError(err) || redis.HasErrorPrefix(err, "BUSY ") || moved || ask
+}
 
 func newWaiting(l *Locker, usable bool) *waiting {
 	id, _ := newOwner() // on a broken random source, "" still works within one Locker
-	ws := &waiting{l: l, id: id, idArg: id, publish: '-', done: make(chan struct{}), lines: map[string]*line{}, byElem: map[string]*waiter{}}
+	ws := &waiting{l: l, id: id, idArg: id, publish: '-', outage: outageWait, done: make(chan struct{}), lines: map[string]*line{}, byElem: map[string]*waiter{}}
 	heard, ready := ws.heard, func(ch string) { ws.kick(strings.TrimSuffix(ch, ":"+ws.id), true) }
 	switch c := l.client.(type) {
 	case *redis.Ring:
@@ -139,14 +163,15 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 	for lock == nil && err == nil { // neither: the grant had lapsed, queue again
 		lock, err = l.queue(ctx, parent, cfg, resource, ln, &attempts)
 	}
-	if errors.Is(err, errEnded) {
+	var e *ended
+	if errors.As(err, &e) {
 		switch b := (&busyError{resource: resource, retryAfter: busy}); {
 		case ws.closed.Load():
 			err = ErrClosed
 		case parent.Err() != nil:
-			err = join(b, parent.Err())
+			err = join(join(b, parent.Err()), e.last)
 		default:
-			err = b // WithMaxWait ran out
+			err = join(b, e.last) // WithMaxWait ran out
 		}
 	}
 	return lock, attempts, err
@@ -162,31 +187,45 @@ func (l *Locker) queue(ctx, parent context.Context, cfg *config, resource string
 		return lock, err
 	}
 	backoff := cfg.retryMin
+	var failing error // see ended
+	var failingSince time.Time
 	for {
 		d := min(cfg.retryMax, pollEvery)
-		if !ws.listening(ln.k.channel) {
-			d = min(backoff, d) // no announcements: poll with a back-off
+		if failing != nil || !ws.listening(ln.k.channel) {
+			d = min(backoff, d) // no announcements, or Redis failing: poll with a back-off
 			backoff = min(2*backoff, cfg.retryMax)
 		}
 		select {
 		case g := <-w.grant:
 			if parent.Err() != nil {
 				w.grant <- g // for leave, which passes it on
-				return nil, errEnded
+				return nil, &ended{failing}
 			}
 			return l.take(parent, cfg, resource, ln.k, g)
 		case <-w.wake:
 		case <-time.After(jitter(d)):
 		case <-ctx.Done():
-			return nil, errEnded
+			return nil, &ended{failing}
 		case <-ws.done:
-			return nil, errEnded
+			return nil, &ended{failing}
 		}
-		if ws.front(w) {
-			*attempts++
-			if err := l.poll(parent, ln); err != nil {
-				return nil, err
-			}
+		if !ws.front(w) {
+			continue
+		}
+		*attempts++
+		err := l.poll(parent, ln)
+		switch {
+		case err == nil:
+			failing = nil
+		case !passing(err) || (failing != nil && time.Since(failingSince) >= ws.outage):
+			return nil, err
+		case failing == nil:
+			// Keep the place in the queue: Redis keeps the elements of a Locker whose key
+			// lapsed until a grant reaches them, and the next check that works puts back
+			// those dropped.
+			failing, failingSince = err, time.Now()
+		default:
+			failing = err
 		}
 	}
 }

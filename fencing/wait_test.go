@@ -3,10 +3,14 @@ package fencing_test
 import (
 	"context"
 	"errors"
+	"io"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/redistest"
@@ -282,5 +286,121 @@ func TestWaitersServedInOrder(t *testing.T) {
 			t.Fatalf("waiter %d served at position %d", got, want)
 		}
 		want++
+	}
+}
+
+// failPolls makes the poll scripts of a Locker's client fail with err while armed, and counts
+// them: Redis then looks, to that Locker's front waiter, as it does during a restart or a
+// failover. Everything else, announcements included, goes through.
+type failPolls struct {
+	match func(args []any) bool
+	armed atomic.Bool
+	err   atomic.Value // error
+	n     atomic.Int64
+}
+
+func (*failPolls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (*failPolls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (f *failPolls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !f.armed.Load() || !f.match(cmd.Args()) {
+			return next(ctx, cmd)
+		}
+		f.n.Add(1)
+		err := f.err.Load().(error)
+		cmd.SetErr(err)
+		return err
+	}
+}
+
+// TestWaiterRidesOutRedisErrors fails a queued waiter's checks with Redis with errors that can
+// pass (a restarted Cluster primary's CLUSTERDOWN, a lost connection): the waiter keeps waiting
+// and its place, and takes the lock when the holder releases it. An error that cannot pass
+// ends the wait at once; so do the context and, after outageWait of failures in a row, the
+// errors themselves; each error says what ended the wait.
+func TestWaiterRidesOutRedisErrors(t *testing.T) {
+	clusterDown := errors.New("CLUSTERDOWN The cluster is down")
+	noPerm := errors.New("NOPERM this user has no permissions to run the 'evalsha' command")
+	for _, tc := range []struct {
+		name   string
+		err    error
+		ctx    time.Duration // the waiter's context
+		outage time.Duration // SetOutageWait, 0 for the default
+		want   string        // "served", "err" (err alone), "ctx" (ErrNotAcquired, ctx and err)
+	}{
+		{"clusterdown/served", clusterDown, time.Minute, 0, "served"},
+		{"eof/served", io.ErrUnexpectedEOF, time.Minute, 0, "served"},
+		{"clusterdown/context-ends", clusterDown, 2500 * time.Millisecond, 0, "ctx"},
+		{"clusterdown/outage-too-long", clusterDown, time.Minute, 1500 * time.Millisecond, "err"},
+		{"noperm/ends-at-once", noPerm, time.Minute, 0, "err"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := redistest.New(t)
+			holder := newLocker(t, r)
+			_, pollSHA := scripts(t, r)
+			f := &failPolls{match: evalsha(pollSHA, 4)}
+			f.err.Store(tc.err)
+			waiter := hooked(t, r, f)
+			if tc.outage > 0 {
+				fencing.SetOutageWait(waiter, tc.outage)
+			}
+			held := mustAcquire(t, holder, "res")
+			ctx, cancel := context.WithTimeout(t.Context(), tc.ctx)
+			defer cancel()
+			got := acquireAsync(ctx, waiter, "res")
+			waitFor(t, 2*time.Second, "the waiter to queue", func() bool { return fencing.Queued(waiter) == 1 })
+			waitSubscribed(t, r, "res")
+			f.armed.Store(true)
+			if tc.want == "err" {
+				a := <-got
+				if !errors.Is(a.err, tc.err) || errors.Is(a.err, fencing.ErrNotAcquired) {
+					t.Fatalf("got %v, want %v alone", a.err, tc.err)
+				}
+				if n := f.n.Load(); tc.outage == 0 && n != 1 {
+					t.Fatalf("the wait ended after %d failed checks, want 1: %v cannot pass", n, tc.err)
+				}
+				waitFor(t, 2*time.Second, "the queue to empty", func() bool { return queueLen(r, "res") == 0 })
+				_ = held.Release(t.Context())
+				return
+			}
+			if tc.want == "ctx" {
+				a := <-got
+				if !errors.Is(a.err, fencing.ErrNotAcquired) || !errors.Is(a.err, context.DeadlineExceeded) || !errors.Is(a.err, tc.err) {
+					t.Fatalf("got %v, want ErrNotAcquired, the deadline and %v", a.err, tc.err)
+				}
+				_ = held.Release(t.Context())
+				return
+			}
+			waitFor(t, 10*time.Second, "three failed checks", func() bool {
+				return f.n.Load() >= 3 || fencing.Waiters(waiter) == 0 // or the wait ended
+			})
+			select {
+			case a := <-got:
+				t.Fatalf("the wait ended while Redis failed: %v, %v", a.lock, a.err)
+			default:
+			}
+			if n := queueLen(r, "res"); n != 1 {
+				t.Fatalf("queue holds %d elements while the checks fail, want the waiter's 1", n)
+			}
+			released := time.Now()
+			if err := held.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			a := <-got
+			if a.err != nil {
+				t.Fatalf("after the release: %v", a.err)
+			}
+			defer func() { _ = a.lock.Release(context.Background()) }()
+			if d := a.at.Sub(released); d > quick {
+				t.Fatalf("served %v after the release, want within %v (from the grant's announcement)", d, quick)
+			}
+			if a.lock.Token() != held.Token()+1 {
+				t.Fatalf("got token %d, want %d", a.lock.Token(), held.Token()+1)
+			}
+		})
 	}
 }

@@ -73,6 +73,86 @@ func TestRestartWithAOF(t *testing.T) {
 	}
 }
 
+// TestRestartWhileWaiting kills Redis (SIGKILL, AOF on with appendfsync always) while four
+// waiters of two Lockers wait, on clients with go-redis's default options, and starts it again
+// 5 s later. go-redis's own retries ride out about 2 s of refused connections; for the rest
+// the waiters' checks with Redis fail, and the waiters go on waiting (see Locker.Acquire).
+// Their places in the queue lapse after 3 s without a check (the queue and waiter keys
+// expire), so each Locker puts its waiters back in their order: once the holder releases, all
+// are served, each Locker's in the order they queued, with tokens above the holder's.
+func TestRestartWhileWaiting(t *testing.T) {
+	redisproc.Require(t)
+	t.Parallel()
+	const waiters = 4
+	s := redisproc.Start(t, redisproc.Args("--appendonly", "yes", "--appendfsync", "always"))
+	ctx := context.Background()
+	holder := newLocker(t, s.Client(t))
+	lockers := []*fencing.Locker{newLocker(t, s.Client(t)), newLocker(t, s.Client(t))}
+	held, err := holder.TryAcquire(ctx, "res")
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := keyBase(t, "res") + "queue"
+	var store fencedStore
+	store.write("holder", held.Token())
+	type served struct {
+		pos   int
+		token int64
+		err   error
+	}
+	order := make(chan served, waiters)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for i := range waiters {
+		go func() {
+			lock, err := lockers[i%2].Acquire(wctx, "res")
+			if err != nil {
+				order <- served{i, 0, err}
+				return
+			}
+			if !store.write(strconv.Itoa(i), lock.Token()) {
+				t.Errorf("waiter %d: the fenced store rejected token %d", i, lock.Token())
+			}
+			order <- served{i, lock.Token(), lock.Release(ctx)}
+		}()
+		waitUntil(t, 5*time.Second, "the waiter in the queue", func() bool {
+			return s.Do(ctx, "LLEN", queue).Val() == int64(i+1)
+		})
+	}
+	killed := time.Now()
+	s.Kill()
+	time.Sleep(5 * time.Second)
+	s.Restart()
+	down := time.Since(killed)
+	waitUntil(t, 5*time.Second, "the waiters back in the queue", func() bool {
+		return s.Do(ctx, "LLEN", queue).Val() == int64(waiters) || len(order) > 0
+	})
+	if len(order) > 0 {
+		w := <-order
+		t.Fatalf("waiter %d: the wait ended while Redis was down: %v", w.pos, w.err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatalf("holder: release after the restart: %v", err)
+	}
+	last, lastOf := held.Token(), []int{-1, -1}
+	var got []int
+	for range waiters {
+		w := <-order
+		if w.err != nil {
+			t.Fatalf("waiter %d: %v", w.pos, w.err)
+		}
+		if w.pos < lastOf[w.pos%2] || w.token <= last {
+			t.Errorf("served waiter %d with token %d after waiter %d of its Locker and token %d; want its Locker's order and a higher token", w.pos, w.token, lastOf[w.pos%2], last)
+		}
+		last, lastOf[w.pos%2] = w.token, w.pos
+		got = append(got, w.pos)
+	}
+	if store.rejected != 0 || store.dupAccepted != 0 {
+		t.Errorf("fenced store: %d stale writes rejected, %d accepted with a used token; want 0", store.rejected, store.dupAccepted)
+	}
+	figure(t, "restart-while-waiting", "waiters=%d lockers=2 down_until_restarted=%v served=%v last_token=%d stale_writes=0", waiters, down.Round(time.Millisecond), got, last)
+}
+
 // TestRestartWithoutPersistence shows the counter going back when Redis restarts empty, or
 // from an older RDB snapshot, and WithServerTimeFloor keeping tokens increasing through both.
 func TestRestartWithoutPersistence(t *testing.T) {
