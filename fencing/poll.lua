@@ -8,8 +8,9 @@
 --          longest-waiting first.
 -- A free lock (its holder's lease ran out) goes to the first live waiter. Returns {2, element,
 -- token, now} when the lock is granted to one of the waiters of ARGV[4..] (now is 1 when this
--- call granted it, 0 when it was granted before), and otherwise {0, held}: the lock value, ""
--- if none. Elements of ARGV[4..] missing from the queue (dropped while the Locker's key had
+-- call granted it, 0 when it was granted before), and otherwise {0, held, pttl}: the lock
+-- value and its remaining TTL in milliseconds (the waiter checks again when it ends), or {0, ""}
+-- when the lock is free. Elements of ARGV[4..] missing from the queue (dropped while the Locker's key had
 -- lapsed) are added at the tail, except one that holds the lock.
 -- #include grant.lua
 local granted, now
@@ -56,4 +57,7 @@ end
 if granted then
   return granted
 end
-return {0, held or ''}
+if held then
+  return {0, held, redis.call('PTTL', KEYS[1])}
+end
+return {0, ''}

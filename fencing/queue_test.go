@@ -470,19 +470,20 @@ func TestCancelledAfterDroppedAsDead(t *testing.T) {
 //   - released at once, the lock goes to the dead child, whose waiter key is still alive,
 //     with the short lease every grant starts with (grantLease, 3s) whatever the TTL: the
 //     child would have extended it (Acquire) or renewed it (Do). The local waiter gets the lock
-//     once that lease has run out, at its next poll (at most 1.2s);
+//     as that lease runs out: its poll (within a second) saw the lease left, and it checks
+//     again when it ends (before, at its next poll: up to 1.2s later);
 //   - released after entryTTL (3s), the child's waiter key has lapsed and is skipped: the
 //     local waiter gets the lock by a grant at once.
 //
-// So a waiter killed with SIGKILL holds a resource up for at most grantLease plus one poll,
-// 4.2s, after the release, whatever its TTL and whichever call it waited in.
+// So a waiter killed with SIGKILL holds a resource up for grantLease and a round trip, 3s,
+// after the release, whatever its TTL and whichever call it waited in.
 func TestKilledWaiterProcess(t *testing.T) {
 	if os.Getenv("FENCEKIT_CHILD_WAITER") != "" {
 		childWaiter()
 		return
 	}
-	const slack = 1200*time.Millisecond + 500*time.Millisecond // one poll, and a loaded machine
-	const granted = 3 * time.Second                            // the lease of every grant
+	const slack = 250 * time.Millisecond // a round trip, and a loaded machine
+	const granted = 3 * time.Second      // the lease of every grant
 	for _, tc := range []struct {
 		name    string
 		do      bool          // the child waits in Do rather than Acquire

@@ -34,8 +34,9 @@ const (
 	// with Redis when no announcement arrives; it renews the key well within entryTTL.
 	pollEvery = time.Second
 	// grantLease is the lease of every grant from the queue. A waiter process that dies with a
-	// grant on its way holds the resource up for grantLease and one poll of the next waiter;
-	// one that dies before, for at most entryTTL.
+	// grant on its way holds the resource up for grantLease and a round trip (the next
+	// waiter checks as the lease ends, see leaseSeen); one that dies before, for at most
+	// entryTTL.
 	grantLease = 3 * time.Second
 )
 
@@ -68,6 +69,7 @@ type line struct {
 	since   int64       // when the line was created, in Unix milliseconds
 	floor   bool        // a waiter asked for tokens floored at the server clock
 	renewBy time.Time   // the waiter key needs no write before then
+	due     time.Time   // the holder's lease, as last seen, ends by then: the front waiter checks
 	waiters []*waiter   // in arrival order
 	last    int64       // the highest token handled (delivered or passed on)
 	seen    time.Time   // the latest call whose reply showed seenOf, another's token, held:
@@ -154,11 +156,15 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 			return nil, attempts, &busyError{resource: resource, retryAfter: busy}
 		}
 	}
+	seen := time.Now()
 	ln, err := ws.enter(ctx, k, cfg.retryMin)
 	if err != nil {
 		return nil, attempts, err
 	}
 	defer ws.exit(ln)
+	if busy > 0 {
+		ws.leaseSeen(ln, seen, busy)
+	}
 	var lock *Lock
 	for lock == nil && err == nil { // neither: the grant had lapsed, queue again
 		lock, err = l.queue(ctx, parent, cfg, resource, ln, &attempts)
@@ -203,7 +209,7 @@ func (l *Locker) queue(ctx, parent context.Context, cfg *config, resource string
 			}
 			return l.take(parent, cfg, resource, ln.k, g)
 		case <-w.wake:
-		case <-time.After(jitter(d)):
+		case <-time.After(ws.nextPoll(w, jitter(d))):
 		case <-ctx.Done():
 			return nil, &ended{failing}
 		case <-ws.done:
@@ -293,6 +299,7 @@ func (l *Locker) poll(ctx context.Context, ln *line) error {
 		}
 	}
 	ln.renewBy = time.Now().Add(entryTTL - pollEvery)
+	ln.due = time.Time{}
 	ws.mu.Unlock()
 	sent := time.Now()
 	res, err := pollScript.Run(ctx, l.client, ln.k.script(), args...).Slice()
@@ -315,8 +322,35 @@ func (l *Locker) poll(ctx context.Context, ln *line) error {
 	case len(res) > 1:
 		held, _ := res[1].(string)
 		ws.saw(ln.k, sent, held)
+		if len(res) > 2 {
+			pttl, _ := res[2].(int64)
+			ws.leaseSeen(ln, time.Now(), time.Duration(pttl)*time.Millisecond)
+		}
 	}
 	return nil
+}
+
+// leaseSeen records that the lock of ln had left of its lease when a reply came back at
+// replied: the front waiter checks with Redis as soon as it ends (a holder that died sends no
+// announcement), unless its next poll comes first.
+func (ws *waiting) leaseSeen(ln *line, replied time.Time, left time.Duration) {
+	if left <= 0 {
+		return
+	}
+	ws.mu.Lock()
+	ln.due = replied.Add(left + time.Millisecond) // PTTL is rounded to the millisecond
+	ws.mu.Unlock()
+}
+
+// nextPoll returns how long w waits before its next check with Redis: d, or less when w is
+// its line's front waiter and the holder's lease ends sooner.
+func (ws *waiting) nextPoll(w *waiter, d time.Duration) time.Duration {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if due := w.ln.due; !due.IsZero() && w.ln.front() == w {
+		return min(d, max(time.Until(due), 0))
+	}
+	return d
 }
 
 // leave takes w off its line. A grant to w that it did not take is released, which passes it
