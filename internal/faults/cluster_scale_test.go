@@ -163,12 +163,8 @@ func TestClusterScaleRestart(t *testing.T) {
 func TestClusterScaleFailover(t *testing.T) {
 	redisproc.Require(t)
 	t.Parallel()
-	cl := redisproc.StartCluster(t, 3, redisproc.ClusterReplicas(1))
-	names := resourceNames("fo-%d", 9)
-	// WAIT may take a while right after a replica (re)synced and on a loaded machine: a
-	// generous timeout, below the clients' ReadTimeout as WithReplicas requires.
-	readTimeout := func(o *redis.ClusterOptions) { o.ReadTimeout = 10 * time.Second }
-	w := newClusterWait(t, cl, names, 2, 30*time.Second, readTimeout, fencing.WithReplicas(1, 5*time.Second))
+	cl, w, readTimeout := replicatedWait(t, "fo-%d")
+	names := w.names
 	ctx := context.Background()
 	late := newLocker(t, cl.Client(t, readTimeout), w.opts...)
 	if lock, err := late.TryAcquire(ctx, "fo-late"); err != nil { // loads the topology
@@ -187,16 +183,7 @@ func TestClusterScaleFailover(t *testing.T) {
 	if got := cl.NodeFor(lockKey(t, names[0])); got != replica {
 		t.Fatalf("after the failover %s is served by %s, want the promoted %s", names[0], got.Addr(), replica.Addr())
 	}
-	var moved []string
-	for _, name := range names {
-		if cl.NodeFor(lockKey(t, name)) == replica {
-			moved = append(moved, name)
-		}
-	}
-	followed := w.follow(moved, 2)
-	w.release(names)
-	w.finish()
-	w.checkBeforeLease()
+	moved, followed := w.finishOn(replica)
 	figure(t, "cluster-scale-failover", "resources=%d on_failed_over_primary=%d waiters=%d failover=%d->%d until_all_nodes_agree=%v subscriptions_followed_after=%v served=%d all_served_after_release=%v stale_writes=%d overlaps=%d",
 		len(names), len(moved), w.waiters(), old.Port(), replica.Port(), took.Round(time.Millisecond), followed.Round(time.Millisecond), w.servedCount(), w.serveTime().Round(time.Millisecond), w.stale(), w.overlaps.Load())
 
@@ -218,6 +205,48 @@ func TestClusterScaleFailover(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestClusterScaleCrashFailover kills a primary (SIGKILL) while two Lockers wait, on a
+// Cluster with one replica per primary, and lets the cluster fail over on its own: after
+// cluster-node-timeout (2 s) the others mark it failed (the whole cluster answers
+// CLUSTERDOWN until a replica is elected) and its replica takes over its slots. The
+// waiters' checks with Redis fail meanwhile (refused connections, CLUSTERDOWN), on clients
+// with go-redis's defaults but for the ReadTimeout that WithReplicas needs, and the waits go
+// on. Every acquisition uses WithReplicas(1, ...), so the holder's locks and the counters are
+// on the replica: all waiters are served, with tokens that strictly increase, and the
+// subscriptions follow the slots to the new primary.
+func TestClusterScaleCrashFailover(t *testing.T) {
+	redisproc.Require(t)
+	t.Parallel()
+	cl, w, _ := replicatedWait(t, "crash-%d")
+	names := w.names
+	victim := cl.NodeFor(lockKey(t, names[0]))
+	w.holdAll()
+	w.enqueue(1)
+	w.waitSubscribed(names, 2)
+	promoted, down := cl.CrashPrimary(victim)
+	w.mu.Lock()
+	if len(w.errs) > 0 {
+		w.t.Fatalf("%d waits ended during the failover, the first: %s", len(w.errs), w.errs[0])
+	}
+	w.mu.Unlock()
+	moved, followed := w.finishOn(promoted)
+	figure(t, "cluster-scale-crash-failover", "resources=%d on_crashed_primary=%d waiters=%d crashed=%d promoted=%d slots_without_primary=%v subscriptions_followed_after=%v served=%d all_served_after_release=%v stale_writes=%d overlaps=%d",
+		len(names), len(moved), w.waiters(), victim.Port(), promoted.Port(), down.Round(time.Millisecond), followed.Round(time.Millisecond), w.servedCount(), w.serveTime().Round(time.Millisecond), w.stale(), w.overlaps.Load())
+}
+
+// replicatedWait starts a Cluster of 3 primaries with a replica each, and a run of two
+// waiting Lockers on 9 resources named after format whose acquisitions all use
+// WithReplicas(1, 5s). WAIT may take a while right after a replica (re)synced and on a loaded
+// machine: a generous timeout, below the clients' ReadTimeout as WithReplicas requires;
+// replicatedWait returns the client option that sets it, for more clients.
+func replicatedWait(t *testing.T, format string) (*redisproc.Cluster, *clusterWait, func(*redis.ClusterOptions)) {
+	t.Helper()
+	cl := redisproc.StartCluster(t, 3, redisproc.ClusterReplicas(1))
+	readTimeout := func(o *redis.ClusterOptions) { o.ReadTimeout = 10 * time.Second }
+	w := newClusterWait(t, cl, resourceNames(format, 9), 2, 30*time.Second, readTimeout, fencing.WithReplicas(1, 5*time.Second))
+	return cl, w, readTimeout
 }
 
 // clusterWait is one run of waiters on a Cluster (see the TestClusterScale tests).
@@ -401,6 +430,28 @@ func (w *clusterWait) follow(names []string, n int64) time.Duration {
 		})
 	}
 	return time.Since(begin)
+}
+
+// finishOn ends a run after a failover to node: it waits until the subscriptions to the
+// resources node serves now followed them there (one per waiting Locker), releases the
+// holder's locks, and checks the run (finish, checkBeforeLease). It returns those resources
+// and how long the subscriptions took to follow.
+func (w *clusterWait) finishOn(node *redisproc.Server) ([]string, time.Duration) {
+	w.t.Helper()
+	var moved []string
+	for _, name := range w.names {
+		if w.cl.NodeFor(lockKey(w.t, name)) == node {
+			moved = append(moved, name)
+		}
+	}
+	if len(moved) == 0 {
+		w.t.Fatalf("no resource is served by the new primary %s", node.Addr())
+	}
+	followed := w.follow(moved, int64(len(w.lockers)))
+	w.release(w.names)
+	w.finish()
+	w.checkBeforeLease()
+	return moved, followed
 }
 
 // wait is one waiter: it takes the resource, writes to the resource's store with its token

@@ -1,10 +1,12 @@
 package faults_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -134,13 +136,20 @@ func TestRestartWhileWaiting(t *testing.T) {
 	if err := held.Release(ctx); err != nil {
 		t.Fatalf("holder: release after the restart: %v", err)
 	}
-	last, lastOf := held.Token(), []int{-1, -1}
-	var got []int
+	all := make([]served, 0, waiters)
 	for range waiters {
 		w := <-order
 		if w.err != nil {
 			t.Fatalf("waiter %d: %v", w.pos, w.err)
 		}
+		all = append(all, w)
+	}
+	// The waiters report after their release, so the channel's order is not theirs: the
+	// tokens, which each acquisition increases, are.
+	slices.SortFunc(all, func(a, b served) int { return cmp.Compare(a.token, b.token) })
+	last, lastOf := held.Token(), []int{-1, -1}
+	var got []int
+	for _, w := range all {
 		if w.pos < lastOf[w.pos%2] || w.token <= last {
 			t.Errorf("served waiter %d with token %d after waiter %d of its Locker and token %d; want its Locker's order and a higher token", w.pos, w.token, lastOf[w.pos%2], last)
 		}

@@ -235,3 +235,74 @@ func (c *Cluster) Failover(replica *Server) {
 		c.fatalf("redisproc: failover to %s: %v", replica.Addr(), err)
 	}
 }
+
+// CrashPrimary kills primary with SIGKILL, as a crash, and waits until the cluster fails
+// over on its own: after cluster-node-timeout (2 s) the others mark it failed and one of its
+// replicas wins an election and takes over its slots. CrashPrimary waits until every other
+// node sees that replica as the primary of those slots and reports cluster_state:ok, then
+// starts the old primary again, which rejoins as a replica of the new one, and waits until
+// the cluster is healthy (WaitOK). It returns the promoted replica and how long the slots had
+// no primary that answered (from the kill to the first node seeing the replica in charge).
+// On timeout it fails the test with the nodes' logs.
+func (c *Cluster) CrashPrimary(primary *Server) (*Server, time.Duration) {
+	c.tb.Helper()
+	deadline := time.Now().Add(c.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	id := c.id(primary)
+	var slots []string
+	for _, n := range c.view() {
+		if n.id == id {
+			slots = n.slots
+		}
+	}
+	candidates := map[string]*Server{}
+	for _, r := range c.ReplicasOf(primary) {
+		candidates[c.id(r)] = r
+	}
+	if len(slots) == 0 || len(candidates) == 0 {
+		c.fatalf("redisproc: crash %s: it is not a primary with slots and a replica", primary.Addr())
+	}
+	killed := time.Now()
+	primary.Kill()
+	var promoted *Server
+	var took time.Duration
+	err := waitFor(deadline, nil, func() (bool, string) {
+		promoted = nil
+		for _, node := range c.AllNodes() {
+			if node == primary {
+				continue
+			}
+			if text, err := node.Do(ctx, "CLUSTER", "INFO").Text(); err != nil || parseFields(text)["cluster_state"] != "ok" {
+				return false, fmt.Sprintf("node %s: cluster_state %q (%v)", node.Addr(), parseFields(text)["cluster_state"], err)
+			}
+			nodes, err := node.clusterNodes(ctx)
+			if err != nil {
+				return false, fmt.Sprintf("CLUSTER NODES on %s: %v", node.Addr(), err)
+			}
+			var owner *Server
+			for _, n := range nodes {
+				if r := candidates[n.id]; r != nil && n.primary() && slices.Equal(n.slots, slots) {
+					owner = r
+				}
+			}
+			switch {
+			case owner == nil:
+				return false, fmt.Sprintf("node %s sees no replica of %s serving %v yet", node.Addr(), primary.Addr(), slots)
+			case took == 0:
+				took = time.Since(killed)
+			}
+			if promoted != nil && owner != promoted {
+				return false, fmt.Sprintf("nodes disagree on the new primary: %s and %s", promoted.Addr(), owner.Addr())
+			}
+			promoted = owner
+		}
+		return true, ""
+	})
+	if err != nil {
+		c.fatalf("redisproc: failover after crashing %s: %v", primary.Addr(), err)
+	}
+	primary.Restart()
+	c.WaitOK()
+	return promoted, took
+}
