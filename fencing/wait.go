@@ -3,9 +3,7 @@ package fencing
 import (
 	"context"
 	"errors"
-	"io"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -103,19 +101,6 @@ func (e *ended) Error() string { return "fencing: wait ended" }
 // with an error that can pass (see passing): long enough for a restart, a Cluster's failover
 // with the default cluster-node-timeout (15s) and the CLUSTERDOWN of a primary that rejoins.
 const outageWait = 30 * time.Second
-
-// passing reports whether err can pass by itself: the connection failed or timed out, or the
-// server cannot serve the call yet (loading its data, a replica promoted or a primary demoted,
-// the cluster or the primary down, a slot moving, another script running, too many clients).
-func passing(err error) bool {
-	var ne net.Error
-	_, moved := redis.IsMovedError(err)
-	_, ask := redis.IsAskError(err)
-	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, redis.ErrPoolTimeout) || redis.IsLoadingError(err) || redis.IsReadOnlyError(err) ||
-		redis.IsClusterDownError(err) || redis.IsTryAgainError(err) || redis.IsMasterDownError(err) ||
-		redis.IsMaxClientsError(err) || redis.HasErrorPrefix(err, "BUSY ") || moved || ask
-}
 
 func newWaiting(l *Locker, usable bool) *waiting {
 	id, _ := newOwner() // on a broken random source, "" still works within one Locker
@@ -222,7 +207,9 @@ func (l *Locker) queue(ctx, parent context.Context, cfg *config, resource string
 		err := l.poll(parent, ln)
 		switch {
 		case err == nil:
-			failing = nil
+			if parent.Err() == nil { // else poll gave up on its call: keep the last error
+				failing = nil
+			}
 		case !passing(err) || (failing != nil && time.Since(failingSince) >= ws.outage):
 			return nil, err
 		case failing == nil:

@@ -1,0 +1,57 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisErr is an error reply as go-redis returns it: a type with a RedisError method.
+type redisErr string
+
+func (e redisErr) Error() string { return string(e) }
+func (redisErr) RedisError()     {}
+
+// TestPassing checks which errors a queued waiter rides out (see Locker.Acquire).
+func TestPassing(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{refused, true},
+		{fmt.Errorf("poll: %w", refused), true},
+		{io.EOF, true},
+		{io.ErrUnexpectedEOF, true},
+		{redis.ErrPoolTimeout, true},
+		{context.DeadlineExceeded, true}, // a timeout of go-redis's own (ContextTimeoutEnabled)
+		{redisErr("LOADING Redis is loading the dataset in memory"), true},
+		{redisErr("READONLY You can't write against a read only replica."), true},
+		{redisErr("CLUSTERDOWN The cluster is down"), true},
+		{redisErr("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."), true},
+		{redisErr("TRYAGAIN Multiple keys request during rehashing of slot"), true},
+		{redisErr("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."), true},
+		{redisErr("ERR max number of clients reached"), true},
+		{redisErr("MOVED 3999 127.0.0.1:6381"), true},
+		{redisErr("ASK 3999 127.0.0.1:6381"), true},
+		{redisErr("NOPERM this user has no permissions to run the 'evalsha' command"), false},
+		{redisErr("BUSYKEY Target key name already exists."), false},
+		{redisErr("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
+		{redisErr("OOM command not allowed when used memory > 'maxmemory'."), false},
+		{redisErr("ERR user_script:1: Script attempted to access nonexistent global variable"), false},
+		{redis.ErrClosed, false},
+		{context.Canceled, false},
+		{ErrNotHeld, false},
+		{errors.New("fencing: bad token"), false},
+	} {
+		if got := passing(tc.err); got != tc.want {
+			t.Errorf("passing(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
