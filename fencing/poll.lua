@@ -9,9 +9,9 @@
 -- A free lock (its holder's lease ran out) goes to the first live waiter. Returns {2, element,
 -- token, now} when the lock is granted to one of the waiters of ARGV[4..] (now is 1 when this
 -- call granted it, 0 when it was granted before), and otherwise {0, held, pttl}: the lock
--- value and its remaining TTL in milliseconds (the waiter checks again when it ends), or {0, ""}
--- when the lock is free. Elements of ARGV[4..] missing from the queue (dropped while the Locker's key had
--- lapsed) are added at the tail, except one that holds the lock.
+-- value and its remaining TTL in milliseconds (the waiter checks again when it ends), or
+-- {0, ""} when the lock is free. Elements of ARGV[4..] missing from the queue (dropped while
+-- the Locker's key had lapsed) are added at the tail, except one that holds the lock.
 -- #include grant.lua
 local granted, now
 local held = redis.call('GET', KEYS[1])
