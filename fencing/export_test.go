@@ -66,3 +66,6 @@ func Listening(l *Locker, resource string) bool {
 // SetOutageWait sets how long l's waiters go on through Redis errors that can pass, for tests;
 // call it before l is used.
 func SetOutageWait(l *Locker, d time.Duration) { l.waits.outage = d }
+
+// ExtendSHA returns the SHA1 digest of the extend script, for tests that spot its EVALSHA.
+func ExtendSHA() string { return extendScript.Hash() }

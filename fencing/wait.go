@@ -368,7 +368,8 @@ func (l *Locker) leave(w *waiter) {
 // take turns a grant into a Lock, or returns nil and no error when the grant has lapsed. Inside
 // Do, whose renewals extend the lease to the TTL, it returns at once when the local clock
 // shows at least half of the lease left; otherwise, and always for Acquire, it first extends
-// the lock to the TTL (with WAIT for WithReplicas).
+// the lock to the TTL (with WAIT for WithReplicas), through errors that can pass while the
+// grant's lease lasts.
 func (l *Locker) take(ctx context.Context, cfg *config, resource string, k keys, g grant) (*Lock, error) {
 	lock := &Lock{locker: l, hooks: cfg.hooks, resource: resource, keys: k, value: g.value, token: g.token, acquired: time.Now(), keyArgs: k.args(), valueArg: g.value}
 	if !g.start.IsZero() {
@@ -378,6 +379,17 @@ func (l *Locker) take(ctx context.Context, cfg *config, resource string, k keys,
 		return lock, nil
 	}
 	err := l.confirm(ctx, cfg, lock)
+	// An error that can pass (see passing) is tried again while the grant's lease lasts.
+	for backoff := cfg.retryMin; passing(err) && time.Until(lock.deadline()) > backoff; backoff = min(2*backoff, cfg.retryMax) {
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		err = l.confirm(ctx, cfg, lock)
+	}
 	switch {
 	case err == nil:
 		return lock, nil

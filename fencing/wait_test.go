@@ -294,32 +294,46 @@ func TestWaitersServedInOrder(t *testing.T) {
 	}
 }
 
-// failPolls makes the poll scripts of a Locker's client fail with err while armed, and counts
-// them: Redis then looks, to that Locker's front waiter, as it does during a restart or a
-// failover. Everything else, announcements included, goes through.
-type failPolls struct {
+// failCalls makes the calls of a Locker's client that match fail with err while armed, at
+// most times of them (0: no limit), and counts them: Redis then looks, to those calls, as it
+// does during a restart or a failover. Everything else, announcements included, goes through.
+type failCalls struct {
 	match func(args []any) bool
+	times int64
 	armed atomic.Bool
 	err   atomic.Value // error
 	n     atomic.Int64
 }
 
-func (*failPolls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (*failCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (*failPolls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (*failCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
 
-func (f *failPolls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (f *failCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if !f.armed.Load() || !f.match(cmd.Args()) {
 			return next(ctx, cmd)
 		}
-		f.n.Add(1)
+		if n := f.n.Add(1); f.times > 0 && n >= f.times {
+			f.armed.Store(false)
+		}
 		err := f.err.Load().(error)
 		cmd.SetErr(err)
 		return err
 	}
+}
+
+// replyError returns the error go-redis returns for an error reply of Redis reading msg.
+func replyError(t *testing.T, msg string) error {
+	t.Helper()
+	r := redistest.New(t)
+	err := r.Client.Eval(t.Context(), "return redis.error_reply(ARGV[1])", nil, msg).Err()
+	if err == nil || err.Error() != msg {
+		t.Fatalf("an error reply %q came back as %v", msg, err)
+	}
+	return err
 }
 
 // TestWaiterRidesOutRedisErrors fails a queued waiter's checks with Redis with errors that can
@@ -328,8 +342,8 @@ func (f *failPolls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // ends the wait at once; so do the context and, after outageWait of failures in a row, the
 // errors themselves; each error says what ended the wait.
 func TestWaiterRidesOutRedisErrors(t *testing.T) {
-	clusterDown := errors.New("CLUSTERDOWN The cluster is down")
-	noPerm := errors.New("NOPERM this user has no permissions to run the 'evalsha' command")
+	clusterDown := replyError(t, "CLUSTERDOWN The cluster is down")
+	noPerm := replyError(t, "NOPERM this user has no permissions to run the 'evalsha' command")
 	for _, tc := range []struct {
 		name   string
 		err    error
@@ -346,7 +360,7 @@ func TestWaiterRidesOutRedisErrors(t *testing.T) {
 			r := redistest.New(t)
 			holder := newLocker(t, r)
 			_, pollSHA := scripts(t, r)
-			f := &failPolls{match: evalsha(pollSHA, 4)}
+			f := &failCalls{match: evalsha(pollSHA, 4)}
 			f.err.Store(tc.err)
 			waiter := hooked(t, r, f)
 			if tc.outage > 0 {
@@ -410,5 +424,38 @@ func TestWaiterRidesOutRedisErrors(t *testing.T) {
 				t.Fatalf("got token %d, want %d", a.lock.Token(), held.Token()+1)
 			}
 		})
+	}
+}
+
+// TestGrantConfirmRidesOutRedisErrors fails the extension with which Acquire confirms a grant
+// (to its TTL) twice with CLUSTERDOWN: Acquire tries again while the grant's lease lasts, and
+// returns the lock, extended.
+func TestGrantConfirmRidesOutRedisErrors(t *testing.T) {
+	r := redistest.New(t)
+	holder := newLocker(t, r)
+	f := &failCalls{match: evalsha(fencing.ExtendSHA(), 5), times: 2}
+	f.err.Store(replyError(t, "CLUSTERDOWN The cluster is down"))
+	waiter := hooked(t, r, f)
+	held := mustAcquire(t, holder, "res")
+	got := acquireAsync(t.Context(), waiter, "res")
+	waitFor(t, 2*time.Second, "the waiter to queue", func() bool { return fencing.Queued(waiter) == 1 })
+	waitSubscribed(t, r, "res")
+	f.armed.Store(true)
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	a := <-got
+	if a.err != nil {
+		t.Fatalf("Acquire after two failed confirmations: %v", a.err)
+	}
+	defer func() { _ = a.lock.Release(context.Background()) }()
+	if n := f.n.Load(); n != 2 {
+		t.Fatalf("%d confirmations failed, want 2", n)
+	}
+	if a.lock.Token() != held.Token()+1 {
+		t.Fatalf("got token %d, want %d", a.lock.Token(), held.Token()+1)
+	}
+	if ttl, err := a.lock.TTL(t.Context()); err != nil || ttl <= 3*time.Second {
+		t.Fatalf("TTL %v, %v: want the Locker's TTL, above the grant's 3s", ttl, err)
 	}
 }
