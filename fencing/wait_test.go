@@ -26,10 +26,10 @@ type acquired struct {
 	at   time.Time
 }
 
-func acquireAsync(ctx context.Context, l *fencing.Locker, resource string) <-chan acquired {
+func acquireAsync(ctx context.Context, l *fencing.Locker, resource string, opts ...fencing.Option) <-chan acquired {
 	ch := make(chan acquired, 1)
 	go func() {
-		lock, err := l.Acquire(ctx, resource)
+		lock, err := l.Acquire(ctx, resource, opts...)
 		ch <- acquired{lock, err, time.Now()}
 	}()
 	return ch
@@ -348,12 +348,13 @@ func TestWaiterRidesOutRedisErrors(t *testing.T) {
 		name   string
 		err    error
 		outage time.Duration // SetOutageWait, 0 for the default
-		want   string        // "served", "err" (err alone), "ctx" (ErrNotAcquired, ctx and err)
+		want   string        // "served", "err" (err alone), "ctx" (ErrNotAcquired, ctx and err), "maxwait" (busy and err)
 	}{
 		{"clusterdown/served", clusterDown, 0, "served"},
 		{"eof/served", io.ErrUnexpectedEOF, 0, "served"},
 		{"clusterdown/context-ends", clusterDown, 0, "ctx"},
 		{"clusterdown/outage-too-long", clusterDown, 1500 * time.Millisecond, "err"},
+		{"clusterdown/max-wait-ends", clusterDown, 0, "maxwait"},
 		{"noperm/ends-at-once", noPerm, 0, "err"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -369,6 +370,16 @@ func TestWaiterRidesOutRedisErrors(t *testing.T) {
 			held := mustAcquire(t, holder, "res")
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
+			if tc.want == "maxwait" {
+				// Armed before the first check, which comes well within the 4s.
+				f.armed.Store(true)
+				a := <-acquireAsync(ctx, waiter, "res", fencing.WithMaxWait(4*time.Second))
+				if _, busy := fencing.RetryAfter(a.err); !busy || !errors.Is(a.err, tc.err) || errors.Is(a.err, context.DeadlineExceeded) {
+					t.Fatalf("got %v, want busy (with a Retry-After) and %v", a.err, tc.err)
+				}
+				_ = held.Release(t.Context())
+				return
+			}
 			got := acquireAsync(ctx, waiter, "res")
 			waitFor(t, 2*time.Second, "the waiter to queue", func() bool { return fencing.Queued(waiter) == 1 })
 			waitSubscribed(t, r, "res")
