@@ -39,6 +39,9 @@ var manyContenders = []contender{bsmRedislock, fencekitDo, redsyncMutex}
 //   - sections/s: critical sections per second;
 //   - p50-wait-ms, p99-wait-ms, max-wait-ms: how long a goroutine waited for the lock;
 //   - hold-ms: how long a section held the lock, on average (the 1 ms sleep overruns);
+//   - max-wait-held-ms: how much of the longest wait other sections held the waiter's
+//     resource, the part of it that only a lock serving the waiter out of turn could
+//     shorten (the rest is hand-overs);
 //   - r0-interval-ms, r0-gap-ms: on r0, the most wanted resource, the mean time from the
 //     start of one section to the start of the next, and the median time from the end of
 //     one to the start of the next (see reportHot);
@@ -102,15 +105,18 @@ func zipfWorkload(goroutines int) workload {
 	}
 }
 
-// logRatios logs r's sections/s, cmds/section, cpu-us/section and max-wait-ms over base's,
-// the row of the contender named baseName.
+// logRatios logs r's sections/s, cmds/section, cpu-us/section, max-wait-ms and
+// max-wait-held-ms over base's, the row of the contender named baseName; the last over
+// base's max-wait-ms, how long r's longest wait would be over base's if every hand-over
+// took no time at all.
 func logRatios(b *testing.B, r, base rowResult, baseName string) {
 	if r.sections == 0 || base.sections == 0 {
 		return
 	}
 	rate, cmds, cpu := r.perSection()
 	baseRate, baseCmds, baseCPU := base.perSection()
-	b.Logf("over %s: sections/s %.2fx, cmds/section %.2fx, cpu-us/section %.2fx, max-wait-ms %.2fx",
+	baseWorst := ms(base.waits[len(base.waits)-1])
+	b.Logf("over %s: sections/s %.2fx, cmds/section %.2fx, cpu-us/section %.2fx, max-wait-ms %.2fx, max-wait-held-ms %.2fx",
 		baseName, rate/baseRate, cmds/baseCmds, cpu/baseCPU,
-		ms(r.waits[len(r.waits)-1])/ms(base.waits[len(base.waits)-1]))
+		ms(r.waits[len(r.waits)-1])/baseWorst, ms(r.worstHeld)/baseWorst)
 }

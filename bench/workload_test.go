@@ -69,11 +69,25 @@ type rowResult struct {
 	// hot holds the holds on r0, the resource the workload's picker favours most when it
 	// has one (zipfWorkload), in the order they started.
 	hot []span
+	// worstHeld is how much of the longest wait others held the waiter's resource: the
+	// holds (the sleeps, overrun and all) of the sections that had it while that section
+	// waited. No first-come, first-served lock serves a waiter before the sections queued
+	// ahead of it, so this part of the longest wait stays whatever the hand-over costs; the
+	// rest of the wait is hand-overs (see worstHeldOf).
+	worstHeld time.Duration
 }
 
 // A span is one hold of a lock, from the moment the section had it to the moment it was
 // about to give it back.
 type span struct{ start, end time.Time }
+
+// A section is one critical section of a row: the resource, when it asked for the lock,
+// and its hold.
+type section struct {
+	resource int
+	asked    time.Time
+	span
+}
 
 // runRow runs w on t with contender c for rowTime: every worker goroutine takes the lock on
 // the resource it picks, holds it for w.hold and releases it, again and again (when the
@@ -103,9 +117,7 @@ func runRow(b *testing.B, t *target, c contender, w workload) rowResult {
 	holders := make([]atomic.Int32, w.resources) // holders of each resource right now
 
 	workers := w.processes * w.goroutines
-	waits := make([][]time.Duration, workers) // one wait per section, per worker
-	var held atomic.Int64                     // the holds' total, ns
-	hot := make([][]span, workers)            // the holds on r0, the most wanted resource, per worker
+	done := make([][]section, workers) // the sections of each worker
 	// The connection samples that open and close the row fall outside its figures.
 	stopSampling := sampleConnections(b, t, tracker, w.processes)
 	before := t.stats(b)
@@ -122,23 +134,19 @@ func runRow(b *testing.B, t *target, c contender, w workload) rowResult {
 		pick := w.picker(worker, workers)
 		wg.Go(func() {
 			for next() {
-				r := pick()
-				t0 := time.Now()
+				s := section{resource: pick(), asked: time.Now()}
+				r := s.resource
 				err := p.section(ctx, names[r], func() {
-					waits[worker] = append(waits[worker], time.Since(t0))
+					s.start = time.Now()
 					if n := holders[r].Add(1); n != 1 {
 						b.Errorf("%s: %d holders of %s at once", c.name, n, names[r])
 					}
-					h0 := time.Now()
 					if w.hold > 0 {
 						time.Sleep(w.hold)
 					}
-					h1 := time.Now()
-					held.Add(int64(h1.Sub(h0)))
-					if r == 0 {
-						hot[worker] = append(hot[worker], span{h0, h1})
-					}
 					holders[r].Add(-1)
+					s.end = time.Now()
+					done[worker] = append(done[worker], s)
 				})
 				if err != nil {
 					b.Errorf("%s: %s: %v", c.name, names[r], err)
@@ -153,17 +161,56 @@ func runRow(b *testing.B, t *target, c contender, w workload) rowResult {
 	after := t.stats(b)
 	peaks := stopSampling()
 
-	r := rowResult{elapsed: elapsed, waits: slices.Concat(waits...), peaks: peaks, hot: slices.Concat(hot...)}
-	r.sections = len(r.waits)
+	all := slices.Concat(done...)
+	r := rowResult{elapsed: elapsed, sections: len(all), peaks: peaks, worstHeld: worstHeldOf(all)}
+	var held time.Duration
+	for _, s := range all {
+		r.waits = append(r.waits, s.start.Sub(s.asked))
+		held += s.end.Sub(s.start)
+		if s.resource == 0 {
+			r.hot = append(r.hot, s.span)
+		}
+	}
 	slices.Sort(r.waits)
 	if r.sections > 0 {
-		r.hold = time.Duration(held.Load() / int64(r.sections))
+		r.hold = held / time.Duration(r.sections)
 	}
 	slices.SortFunc(r.hot, func(a, b span) int { return a.start.Compare(b.start) })
 	for i := range after {
 		r.primaries = append(r.primaries, after[i].sub(before[i]))
 	}
 	return r
+}
+
+// worstHeldOf returns how much of the longest wait among sections others held the
+// waiter's resource: the overlap of that wait with the holds of the other sections on the
+// same resource.
+func worstHeldOf(sections []section) time.Duration {
+	worst := -1
+	for i, s := range sections {
+		if worst < 0 || s.start.Sub(s.asked) > sections[worst].start.Sub(sections[worst].asked) {
+			worst = i
+		}
+	}
+	if worst < 0 {
+		return 0
+	}
+	w := sections[worst]
+	var held time.Duration
+	for i, s := range sections {
+		if i == worst || s.resource != w.resource {
+			continue
+		}
+		from, to := s.start, s.end
+		if from.Before(w.asked) {
+			from = w.asked
+		}
+		if to.After(w.start) {
+			to = w.start
+		}
+		held += max(to.Sub(from), 0)
+	}
+	return held
 }
 
 // pace starts a pacer that lets perSecond sections start per second until deadline, and
@@ -318,10 +365,12 @@ func (r rowResult) reportSpread(b *testing.B) {
 	}
 }
 
-// reportHot reports hold-ms, the mean hold of all sections, and for r0, the most wanted
-// resource: r0-interval-ms, the mean time from the start of one of its sections to the start
-// of the next, and r0-gap-ms, the median time from the end of one to the start of the next
-// (the hand-over, when someone was waiting). With first-come, first-served waiting and every
+// reportHot reports hold-ms, the mean hold of all sections; max-wait-held-ms, how much of
+// the longest wait others held the waiter's resource (rowResult.worstHeld: the part of it
+// that no first-come, first-served lock can shorten); and for r0, the most wanted resource:
+// r0-interval-ms, the mean time from the start of one of its sections to the start of the
+// next, and r0-gap-ms, the median time from the end of one to the start of the next (the
+// hand-over, when someone was waiting). With first-come, first-served waiting and every
 // goroutine queued on r0, the longest wait is about the number of goroutines times
 // r0-interval-ms.
 func (r rowResult) reportHot(b *testing.B) {
@@ -329,6 +378,7 @@ func (r rowResult) reportHot(b *testing.B) {
 		return
 	}
 	b.ReportMetric(ms(r.hold), "hold-ms")
+	b.ReportMetric(ms(r.worstHeld), "max-wait-held-ms")
 	if len(r.hot) < 2 {
 		return
 	}
@@ -396,3 +446,24 @@ func (r rowResult) reportLoad(b *testing.B, offered float64) {
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+func TestWorstHeldOf(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond) }
+	hold := func(resource, asked, start, end int) section {
+		return section{resource: resource, asked: at(asked), span: span{at(start), at(end)}}
+	}
+	sections := []section{
+		hold(0, -3, -2, 1),  // held r0 for the first 1 ms of the longest wait
+		hold(0, -1, 2, 4),   // 2 ms, all inside it
+		hold(1, 0, 0, 10),   // another resource: not counted
+		hold(0, 0, 10, 11),  // the longest wait: 10 ms, from 0 to 10
+		hold(0, 1, 9, 12),   // 1 ms of it (a hold it overlaps: no lock allows that, but count it)
+		hold(0, 11, 12, 13), // after it
+	}
+	if got, want := worstHeldOf(sections), 4*time.Millisecond; got != want {
+		t.Errorf("worstHeldOf = %v, want %v", got, want)
+	}
+	if got := worstHeldOf(nil); got != 0 {
+		t.Errorf("worstHeldOf(nil) = %v, want 0", got)
+	}
+}
