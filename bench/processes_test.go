@@ -25,7 +25,9 @@ var rows = []struct {
 }{
 	{fencekitAcquire, 1, 8},
 	{fencekitAcquire, 2, 4},
+	{fencekitAcquire, 2, 1},
 	{fencekitAcquire, 8, 1},
+	{fencekitAcquire, 16, 1},
 	{fencekitAcquire, 32, 1},
 	{fencekitDo, 1, 8},
 	{fencekitDo, 8, 1},
@@ -36,9 +38,9 @@ var rows = []struct {
 // BenchmarkProcesses measures contention on one resource across processes: goroutines
 // take the lock, sleep 1 ms (holdTime) while holding it and release it, b.N critical
 // sections in all. Each process is a client of its own, and for fencekit a Locker of its
-// own. The rows run fencekit at 1, 2 and 8 processes of 8 goroutines in all, and at 32
-// processes of one goroutine each; fencekit's Locker.Do at 1 and 8; and, at 8 processes,
-// bsm/redislock and redsync, each retrying every 1 ms.
+// own. The rows run fencekit at 1 and 2 processes of 8 goroutines in all, and at 2, 8, 16
+// and 32 processes of one goroutine each; fencekit's Locker.Do at 1 and 8; and, at 8
+// processes, bsm/redislock and redsync, each retrying every 1 ms.
 //
 // The "standalone" family runs against the Redis named by FENCING_REDIS_ADDR, which must be
 // private and otherwise idle (its INFO stats are read); the "cluster" family against a
@@ -49,7 +51,13 @@ var rows = []struct {
 //   - p50-wait-ms, p99-wait-ms, max-wait-ms: how long a goroutine waited for the lock;
 //   - least-share: the sections of the least-served process over an even share;
 //   - cmds/section: commands the Redis primaries processed per section (INFO stats
-//     total_commands_processed; commands inside scripts count).
+//     total_commands_processed; commands inside scripts count);
+//   - gap-ms: the median hand-off, from the end of one section's hold to the start of the
+//     next one's;
+//   - ping-ms, pub-ms: the row's floors, measured with its own clients just before its
+//     sections: the median PING round trip sent after a 1 ms sleep, and the median time
+//     from sending a PUBLISH after a 1 ms sleep to another client's receiving it;
+//   - gap/ping, gap/pub: gap-ms over each floor.
 //
 // See README.md for the commands.
 func BenchmarkProcesses(b *testing.B) {
@@ -87,8 +95,11 @@ func contend(b *testing.B, t *target, c contender, processes, goroutines int) {
 		defer procs[i].close()
 	}
 
+	ping, pub := floors(b, ctx, t, resource)
+
 	workers := processes * goroutines
 	waits := make([][]time.Duration, workers) // one wait per section, per worker
+	spans := make([][]span, workers)          // one hold per section, per worker
 	var done, held atomic.Int64               // sections started; total hold, ns
 	var inside atomic.Int32                   // holders right now
 	commands := t.commandCounter(b)
@@ -107,7 +118,9 @@ func contend(b *testing.B, t *target, c contender, processes, goroutines int) {
 					}
 					h0 := time.Now()
 					time.Sleep(holdTime)
-					held.Add(int64(time.Since(h0)))
+					h1 := time.Now()
+					held.Add(int64(h1.Sub(h0)))
+					spans[w] = append(spans[w], span{h0, h1})
 					inside.Add(-1)
 				})
 				if err != nil {
@@ -145,6 +158,82 @@ func contend(b *testing.B, t *target, c contender, processes, goroutines int) {
 	b.ReportMetric(float64(least)/(n/float64(processes)), "least-share")
 	b.ReportMetric(float64(cmds)/n, "cmds/section")
 	b.ReportMetric(ms(meanHold), "hold-ms")
+	gap := medianGap(slices.Concat(spans...))
+	b.ReportMetric(ms(gap), "gap-ms")
+	b.ReportMetric(ms(ping), "ping-ms")
+	b.ReportMetric(ms(pub), "pub-ms")
+	b.ReportMetric(float64(gap)/float64(ping), "gap/ping")
+	b.ReportMetric(float64(gap)/float64(pub), "gap/pub")
+}
+
+// medianGap returns the median time from the end of one hold to the start of the next.
+func medianGap(holds []span) time.Duration {
+	slices.SortFunc(holds, func(a, b span) int { return a.start.Compare(b.start) })
+	gaps := make([]time.Duration, 0, len(holds))
+	for i := 1; i < len(holds); i++ {
+		gaps = append(gaps, holds[i].start.Sub(holds[i-1].end))
+	}
+	if len(gaps) == 0 {
+		return 0
+	}
+	slices.Sort(gaps)
+	return gaps[len(gaps)/2]
+}
+
+// floorSamples is how many times floors measures each floor.
+const floorSamples = 200
+
+// floors measures a row's two floors on t with fresh clients, before its sections are
+// counted: the median PING round trip after a 1 ms sleep, and the median time from sending
+// a PUBLISH after a 1 ms sleep to another client's receiving it (on channel, named after
+// the row's resource so that on a cluster it has the resource's slot).
+func floors(b *testing.B, ctx context.Context, t *target, resource string) (ping, pub time.Duration) {
+	sender, receiver := t.newClient(nil), t.newClient(nil)
+	defer sender.Close()
+	defer receiver.Close()
+	if err := sender.Ping(ctx).Err(); err != nil {
+		b.Fatalf("ping: %v", err)
+	}
+	pings := make([]time.Duration, floorSamples)
+	for i := range pings {
+		time.Sleep(time.Millisecond)
+		t0 := time.Now()
+		if err := sender.Ping(ctx).Err(); err != nil {
+			b.Fatalf("ping: %v", err)
+		}
+		pings[i] = time.Since(t0)
+	}
+	channel := t.prefix + "floor:{" + resource + "}"
+	sub := receiver.Subscribe(ctx, channel)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil { // the subscription's confirmation
+		b.Fatalf("subscribe: %v", err)
+	}
+	received := make(chan time.Time)
+	go func() {
+		defer close(received)
+		for {
+			if _, err := sub.ReceiveMessage(ctx); err != nil {
+				return
+			}
+			received <- time.Now()
+		}
+	}()
+	pubs := make([]time.Duration, floorSamples)
+	for i := range pubs {
+		time.Sleep(time.Millisecond)
+		t0 := time.Now()
+		if err := sender.Publish(ctx, channel, "x").Err(); err != nil {
+			b.Fatalf("publish: %v", err)
+		}
+		pubs[i] = (<-received).Sub(t0)
+	}
+	_ = sub.Close()
+	for range received {
+	}
+	slices.Sort(pings)
+	slices.Sort(pubs)
+	return pings[len(pings)/2], pubs[len(pubs)/2]
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
