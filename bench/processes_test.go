@@ -68,7 +68,11 @@ func BenchmarkProcesses(b *testing.B) {
 // runRows runs every row against t.
 func runRows(b *testing.B, t *target) {
 	for _, r := range rows {
-		b.Run(fmt.Sprintf("%s/processes=%d", r.contender.name, r.processes), func(b *testing.B) {
+		name := fmt.Sprintf("%s/processes=%d", r.contender.name, r.processes)
+		if r.processes*r.goroutines < 8 {
+			name += fmt.Sprintf("x%d", r.goroutines) // fewer workers than the other rows
+		}
+		b.Run(name, func(b *testing.B) {
 			contend(b, t, r.contender, r.processes, r.goroutines)
 		})
 	}
