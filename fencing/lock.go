@@ -21,6 +21,7 @@ type Lock struct {
 	behind   time.Duration // how far the server clock was behind the last token (see Event)
 
 	validUntil atomic.Int64 // local lease deadline: nanoseconds since acquired
+	released   atomic.Bool  // a Release returned nil: later ones answer ErrNotHeld locally
 
 	// keyArgs and valueArg are keys.args() and value, boxed once for the release script.
 	keyArgs  [3]any
@@ -49,27 +50,29 @@ func (k *Lock) Resource() string {
 // resource, the lock goes straight to the longest-waiting one, with a new token, in the same
 // round trip. It returns an error wrapping [ErrNotHeld] and changes nothing when the lock has
 // expired or belongs to a newer acquisition. Other errors come from Redis; the lock then
-// stays held until its TTL runs out. A retried release (go-redis retries after a dropped
-// connection) may report ErrNotHeld for a lock its first attempt did free.
+// stays held until its TTL runs out. A release that go-redis retries after losing the
+// reply returns what its first run did: nil when that run released the lock (Redis keeps
+// the outcome for 10 s, see docs/design.md), ErrNotHeld only when the lock had passed on
+// before it.
 func (k *Lock) Release(ctx context.Context) error {
 	if k == nil {
 		return opErr("release", "", ErrNotHeld)
 	}
 	ctx = k.hooks.start(ctx, OpRelease, k.resource)
 	begin := time.Now()
-	released, err := k.locker.releaseBoxed(ctx, k.keys, k.keyArgs, k.value, k.valueArg)
+	released, err := false, error(nil)
+	if !k.released.Load() {
+		// Once released, the record in Redis would answer a new release as it answers a
+		// retry: nil. It is not a retry, and the lock is not this acquisition's.
+		released, err = k.locker.releaseBoxed(ctx, k.keys, k.keyArgs, k.value, k.valueArg)
+	}
 	switch {
 	case err != nil:
 		err = opErr("release", k.resource, err)
 	case !released:
 		err = opErr("release", k.resource, ErrNotHeld)
-		if k.valid() {
-			// Held by the local clock, gone in Redis: perhaps this is a retry whose first
-			// run granted the lock to this Locker's own waiters without a message. They
-			// check now instead of at their next poll.
-			k.locker.waits.kick(k.keys.channel, false)
-		}
 	default:
+		k.released.Store(true)
 		k.validUntil.Store(0)
 	}
 	k.hooks.end(ctx, k.event(OpRelease, begin, err))

@@ -8,27 +8,47 @@
 --          when it has waiters queued for the resource.
 -- Returns 0 when ARGV[1] does not hold the lock; 1 when it deleted the lock; {2, element,
 -- token} when it handed the lock to the waiter of that queue element with a new token.
--- A retried call (go-redis retries after a lost reply) finds the lock gone or handed on and
--- returns 0; the waiter that got it was notified by the first run.
+-- The release record <tag>:r:<owner>:<token> (a string, PX 10000; never for "<owner>:")
+-- keeps the reply for a retried call: go-redis retries after a lost reply, and the retry,
+-- finding the lock gone or handed on, returns what the first run did ("1", or
+-- "2:<element>:<token>") instead of 0.
+local record = string.sub(KEYS[1], 1, -5) .. 'r:' .. ARGV[1]
+local exact = string.sub(ARGV[1], -1) ~= ':'
+local function done(reply)
+  if exact then
+    redis.call('SET', record, reply, 'PX', 10000)
+  end
+end
 local held = redis.call('GET', KEYS[1])
 if held == ARGV[1] then
   -- Unmarked: nobody queued behind this holder (see grant.lua).
   redis.call('DEL', KEYS[1])
+  done('1')
   return 1
 end
 if not held or (held ~= ARGV[1] .. '+' and
-    (string.sub(ARGV[1], -1) ~= ':' or string.sub(held, 1, #ARGV[1]) ~= ARGV[1])) then
-  return 0
+    (exact or string.sub(held, 1, #ARGV[1]) ~= ARGV[1])) then
+  local first = exact and redis.call('GET', record)
+  if not first then
+    return 0
+  elseif first == '1' then
+    return 1
+  end
+  local element, token = string.match(first, '^2:(.*):(%d+)$')
+  return {2, element, token}
 end
 local head = redis.call('LPOP', KEYS[3])
 if not head then
   redis.call('DEL', KEYS[1])
+  done('1')
   return 1
 end
 -- #include grant.lua
 local g = grant_next(head, ARGV[2] or 'P0', ARGV[3] or '', ARGV[4] or '')
 if g then
+  done('2:' .. g[1] .. ':' .. g[2])
   return {2, g[1], g[2]}
 end
 redis.call('DEL', KEYS[1])
+done('1')
 return 1

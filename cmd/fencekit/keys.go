@@ -13,6 +13,7 @@ const (
 	suffixFence  = "fence"
 	suffixQueue  = "queue"
 	suffixWaiter = "w:" // followed by the Locker's id
+	suffixRecord = "r:" // followed by a released lock's value: a release's outcome, for 10 s
 	b64Marker    = ":b64"
 )
 
@@ -44,7 +45,7 @@ func lockerOf(element string) string {
 }
 
 // parseKey splits a key of the layout into its resource name and suffix ("lock", "fence",
-// "queue", "w:<id>"). ok is false for a key that does not follow the layout.
+// "queue", "w:<id>", "r:<owner>:<token>"). ok is false for a key that does not follow the layout.
 func parseKey(prefix, key string) (resource, suffix string, ok bool) {
 	rest, found := strings.CutPrefix(key, prefix)
 	if !found || !strings.HasPrefix(rest, "{") {

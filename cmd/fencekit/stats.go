@@ -27,6 +27,7 @@ var keyKinds = []struct{ id, label string }{
 	{"fence", "fence counters"},
 	{"queue", "queues"},
 	{"waiter", "waiter keys"},
+	{"record", "release records"},
 	{"other", "other keys"},
 }
 
@@ -99,7 +100,7 @@ func kindOf(prefix, key string) int {
 	_, suffix, ok := parseKey(prefix, key)
 	switch {
 	case !ok:
-		return 4
+		return 5
 	case suffix == suffixLock:
 		return 0
 	case suffix == suffixFence:
@@ -108,8 +109,10 @@ func kindOf(prefix, key string) int {
 		return 2
 	case strings.HasPrefix(suffix, suffixWaiter) && len(suffix) > len(suffixWaiter):
 		return 3
+	case strings.HasPrefix(suffix, suffixRecord) && len(suffix) > len(suffixRecord):
+		return 4
 	}
-	return 4
+	return 5
 }
 
 func (c *cli) collectStats(ctx context.Context, client redis.UniversalClient, prefix string, sample, count int64) (statsOutput, error) {
