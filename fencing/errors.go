@@ -67,7 +67,8 @@ func opErr(op, resource string, err error) error {
 }
 
 // both is two errors as one: errors.Is and errors.As match either, and the text is one line,
-// such as `fencing: not acquired: "r" is held by another owner: context deadline exceeded`.
+// such as `fencing: not acquired: "r" is held by another owner after waiting 20ms, first in
+// the queue: context deadline exceeded`.
 type both struct{ first, second error }
 
 func (e *both) Error() string {

@@ -480,17 +480,33 @@ func outcomeOf(err error) Outcome {
 	return OutcomeError
 }
 
-// busyError is TryAcquire's error when another owner holds the lock.
+// busyError is TryAcquire's error when another owner holds the lock, and Acquire's when its
+// wait ended.
 type busyError struct {
 	resource   string
 	retryAfter time.Duration
+	waited     time.Duration // Acquire: how long it waited; 0 for a single attempt
+	ahead      int           // with waited: waiters ahead in the queue when it left, -1 unknown
 }
 
 func (e *busyError) Error() string {
 	if e.retryAfter == lateReply {
 		return fmt.Sprintf("fencing: not acquired: %q: Redis replied after the lease could have run out", e.resource)
 	}
-	return fmt.Sprintf("fencing: not acquired: %q is held by another owner", e.resource)
+	msg := fmt.Sprintf("fencing: not acquired: %q is held by another owner", e.resource)
+	if e.waited <= 0 {
+		return msg
+	}
+	msg += fmt.Sprintf(" after waiting %v", e.waited.Round(time.Millisecond))
+	switch {
+	case e.ahead == 0:
+		msg += ", first in the queue"
+	case e.ahead == 1:
+		msg += ", 1 waiter ahead"
+	case e.ahead > 1:
+		msg += fmt.Sprintf(", %d waiters ahead", e.ahead)
+	}
+	return msg
 }
 
 func (e *busyError) Is(target error) bool { return target == ErrNotAcquired }

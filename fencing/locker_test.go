@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -488,6 +489,30 @@ func TestAcquireRacingCancellationReleases(t *testing.T) {
 	}
 }
 
+// TestWaitErrorSaysWhatHappened checks that a wait that ran out says how long it waited and
+// how many waiters were ahead, and still matches ErrNotAcquired with RetryAfter.
+func TestWaitErrorSaysWhatHappened(t *testing.T) {
+	r := redistest.New(t)
+	holder, ahead, late := newLocker(t, r), newLocker(t, r), newLocker(t, r)
+	_ = mustAcquire(t, holder, "y", fencing.WithTTL(time.Minute))
+	first := acquireAsync(t.Context(), ahead, "y", fencing.WithMaxWait(2*time.Second))
+	waitFor(t, 5*time.Second, "the first waiter in the queue", func() bool { return queueLen(r, "y") == 1 })
+	_, err := late.Acquire(t.Context(), "y", fencing.WithMaxWait(100*time.Millisecond))
+	if !errors.Is(err, fencing.ErrNotAcquired) {
+		t.Fatalf("got %v, want ErrNotAcquired", err)
+	}
+	want := regexp.MustCompile(`^fencing: not acquired: "y" is held by another owner after waiting [1-9][0-9]{2,}ms, 1 waiter ahead$`)
+	if !want.MatchString(err.Error()) {
+		t.Errorf("got %q, want %v", err, want)
+	}
+	if d, ok := fencing.RetryAfter(err); !ok || d <= 0 || d > time.Minute {
+		t.Errorf("RetryAfter: %v, %v; want the holder's remaining lease", d, ok)
+	}
+	if a := <-first; !errors.Is(a.err, fencing.ErrNotAcquired) {
+		t.Errorf("first waiter: got %v, want ErrNotAcquired after its wait", a.err)
+	}
+}
+
 // TestErrorText checks that errors read as one line with one "fencing: " prefix, and still
 // match their sentinels and the context's error.
 func TestErrorText(t *testing.T) {
@@ -506,8 +531,9 @@ func TestErrorText(t *testing.T) {
 	if !errors.Is(err, fencing.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Acquire past its deadline: got %v, want ErrNotAcquired and DeadlineExceeded", err)
 	}
-	if want := `fencing: not acquired: "busy" is held by another owner: context deadline exceeded`; err.Error() != want {
-		t.Errorf("Acquire past its deadline: got %q, want %q", err, want)
+	want := regexp.MustCompile(`^fencing: not acquired: "busy" is held by another owner after waiting [0-9]+ms, first in the queue: context deadline exceeded$`)
+	if !want.MatchString(err.Error()) {
+		t.Errorf("Acquire past its deadline: got %q, want %v", err, want)
 	}
 	for _, e := range []error{err, lock.Extend(t.Context(), time.Second), fencing.New(nil).Err()} {
 		if s := e.Error(); strings.Count(s, "fencing: ") != 1 || strings.Contains(s, "\n") {

@@ -93,7 +93,10 @@ type grant struct {
 
 // ended is queue's error when the wait ended: context, WithMaxWait or Close. last is the error
 // of the checks with Redis that failed since the last one that worked, nil if none did.
-type ended struct{ last error }
+type ended struct {
+	last  error
+	ahead int // waiters ahead in the queue when it left, or -1 when unknown
+}
 
 func (e *ended) Error() string { return "fencing: wait ended" }
 
@@ -122,7 +125,7 @@ func newWaiting(l *Locker, usable bool) *waiting {
 // wait is Acquire's loop.
 func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock, int, error) {
 	k := resourceKeys(cfg.prefix, resource)
-	ws, parent, attempts := l.waits, ctx, 0
+	ws, parent, attempts, begin := l.waits, ctx, 0, time.Now()
 	if cfg.maxWait >= 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cfg.maxWait)
@@ -156,7 +159,8 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 	}
 	var e *ended
 	if errors.As(err, &e) {
-		switch b := (&busyError{resource: resource, retryAfter: busy}); {
+		b := &busyError{resource: resource, retryAfter: busy, waited: time.Since(begin), ahead: e.ahead}
+		switch {
 		case ws.closed.Load():
 			err = ErrClosed
 		case parent.Err() != nil:
@@ -170,10 +174,15 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 
 // queue joins the queue as one waiter and waits for the lock; nil and no error when the grant
 // it got had lapsed.
-func (l *Locker) queue(ctx, parent context.Context, cfg *config, resource string, ln *line, attempts *int) (*Lock, error) {
+func (l *Locker) queue(ctx, parent context.Context, cfg *config, resource string, ln *line, attempts *int) (lock *Lock, err error) {
 	ws := l.waits
 	w := &waiter{ln: ln, elem: ws.id + "." + strconv.FormatUint(ws.seq.Add(1), 10), grant: make(chan grant, 1), wake: make(chan struct{}, 1)}
-	defer l.leave(w)
+	defer func() {
+		ahead := l.leave(w)
+		if e, ok := err.(*ended); ok {
+			e.ahead = ahead
+		}
+	}()
 	if lock, err := l.join(parent, cfg, resource, w, attempts); err != nil || lock != nil {
 		return lock, err
 	}
@@ -190,15 +199,15 @@ func (l *Locker) queue(ctx, parent context.Context, cfg *config, resource string
 		case g := <-w.grant:
 			if parent.Err() != nil {
 				w.grant <- g // for leave, which passes it on
-				return nil, &ended{failing}
+				return nil, &ended{last: failing, ahead: -1}
 			}
 			return l.take(parent, cfg, resource, ln.k, g)
 		case <-w.wake:
 		case <-time.After(ws.nextPoll(w, jitter(d))):
 		case <-ctx.Done():
-			return nil, &ended{failing}
+			return nil, &ended{last: failing, ahead: -1}
 		case <-ws.done:
-			return nil, &ended{failing}
+			return nil, &ended{last: failing, ahead: -1}
 		}
 		if !ws.front(w) {
 			continue
@@ -343,7 +352,9 @@ func (ws *waiting) nextPoll(w *waiter, d time.Duration) time.Duration {
 // leave takes w off its line. A grant to w that it did not take is released, which passes it
 // on; its element, if still queued, is removed. It waits for a poll in flight, which would
 // put back as dropped the element of a grant w took and released meanwhile (a stale element).
-func (l *Locker) leave(w *waiter) {
+// It returns how many waiters were ahead of w's element when it was removed, or -1 when that
+// is unknown (not queued, or Redis did not say).
+func (l *Locker) leave(w *waiter) int {
 	ws, ln := l.waits, w.ln
 	ln.io.Lock()
 	defer ln.io.Unlock()
@@ -352,17 +363,30 @@ func (l *Locker) leave(w *waiter) {
 	delete(ws.byElem, w.elem) // no grant is delivered to w from now on
 	inQueue := queued(w)
 	ws.mu.Unlock()
+	ahead := -1
 	if len(w.grant) > 0 { // nothing is sent to w any more
 		l.passOn(ln.k, (<-w.grant).value)
 	} else if inQueue {
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 		defer cancel()
-		if n, err := l.client.LRem(ctx, ln.k.queue, 0, w.elem).Result(); err == nil && n == 0 {
+		// One round trip: where the element stood (for the error), then its removal.
+		var pos *redis.IntCmd
+		var rem *redis.IntCmd
+		_, _ = l.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			pos = p.LPos(ctx, ln.k.queue, w.elem, redis.LPosArgs{})
+			rem = p.LRem(ctx, ln.k.queue, 0, w.elem)
+			return nil
+		})
+		if n, err := pos.Result(); err == nil {
+			ahead = int(n)
+		}
+		if n, err := rem.Result(); err == nil && n == 0 {
 			// The element was popped: granted to w (the announcement is on its way) or
 			// dropped as dead. Free such a grant now.
 			_, _ = l.release(ctx, ln.k, w.elem+":")
 		}
 	}
+	return ahead
 }
 
 // take turns a grant into a Lock, or returns nil and no error when the grant has lapsed. Inside

@@ -174,7 +174,8 @@ func Example_untrustedNames() {
 		e.ServeHTTP(rec, httptest.NewRequest(http.MethodPut, "/orders/"+id, nil))
 		fmt.Println(rec.Code)
 	}
-	fmt.Println(mr.Keys(), mr.TTL("fencing:{order:42}:fence"))
+	// Order 42's counter (beside it, for 10 s, the record of its release).
+	fmt.Println(client.Keys(context.Background(), "*:fence").Val(), mr.TTL("fencing:{order:42}:fence"))
 	mr.FastForward(time.Hour)
 	fmt.Println(mr.Keys())
 	// Output:
