@@ -73,11 +73,11 @@
 //
 // The handler runs inside [fencing.Locker.Do]. Its context carries the fencing token
 // ([fencing.TokenFromContext]); pass the token with every write. The lease is renewed in the
-// background every third of its TTL. Its TTL defaults to the time left until the task's
-// deadline (Asynq derives the handler's deadline from the task's Timeout and Deadline), but at
-// least 1s and at most [fencing.DefaultTTL] (30s); [WithTTL] sets it. The cap matters because
-// Asynq's default timeout is 30 minutes: a worker that crashes keeps its resources locked for
-// up to one TTL, and busy tasks come back after about one TTL. When the lock is lost,
+// background every third of its TTL. Its TTL is the Locker's (the [fencing.WithTTL] given to
+// [fencing.New], [fencing.DefaultTTL] (30s) by default), the same lease every other caller of
+// that Locker gets; [WithTTL] sets another for the adapter alone. A task's deadline does not
+// change it (Asynq's default timeout is 30 minutes, and a worker that crashes keeps its
+// resources locked for up to one TTL). Busy tasks come back after about one TTL. When the lock is lost,
 // the handler's context is cancelled with a cause matching [fencing.ErrNotHeld] (see
 // [context.Cause]); the handler should stop and return an error, which then matches
 // ErrNotHeld too, and Asynq retries the task as after any failure. A handler that returns

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/hibiken/asynq"
 
@@ -43,8 +42,11 @@ func Middleware(l *fencing.Locker, resource ResourceFunc, opts ...Option) asynq.
 //   - resource's error wrapped with [asynq.SkipRetry];
 //   - an error wrapping both [fencing.ErrInvalid] and [asynq.SkipRetry] when the setup
 //     cannot work, the same way for every attempt: a nil Locker, resource or h, an invalid
-//     option or TTL, a Locker built with invalid options, or a resource name longer than
+//     option or TTL, a Locker built with invalid options (its [fencing.Locker.Err], checked
+//     when Wrap or Middleware is called), or a resource name longer than
 //     [fencing.MaxResourceLen]; Asynq then archives the task at once instead of retrying it;
+//     a Locker already closed when Wrap or Middleware is called gives an error wrapping
+//     [fencing.ErrClosed] and [asynq.SkipRetry] the same way;
 //   - otherwise an error from the Locker, such as an unreachable Redis or a closed Locker
 //     (an ordinary failure, retried).
 //
@@ -67,9 +69,14 @@ func newConfig(l *fencing.Locker, resource ResourceFunc, opts []Option) *config 
 		cfg.err = invalid("nil Locker")
 	case resource == nil:
 		cfg.err = invalid("nil ResourceFunc")
-	case cfg.ttl > 0:
-		cfg.fixed = cfg.lockOptions(cfg.ttl)
+	default:
+		// A Locker built with options that can never work, or already closed, is refused
+		// here, where the adapter is built: every task fails the same way, without retries.
+		if err := l.Err(); err != nil {
+			cfg.err = errtext.New("asynqfence: ", "Locker", err, asynq.SkipRetry)
+		}
 	}
+	cfg.opts = cfg.lockOptions()
 	return cfg
 }
 
@@ -95,10 +102,7 @@ func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	case resource == "":
 		return h.next.ProcessTask(ctx, t)
 	}
-	opts := h.cfg.fixed
-	if opts == nil {
-		opts = h.cfg.lockOptions(ttlFor(ctx))
-	}
+	opts := h.cfg.opts
 	ran, succeeded := false, false
 	err = h.cfg.locker.Do(ctx, resource, func(ctx context.Context) error {
 		ran = true
@@ -131,14 +135,4 @@ func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 // [asynq.SkipRetry], since retrying cannot make it work.
 func invalid(what string) error {
 	return errtext.New("asynqfence: ", what, fencing.ErrInvalid, asynq.SkipRetry)
-}
-
-// ttlFor returns the lease length for a task whose handler context is ctx: the time left
-// until its deadline, clamped to [minDerivedTTL, maxDerivedTTL].
-func ttlFor(ctx context.Context) time.Duration {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		return maxDerivedTTL
-	}
-	return min(max(time.Until(deadline), minDerivedTTL), maxDerivedTTL)
 }

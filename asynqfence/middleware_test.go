@@ -213,18 +213,28 @@ func TestWrapInvalid(t *testing.T) {
 	}
 }
 
+// TestWrapTTL checks that the lease is the Locker's TTL unless WithTTL or WithLockOptions
+// says otherwise, whatever the task's deadline (issue 32, point 4).
 func TestWrapTTL(t *testing.T) {
 	tests := []struct {
-		name     string
-		deadline time.Duration // 0: no deadline
-		opts     []asynqfence.Option
-		want     time.Duration
+		name       string
+		lockerOpts []fencing.Option
+		deadline   time.Duration // 0: no deadline
+		opts       []asynqfence.Option
+		want       time.Duration
 	}{
-		{name: "from deadline", deadline: 10 * time.Second, want: 10 * time.Second},
-		{name: "at least 1s", deadline: 200 * time.Millisecond, want: time.Second},
-		{name: "at most 30s", deadline: 30 * time.Minute, want: fencing.DefaultTTL},
-		{name: "no deadline", want: fencing.DefaultTTL},
-		{name: "WithTTL", deadline: 30 * time.Minute, opts: []asynqfence.Option{asynqfence.WithTTL(7 * time.Second)}, want: 7 * time.Second},
+		{name: "Locker's default", want: fencing.DefaultTTL},
+		{name: "Locker's default, long deadline", deadline: 30 * time.Minute, want: fencing.DefaultTTL},
+		{name: "Locker's default, short deadline", deadline: 10 * time.Second, want: fencing.DefaultTTL},
+		{name: "Locker's TTL", lockerOpts: []fencing.Option{fencing.WithTTL(12 * time.Second)}, want: 12 * time.Second},
+		{
+			name: "Locker's TTL, deadline", lockerOpts: []fencing.Option{fencing.WithTTL(45 * time.Second)},
+			deadline: 10 * time.Minute, want: 45 * time.Second,
+		},
+		{
+			name: "WithTTL over the Locker's", lockerOpts: []fencing.Option{fencing.WithTTL(12 * time.Second)},
+			opts: []asynqfence.Option{asynqfence.WithTTL(7 * time.Second)}, want: 7 * time.Second,
+		},
 		{
 			name: "lock options last", deadline: 30 * time.Minute, want: 5 * time.Second,
 			opts: []asynqfence.Option{asynqfence.WithTTL(7 * time.Second), asynqfence.WithLockOptions(fencing.WithTTL(5 * time.Second))},
@@ -233,7 +243,7 @@ func TestWrapTTL(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := redistest.New(t)
-			l := newLocker(t, r)
+			l := newLocker(t, r, tt.lockerOpts...)
 			var got time.Duration
 			h := asynqfence.Wrap(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
 				var err error
@@ -251,6 +261,64 @@ func TestWrapTTL(t *testing.T) {
 			}
 			if got > tt.want || got < tt.want-500*time.Millisecond {
 				t.Fatalf("got lease %v, want about %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestWrapLockerErr checks that a Locker that can never work, or is closed, is refused where
+// the adapter is built: its Err is the error of every task, with SkipRetry, and neither the
+// handler nor Redis is reached (issue 32, point 5).
+func TestWrapLockerErr(t *testing.T) {
+	tests := []struct {
+		name  string
+		build func(t *testing.T, r *redistest.Redis) *fencing.Locker
+		want  error
+	}{
+		{
+			name: "counter expiry below the TTL",
+			build: func(t *testing.T, r *redistest.Redis) *fencing.Locker {
+				return newLocker(t, r, fencing.WithCounterExpiry(time.Second))
+			},
+			want: fencing.ErrInvalid,
+		},
+		{
+			name: "closed",
+			build: func(t *testing.T, r *redistest.Redis) *fencing.Locker {
+				l := newLocker(t, r)
+				_ = l.Close()
+				return l
+			},
+			want: fencing.ErrClosed,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := redistest.New(t)
+			l := tt.build(t, r)
+			if l.Err() == nil {
+				t.Fatal("Locker.Err() = nil, want an error")
+			}
+			ran := false
+			next := asynq.HandlerFunc(func(context.Context, *asynq.Task) error { ran = true; return nil })
+			handlers := map[string]asynq.Handler{
+				"Wrap":       asynqfence.Wrap(next, l, byPayload),
+				"Middleware": asynqfence.Middleware(l, byPayload)(next),
+			}
+			for name, h := range handlers {
+				err := h.ProcessTask(t.Context(), asynq.NewTask("job", []byte("acct")))
+				if !errors.Is(err, tt.want) || !errors.Is(err, asynq.SkipRetry) {
+					t.Errorf("%s: got %v, want an error matching %v and asynq.SkipRetry", name, err, tt.want)
+				}
+				if err != nil && !strings.HasPrefix(err.Error(), "asynqfence: ") {
+					t.Errorf("%s: got text %q, want the asynqfence: prefix", name, err)
+				}
+			}
+			if ran {
+				t.Error("the handler ran, want it refused")
+			}
+			if n, err := r.Client.Exists(t.Context(), r.Prefix+"{acct}:lock").Result(); err != nil || n != 0 {
+				t.Errorf("lock key exists = %d, %v; want 0", n, err)
 			}
 		})
 	}

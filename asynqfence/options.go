@@ -7,12 +7,6 @@ import (
 	"github.com/fencekit/fencekit/fencing"
 )
 
-// Bounds of the lease length the adapter derives from a task's deadline.
-const (
-	minDerivedTTL = time.Second
-	maxDerivedTTL = fencing.DefaultTTL
-)
-
 // An Option configures [Middleware] or [Wrap].
 type Option interface {
 	apply(*config)
@@ -27,19 +21,20 @@ func (f optionFunc) apply(c *config) { f(c) }
 type config struct {
 	locker   *fencing.Locker
 	resource ResourceFunc
-	ttl      time.Duration // 0: derived from the task's deadline
+	ttl      time.Duration // 0: the Locker's TTL
 	drop     bool
 	lockOpts []fencing.Option
-	fixed    []fencing.Option // the lock options when ttl is set
-	err      error            // the first invalid option or argument
+	opts     []fencing.Option // the per-call options of every acquisition
+	err      error            // the first invalid option or argument, or the Locker's Err
 }
 
 // WithTTL sets the lease length of every acquisition; the lease is renewed every third of it
 // while the handler runs, and it is how long a crashed worker keeps the resource locked.
-// Default: the time left until the task's deadline, at least 1s and at most
-// [fencing.DefaultTTL] (30s); 30s when the context has no deadline. The Locker's own TTL
-// setting is not used. A d below [fencing.MinTTL] or above [fencing.MaxTTL] makes every
-// task fail with an error wrapping [fencing.ErrInvalid] and [asynq.SkipRetry].
+// Default: the Locker's TTL (the [fencing.WithTTL] given to [fencing.New], otherwise
+// [fencing.DefaultTTL], 30s), the same lease as every other caller of that Locker; the
+// task's deadline does not shorten or lengthen it. A d below [fencing.MinTTL] or above
+// [fencing.MaxTTL] makes every task fail with an error wrapping [fencing.ErrInvalid] and
+// [asynq.SkipRetry].
 func WithTTL(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if (d < fencing.MinTTL || d > fencing.MaxTTL) && c.err == nil {
@@ -59,8 +54,8 @@ func WithDropDuplicates() Option {
 }
 
 // WithLockOptions adds per-call options to every acquisition, after the adapter's own
-// (fencing.WithMaxWait(0), and fencing.WithTTL from [WithTTL] or the task's deadline), so
-// they override them. For example, fencing.WithMaxWait(2*time.Second) waits up to two
+// (fencing.WithMaxWait(0), and fencing.WithTTL from [WithTTL] when it is given), so they
+// override them. For example, fencing.WithMaxWait(2*time.Second) waits up to two
 // seconds for a busy resource before reporting it busy, and fencing.WithHooks observes the
 // acquisitions. Several WithLockOptions add up. Default: none.
 func WithLockOptions(opts ...fencing.Option) Option {
@@ -70,9 +65,14 @@ func WithLockOptions(opts ...fencing.Option) Option {
 // tryOnce makes every acquisition a single attempt unless WithLockOptions says otherwise.
 var tryOnce = fencing.WithMaxWait(0)
 
-// lockOptions returns the per-call options of one acquisition with the given TTL.
-func (c *config) lockOptions(ttl time.Duration) []fencing.Option {
+// lockOptions returns the per-call options of every acquisition: a single attempt, the
+// TTL of [WithTTL] if it was given (otherwise none, so the Locker's own applies), then
+// the options of [WithLockOptions].
+func (c *config) lockOptions() []fencing.Option {
 	opts := make([]fencing.Option, 0, 2+len(c.lockOpts))
-	opts = append(opts, tryOnce, fencing.WithTTL(ttl))
+	opts = append(opts, tryOnce)
+	if c.ttl > 0 {
+		opts = append(opts, fencing.WithTTL(c.ttl))
+	}
 	return append(opts, c.lockOpts...)
 }

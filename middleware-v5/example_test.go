@@ -185,3 +185,13 @@ func Example_untrustedNames() {
 	// [fencing:{order:42}:fence] 1h0m0s
 	// []
 }
+
+// The name a Namespace route locks, and the default name of a route, computed for code that
+// must lock the same resource, such as a transfer or an Asynq task.
+func ExampleResourceName() {
+	fmt.Println(fencemw.ResourceName("account", "a1"))
+	fmt.Println(fencemw.RouteResourceName("/orders/:id", "42"))
+	// Output:
+	// account:a1
+	// /orders/:id 42
+}

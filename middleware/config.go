@@ -1,6 +1,9 @@
 package middleware
 
 import (
+	"time"
+
+	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/echofence"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
@@ -9,63 +12,83 @@ import (
 // Config configures the middleware. The zero value of every field but Locker selects its
 // default. A Config is only read; one value may build any number of middlewares.
 //
-// Its fields are declared once for both Echo majors (in fencekit's internal package
-// echofence), so this Config and the one of the Echo v5 package,
-// github.com/fencekit/fencekit/middleware-v5, cannot differ but for the
-// context type; here C is echo.Context:
-//
-//   - Skipper middleware.Skipper: decides which requests run without a lock. Default:
-//     middleware.DefaultSkipper, which skips none. [SkipSafeMethods] locks only requests
-//     with unsafe methods.
-//   - Locker *fencing.Locker: takes the locks. Required. Per-request options come from TTL
-//     and MaxWait.
-//   - KeyLookup string: where the key is found, in the form Echo's KeyAuth and CSRF use and
-//     parse with middleware.CreateExtractors: "param:<name>", "header:<name>" (or
-//     "header:<name>:<cut-prefix>"), "query:<name>", "form:<name>" or "cookie:<name>";
-//     several, separated by commas, are tried in order. When a source yields several
-//     values, the first is used, as c.Param, c.QueryParam and Header.Get do. Default:
-//     [DefaultKeyLookup] ("param:id"). Ignored when KeyExtractor is set.
-//   - KeyExtractor func(c C) (string, error): returns the key of a request, overriding
-//     KeyLookup. An error from it means the request gets no lock: it goes to ErrorHandler
-//     (400 by default, or the *echo.HTTPError it returned as it is). Default: nil.
-//   - Namespace string: the first part of every resource name: the lock of a request is
-//     named "<namespace>:<key>", with any ':' or '%' in the namespace, and a '/' that starts
-//     it, percent-encoded so the name cannot be read two ways. Give several routes the same
-//     Namespace to make them share their locks, or match the names another program (an
-//     Asynq worker, say) locks: Namespace "order" and key "42" lock "order:42". Default: ""
-//     names the lock after the route and the key, "<route> <key>": the route path as
-//     registered (c.Path()) and the key, separated by one space, with any '%' or ' '
-//     in the route percent-encoded. PUT /orders/42 on route "/orders/:id" locks
-//     "/orders/:id 42" (Redis key "fencing:{/orders/:id 42}:lock"), for every method of
-//     the route. Such names start with '/' and Namespace names never do, so distinct
-//     (route, key) and (namespace, key) pairs never share a lock. Both Echo majors' packages
-//     name locks alike: a service moved from v4 to v5 keeps its locks and fence counters.
-//   - TTL time.Duration: the lease length, renewed every third of it while the handler
-//     runs. It must be between [fencing.MinTTL] and [fencing.MaxTTL]. Default: 0, the
-//     Locker's TTL.
-//   - MaxWait time.Duration: how long a request waits for a busy resource before it is
-//     denied. It must not be negative. Default: 0, a single attempt. A request whose
-//     context ends first (the client left, a deadline passed) is denied too.
-//   - ContextKey string: the key under which the token (an int64) is stored with c.Set. It
-//     stays there after the handler returns, for loggers and error handlers. Default:
-//     [DefaultContextKey] ("fencing.token").
-//   - TokenHeader string: when set, names a response header that carries the token, such
-//     as "Fencing-Token". It is set before the handler runs. Default: "" (no header).
-//   - ErrorHandler func(c C, err error) error: builds the response when the lock cannot be
-//     tried or taken for a reason other than contention: err wraps [fencing.ErrInvalid]
-//     when the request has no valid key or its resource name is longer than
-//     [fencing.MaxResourceLen], and also when the Locker refuses the call's options (a TTL
-//     above its counter expiry, say), and is a Redis or Locker error ([fencing.ErrClosed],
-//     say) otherwise. Its result is returned to Echo; nil ends the request without running
-//     the handler (write a response first). Default: [DefaultErrorHandler] (400, 500 for
-//     options the Locker refuses, or 503).
-//   - DenyHandler func(c C, resource string, err error) error: builds the response when
-//     the resource is busy: err matches [fencing.ErrNotAcquired], and also the context's
-//     error when the request's context ended while waiting. resource is the lock's name.
-//     Retry-After is already set when it is called. Its result is returned to Echo; nil
-//     ends the request without running the handler (write a response first). Default:
-//     [DefaultDenyHandler] (423).
-type Config echofence.Settings[echo.Context, middleware.Skipper]
+// The package github.com/fencekit/fencekit/middleware-v5 has a Config with the same
+// fields for the other Echo major. Both convert to one internal type that holds the
+// behaviour, so the two cannot drift apart but in their context type.
+type Config struct {
+	// Skipper decides which requests run without a lock. Default:
+	// middleware.DefaultSkipper, which skips none. [SkipSafeMethods] locks only requests
+	// with unsafe methods.
+	Skipper middleware.Skipper
+
+	// Locker takes the locks. Required. Per-request options come from TTL and MaxWait. A
+	// Locker whose [fencing.Locker.Err] is set (built with options that can never work, or
+	// closed) is refused by [Config.ToMiddleware].
+	Locker *fencing.Locker
+
+	// KeyLookup says where the key is found, in the form Echo's KeyAuth and CSRF use and
+	// parse with middleware.CreateExtractors: "param:<name>", "header:<name>" (or
+	// "header:<name>:<cut-prefix>"), "query:<name>", "form:<name>" or "cookie:<name>";
+	// several, separated by commas, are tried in order. When a source yields several
+	// values, the first is used, as c.Param, c.QueryParam and Header.Get do. Default:
+	// [DefaultKeyLookup] ("param:id"). Ignored when KeyExtractor is set.
+	KeyLookup string
+
+	// KeyExtractor returns the key of a request, overriding KeyLookup. An error from it
+	// means the request gets no lock: it goes to ErrorHandler (400 by default, or
+	// the *echo.HTTPError it returned, as it is). Default: nil.
+	KeyExtractor func(c echo.Context) (string, error)
+
+	// Namespace is the first part of every resource name: the lock of a request is named
+	// "<namespace>:<key>" ([ResourceName]), with any ':' or '%' in the namespace, and a '/'
+	// that starts it, percent-encoded so the name cannot be read two ways. Give several
+	// routes the same Namespace to make them share their locks, or match the names another
+	// program (an Asynq worker, say) locks: Namespace "order" and key "42" lock "order:42".
+	//
+	// Default: "" names the lock after the route and the key, "<route> <key>"
+	// ([RouteResourceName]): the route path as registered (c.Path()) and the key,
+	// separated by one space, with any '%' or ' ' in the route percent-encoded. PUT
+	// /orders/42 on route "/orders/:id" locks "/orders/:id 42" (Redis key
+	// "fencing:{/orders/:id 42}:lock"), for every method of the route. Such names start
+	// with '/' and Namespace names never do, so distinct (route, key) and (namespace, key)
+	// pairs never share a lock. Both Echo majors' packages name locks alike: a service moved
+	// from one to the other keeps its locks and fence counters.
+	Namespace string
+
+	// TTL is the lease length, renewed every third of it while the handler runs. It must
+	// be between [fencing.MinTTL] and [fencing.MaxTTL]. Default: 0, the Locker's TTL.
+	TTL time.Duration
+
+	// MaxWait is how long a request waits for a busy resource before it is denied. It must
+	// not be negative. Default: 0, a single attempt. A request whose context ends first
+	// (the client left, a deadline passed) is denied too.
+	MaxWait time.Duration
+
+	// ContextKey is the key under which the token (an int64) is stored with c.Set (read it with [TokenFromEcho]).
+	// It stays there after the handler returns, for loggers and error handlers. Default:
+	// [DefaultContextKey] ("fencing.token").
+	ContextKey string
+
+	// TokenHeader, when set, names a response header that carries the token, such as
+	// "Fencing-Token". It is set before the handler runs. Default: "" (no header).
+	TokenHeader string
+
+	// ErrorHandler builds the response when the lock cannot be tried or taken for a reason
+	// other than contention: err wraps [fencing.ErrInvalid] when the request has no valid
+	// key or its resource name is longer than [fencing.MaxResourceLen], and also when the
+	// Locker refuses the call's options (a TTL above its counter expiry, say), and is a
+	// Redis or Locker error ([fencing.ErrClosed], say) otherwise. Its result is returned to
+	// Echo; nil ends the request without running the handler (write a response first).
+	// Default: [DefaultErrorHandler] (400, 500 for options the Locker refuses, or 503).
+	ErrorHandler func(c echo.Context, err error) error
+
+	// DenyHandler builds the response when the resource is busy: err matches
+	// [fencing.ErrNotAcquired], and also the context's error when the request's context
+	// ended while waiting. resource is the lock's name. Retry-After is already set when it
+	// is called. Its result is returned to Echo; nil ends the request without running the
+	// handler (write a response first). Default: [DefaultDenyHandler] (423).
+	DenyHandler func(c echo.Context, resource string, err error) error
+}
 
 // DefaultConfig is the configuration [Fence] uses, with Locker to be set: every request is
 // locked, the key is the path parameter "id" ([DefaultKeyLookup]), the lock is named after

@@ -99,3 +99,13 @@ func ExampleConfig_ToMiddleware() {
 	// 423 Retry-After: 5 {"message":"Locked"}
 	// 201 Fencing-Token: 3
 }
+
+// The name a Namespace route locks, and the default name of a route, computed for code that
+// must lock the same resource, such as a transfer or an Asynq task.
+func ExampleResourceName() {
+	fmt.Println(fencemw.ResourceName("account", "a1"))
+	fmt.Println(fencemw.RouteResourceName("/orders/:id", "42"))
+	// Output:
+	// account:a1
+	// /orders/:id 42
+}

@@ -86,9 +86,9 @@ func NewTable(name string, opts ...Option) (*Table, error) {
 	case strings.TrimSpace(name) == "":
 		return nil, errors.New("store: new table: empty table name")
 	case strings.TrimSpace(c.idColumn) == "":
-		return nil, fmt.Errorf("store: new table %s: empty id column", name)
+		return nil, fmt.Errorf("store: new table %q: empty id column", name)
 	case strings.TrimSpace(c.tokenColumn) == "":
-		return nil, fmt.Errorf("store: new table %s: empty token column", name)
+		return nil, fmt.Errorf("store: new table %q: empty token column", name)
 	}
 	return &Table{name: name, idColumn: c.idColumn, tokenColumn: c.tokenColumn, question: c.question}, nil
 }
@@ -151,17 +151,17 @@ func (t *Table) Upsert(ctx context.Context, db DB, id any, token int64, columns 
 		return err
 	}
 	if t.question {
-		return fmt.Errorf("store: upsert %s: Upsert is PostgreSQL-only (the Table uses question marks)", t.name)
+		return fmt.Errorf("store: upsert %q: Upsert is PostgreSQL-only (the Table uses question marks)", t.name)
 	}
 	if len(columns) != len(values) {
-		return fmt.Errorf("store: upsert %s: %d columns but %d values", t.name, len(columns), len(values))
+		return fmt.Errorf("store: upsert %q: %d columns but %d values", t.name, len(columns), len(values))
 	}
 	p := t.placeholders(0, len(columns)+2)
 	var b strings.Builder
 	b.WriteString("INSERT INTO " + t.name + " AS cur (" + t.idColumn + ", " + t.tokenColumn)
 	for _, c := range columns {
 		if strings.TrimSpace(c) == "" {
-			return fmt.Errorf("store: upsert %s: empty column name", t.name)
+			return fmt.Errorf("store: upsert %q: empty column name", t.name)
 		}
 		b.WriteString(", " + c)
 	}
@@ -188,10 +188,10 @@ func (t *Table) Mark(ctx context.Context, db DB, id any) (int64, error) {
 	var mark int64
 	err := db.QueryRowContext(ctx, query, id).Scan(&mark)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("%w: %s", ErrNotFound, t.resource(id))
+		return 0, fmt.Errorf("%w: %q", ErrNotFound, t.resource(id))
 	}
 	if err != nil {
-		return 0, fmt.Errorf("store: mark %s: %w", t.resource(id), err)
+		return 0, fmt.Errorf("store: mark %q: %w", t.resource(id), err)
 	}
 	return mark, nil
 }
@@ -200,11 +200,11 @@ func (t *Table) Mark(ctx context.Context, db DB, id any) (int64, error) {
 func (t *Table) exec(ctx context.Context, db DB, op string, id any, token int64, query string, args []any) error {
 	res, err := db.ExecContext(ctx, query, args...)
 	if err != nil {
-		return fmt.Errorf("store: %s %s: %w", op, t.resource(id), err)
+		return fmt.Errorf("store: %s %q: %w", op, t.resource(id), err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return fmt.Errorf("store: %s %s: rows affected: %w", op, t.resource(id), err)
+		return fmt.Errorf("store: %s %q: rows affected: %w", op, t.resource(id), err)
 	}
 	if n > 0 {
 		return nil
@@ -216,7 +216,7 @@ func (t *Table) exec(ctx context.Context, db DB, op string, id any, token int64,
 	case mark > token:
 		return &StaleTokenError{Resource: t.resource(id), Token: token, Mark: mark}
 	default:
-		return fmt.Errorf("store: %s %s: no row changed, yet mark %d admits token %d: "+
+		return fmt.Errorf("store: %s %q: no row changed, yet mark %d admits token %d: "+
 			"the row appeared concurrently, or (MySQL) the DSN lacks clientFoundRows=true",
 			op, t.resource(id), mark, token)
 	}
@@ -228,10 +228,10 @@ func (t *Table) check(op string, db DB, id any, token int64, hasToken bool) erro
 		return fmt.Errorf("store: %s: nil *Table", op)
 	}
 	if isNil(db) {
-		return fmt.Errorf("store: %s %s: nil DB", op, t.name)
+		return fmt.Errorf("store: %s %q: nil DB", op, t.name)
 	}
 	if id == nil {
-		return fmt.Errorf("store: %s %s: nil id", op, t.name)
+		return fmt.Errorf("store: %s %q: nil id", op, t.name)
 	}
 	if !hasToken {
 		return nil
@@ -252,7 +252,8 @@ func (t *Table) placeholders(skip, count int) []string {
 	return p
 }
 
-// resource names a row in errors: "table/id".
+// resource names a row in errors, which quote it with %q like every name they hold:
+// "table/id".
 func (t *Table) resource(id any) string {
 	return fmt.Sprintf("%s/%v", t.name, id)
 }

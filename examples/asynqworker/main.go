@@ -26,11 +26,10 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/asynqfence"
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/tracing/asynqtrace"
 )
 
 func main() {
@@ -149,7 +148,7 @@ func setup(opts options) (*demo, error) {
 	mux.Handle(typeDeposit, d.worker)
 	// With FENCEKIT_TRACE=stdout every job gets a span; the lock's spans nest inside it.
 	mux.Use(d.countBusy)
-	mux.Use(jobSpan(tr.Provider.Tracer("github.com/fencekit/fencekit/examples/asynqworker")))
+	mux.Use(asynqtrace.Middleware(asynqtrace.WithTracerProvider(tr.Provider)))
 	// A 1s lease keeps the demonstration quick: a busy deposit comes back after about the
 	// holder's remaining lease. The lease is renewed while a deposit runs.
 	mux.Use(asynqfence.Middleware(d.locker, accountOf, asynqfence.WithTTL(time.Second)))
@@ -381,19 +380,4 @@ func (d *demo) countBusy(next asynq.Handler) asynq.Handler {
 		}
 		return err
 	})
-}
-
-// jobSpan starts a consumer span around every task, as an Asynq instrumentation would.
-func jobSpan(tracer trace.Tracer) asynq.MiddlewareFunc {
-	return func(next asynq.Handler) asynq.Handler {
-		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-			ctx, span := tracer.Start(ctx, "asynq.process "+t.Type(), trace.WithSpanKind(trace.SpanKindConsumer))
-			defer span.End()
-			err := next.ProcessTask(ctx, t)
-			if err != nil && !asynqfence.IsBusy(err) {
-				span.SetStatus(codes.Error, err.Error())
-			}
-			return err
-		})
-	}
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	fencemw "github.com/fencekit/fencekit/middleware"
 	"github.com/fencekit/fencekit/store"
 )
 
@@ -32,7 +33,8 @@ func (l *ledger) balance(id string) int64 {
 // mark to token. Otherwise it writes nothing and returns an error matching
 // [store.ErrStaleToken].
 func (l *ledger) set(id string, token, balance int64) error {
-	err := l.guard.Write("account:"+id, token, func() error {
+	// The record is named as its lock is: fencemw.ResourceName gives the middleware's name.
+	err := l.guard.Write(fencemw.ResourceName("account", id), token, func() error {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		l.balances[id] = balance

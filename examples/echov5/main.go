@@ -142,11 +142,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	return err
 }
 
-// checkServer checks the Redis server's settings once at start: it refuses an allkeys-*
+// checkServer first refuses a Locker whose options can never work (Locker.Err: fencing.New
+// never fails, so a counter expiry below the TTL would otherwise surface at the first
+// request), then checks the Redis server's settings once at start: it refuses an allkeys-*
 // eviction policy, which can evict the fence counters, and prints the other risks. A server
 // whose settings cannot be read (miniredis, or an ACL without CONFIG and INFO) is reported
 // and used.
 func checkServer(ctx context.Context, locker *fencing.Locker, out io.Writer) error {
+	if err := locker.Err(); err != nil {
+		return err
+	}
 	report, err := locker.CheckServer(ctx)
 	switch {
 	case errors.Is(err, fencing.ErrUnsafeServer):

@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -400,4 +401,16 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestCheckServerRefusesLockerErr checks that the service refuses, at start, a Locker whose
+// options can never work (a counter expiry below the default 30s TTL), before any request.
+func TestCheckServerRefusesLockerErr(t *testing.T) {
+	client, _, _ := testRedis(t)
+	locker := fencing.New(client, fencing.WithCounterExpiry(time.Second))
+	defer locker.Close()
+	var out bytes.Buffer
+	if err := checkServer(t.Context(), locker, &out); !errors.Is(err, fencing.ErrInvalid) {
+		t.Errorf("got %v, want an error matching fencing.ErrInvalid", err)
+	}
 }

@@ -158,7 +158,8 @@ func (b *orderBook) get(id string) (order, bool) {
 // set writes o if its token is at least the order's mark; otherwise it writes nothing and
 // returns an error matching store.ErrStaleToken.
 func (b *orderBook) set(o order) error {
-	return b.guard.Write("order:"+o.ID, o.Token, func() error {
+	// The record is named as its lock is: fencemw.ResourceName gives the middleware's name.
+	return b.guard.Write(fencemw.ResourceName("order", o.ID), o.Token, func() error {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		b.orders[o.ID] = o

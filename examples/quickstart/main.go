@@ -33,6 +33,11 @@ func main() {
 func run(ctx context.Context, rdb *redis.Client, out io.Writer) error {
 	locker := fencing.New(rdb, fencing.WithPrefix("quickstart:"))
 	defer locker.Close()
+	// New never fails; Err reports options that can never work (a counter expiry below the
+	// TTL, say) here, instead of at the first call.
+	if err := locker.Err(); err != nil {
+		return err
+	}
 	// Refuse a server whose eviction policy can drop the token counters (allkeys-*).
 	if _, err := locker.CheckServer(ctx); errors.Is(err, fencing.ErrUnsafeServer) {
 		return err

@@ -6,13 +6,13 @@ import (
 	"github.com/fencekit/fencekit/fencing"
 )
 
-// Settings is the struct of both adapters' Config: each declares
-//
-//	type Config echofence.Settings[<its context type>, middleware.Skipper]
-//
-// so the fields are declared, and documented, once: the two Echo majors' Configs cannot
-// drift apart, and a Config converts to Settings for [New]. C is the Echo context type
-// (echo.Context in v4, *echo.Context in v5) and S the major's middleware.Skipper.
+// Settings is the struct behind both adapters' Config. Each adapter declares a plain Config
+// struct with exactly these fields, in this order and with these types for its Echo major
+// (documented there, field by field, for go doc and pkg.go.dev), and converts it to
+// Settings for [New]: Go converts between struct types with identical fields, so a field
+// added here and not there, or the other way round, fails to compile. C is the Echo context
+// type (echo.Context in v4, *echo.Context in v5) and S the major's middleware.Skipper. The
+// comments below are the reference the adapters' field comments follow.
 type Settings[C Context, S ~func(C) bool] = struct {
 	// Skipper decides which requests run without a lock. Default: middleware.DefaultSkipper,
 	// which skips none. The adapters' SkipSafeMethods locks only requests with unsafe

@@ -19,6 +19,9 @@ func toMiddleware(t *testing.T, d Driver) {
 	defer badOpts.Close()
 	closed := fencing.New(r.Client)
 	_ = closed.Close()
+	// Issue 32's example: New accepts it, but no call with the default 30s TTL can work.
+	shortExpiry := fencing.New(r.Client, fencing.WithCounterExpiry(time.Second))
+	defer shortExpiry.Close()
 
 	tests := []struct {
 		name string
@@ -34,6 +37,7 @@ func toMiddleware(t *testing.T, d Driver) {
 		{"nil Locker", Config{}, fencing.ErrInvalid},
 		{"Locker with invalid options", Config{Locker: badOpts}, fencing.ErrInvalid},
 		{"closed Locker", Config{Locker: closed}, fencing.ErrClosed},
+		{"counter expiry below the TTL", Config{Locker: shortExpiry}, fencing.ErrInvalid},
 		{"TTL too short", Config{Locker: good, TTL: time.Microsecond}, fencing.ErrInvalid},
 		{"TTL too long", Config{Locker: good, TTL: fencing.MaxTTL + 1}, fencing.ErrInvalid},
 		{"negative TTL", Config{Locker: good, TTL: -time.Second}, fencing.ErrInvalid},
@@ -73,9 +77,15 @@ func constants(t *testing.T, d Driver) {
 }
 
 func fenceWithConfigPanics(t *testing.T, d Driver) {
+	r := redistest.New(t)
+	shortExpiry := fencing.New(r.Client, fencing.WithCounterExpiry(time.Second))
+	defer shortExpiry.Close()
 	for name, f := range map[string]func(){
 		"Fence(nil)":                func() { d.Fence(nil) },
 		"FenceWithConfig(Config{})": func() { d.FenceWithConfig(Config{}) },
+		// A Locker whose Err is set is refused where the middleware is built (issue 32).
+		"Fence(counter expiry below the TTL)":           func() { d.Fence(shortExpiry) },
+		"FenceWithConfig(counter expiry below the TTL)": func() { d.FenceWithConfig(Config{Locker: shortExpiry}) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {

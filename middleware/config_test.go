@@ -1,0 +1,47 @@
+package middleware_test
+
+import (
+	"os/exec"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+
+	fencemw "github.com/fencekit/fencekit/middleware"
+)
+
+// TestConfigGoDoc checks that go doc lists every field of Config, each with its own doc
+// comment, as it lists the fields of Echo's own middleware configs (issue 32, point 1).
+func TestConfigGoDoc(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go tool not found:", err)
+	}
+	goDoc := func(t *testing.T, args ...string) string {
+		t.Helper()
+		out, err := exec.Command(goTool, append([]string{"doc"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go doc %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	typ := reflect.TypeFor[fencemw.Config]()
+	if typ.NumField() == 0 {
+		t.Fatal("Config has no fields")
+	}
+	all := goDoc(t, ".", "Config")
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		t.Run(f.Name, func(t *testing.T) {
+			field := regexp.MustCompile(`(?m)^\s+` + f.Name + ` \S`)
+			comment := regexp.MustCompile(`(?m)^\s+// ` + f.Name + `\b`)
+			if !field.MatchString(all) {
+				t.Errorf("go doc . Config does not list field %s:\n%s", f.Name, all)
+			}
+			out := goDoc(t, ".", "Config."+f.Name)
+			if !field.MatchString(out) || !comment.MatchString(out) {
+				t.Errorf("go doc . Config.%s shows no doc comment that names the field:\n%s", f.Name, out)
+			}
+		})
+	}
+}
