@@ -220,8 +220,10 @@ func TestEvictionMatrix(t *testing.T) {
 				t.Fatalf("next acquisition: %v", err)
 			}
 			switch {
-			case policy == "noeviction" && (!fenceKept || !lockKept || next != "OOM"):
-				t.Errorf("noeviction: fence kept %v, lock kept %v, next %s; want true, true, OOM", fenceKept, lockKept, next)
+			case policy == "noeviction" && (!fenceKept || !lockKept || strings.Contains(next, "regressed")):
+				// Redis 7.0 and Valkey 8 refuse the next acquisition (OOM); Redis 7.4.1 runs it
+				// and issues the next token. Either is safe; a regressed token is not.
+				t.Errorf("noeviction: fence kept %v, lock kept %v, next %s; want true, true, and OOM or a higher token", fenceKept, lockKept, next)
 			case strings.HasPrefix(policy, "volatile-") && (!fenceKept || lockKept):
 				t.Errorf("%s: fence kept %v, lock kept %v; want the counter kept and the lock (the only key with a TTL) evicted", policy, fenceKept, lockKept)
 			}
