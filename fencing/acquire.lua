@@ -4,9 +4,10 @@
 -- ARGV[2]: the lease length in milliseconds (a positive integer).
 -- ARGV[3]: opts (see grant.lua); may be left out when it is 'P0'.
 -- ARGV[4]: absent for a single attempt; otherwise the waiter's queue element
---          "<Locker id>.<n>", to queue when busy.
+--          "<Locker id>.<n>.<lease ms>[f]" (see grant_next), to queue when busy.
 -- ARGV[5]: with ARGV[4], the Locker's waiter value "<lease ms>:<floor>:<since>", or "" when
---          its waiter key is known to be alive (it is then left as it is).
+--          its waiter key and the queue's TTL are known to be fresh (they are then left as
+--          they are: the Locker renews them at least every 1.5 s, well within ENTRY_TTL).
 -- Returns the token (a string) when acquired, also when ARGV[1] already holds the lock (a
 -- retried call, which resets the lease); {1, token, behind} instead when the server clock
 -- is behind the last token (see next_token); {0, pttl} when busy, the holder's remaining TTL;
@@ -43,7 +44,7 @@ if found then
   elseif redis.call('EXISTS', KEYS[3]) == 1 then
     -- EXISTS first: under maxmemory, Redis refuses a script's INCR only while the script
     -- has not written yet, and LPOP counts as a write even on a missing key.
-    local g = grant_next(redis.call('LPOP', KEYS[3]), opts, '', '')
+    local g = grant_next(redis.call('LPOP', KEYS[3]), opts, '')
     if g then
       held = g[1] .. ':' .. g[2] .. '+'
     end
@@ -60,11 +61,13 @@ end
 if not ARGV[4] then
   return {0, redis.call('PTTL', KEYS[1])}
 end
-redis.call('RPUSH', KEYS[3], ARGV[4])
+local n = redis.call('RPUSH', KEYS[3], ARGV[4])
 if held and string.sub(held, -1) ~= '+' then
   redis.call('APPEND', KEYS[1], '+') -- mark the lock: a waiter is queued behind its holder
 end
-redis.call('PEXPIRE', KEYS[3], ENTRY_TTL)
+if ARGV[5] ~= '' or n == 1 then -- a new queue always gets its TTL
+  redis.call('PEXPIRE', KEYS[3], ENTRY_TTL)
+end
 if ARGV[5] ~= '' then
   redis.call('SET', waiter_key(locker_of(ARGV[4])), ARGV[5], 'PX', ENTRY_TTL)
 end

@@ -6,10 +6,11 @@
 --          of an unmarked lock need not look at the queue.
 -- KEYS[2]: the fence key, "<prefix><tag>:fence": the resource's token counter.
 -- KEYS[3]: the queue key, "<prefix><tag>:queue": a list with one element per queued waiter,
---          "<Locker id>.<n>", the next to be served at the head. The key
---          "<prefix><tag>:w:<id>" of each waiting Locker holds "<lease ms>:<floor 0|1>:<since
---          unix ms>" and expires unless that Locker renews it: an element whose Locker key is
---          gone is a dead waiter. All these keys share one hash tag, so they live in one Redis
+--          "<Locker id>.<n>.<lease ms>[f]" (see grant_next), the next to be served at the
+--          head. The key "<prefix><tag>:w:<id>" of each waiting Locker holds "<lease
+--          ms>:<floor 0|1>:<since unix ms>" and expires unless that Locker renews it: an
+--          element whose Locker key is gone, and whose announcement nobody heard, is a dead
+--          waiter. All these keys share one hash tag, so they live in one Redis
 --          Cluster slot.
 -- The scripts take their settings in one argument, opts: "<publish><floor><expiry>", where
 -- publish is 'P' (announce grants with PUBLISH on "<prefix><tag>:grant"), 'S' (SPUBLISH) or
@@ -74,33 +75,47 @@ end
 
 -- grant_next hands the free lock to the waiter of element, just popped from the head of
 -- the queue, or if it is dead to the next live one: it sets the lock to "<element>:<token>+"
--- with the lease that the waiter's Locker asked for and announces "<element>:<token>" as
--- opts says, on "<prefix><tag>:grant:<id>", the channel of the waiter's Locker alone, so that
--- no other waiting Locker is woken.
--- Dead waiters are dropped on the way. self is the calling Locker's id and self_entry its
--- waiter value: it is not notified (the caller gets the grant in the reply) and its key need
--- not be read. Returns {element, token}, or nil when nobody waits (element is nil).
-local function grant_next(element, opts, self, self_entry)
-  while element do
-    local id = locker_of(element)
-    local entry
-    if id == self and self_entry ~= '' then
-      entry = self_entry
-    else
-      entry = redis.call('GET', waiter_key(id))
+-- with the lease the element names and announces "<element>:<token>" as opts says, on
+-- "<prefix><tag>:grant:<id>", the channel of the waiter's Locker alone, so that no other
+-- waiting Locker is woken. An element is "<id>.<n>.<lease ms>", followed by 'f' when the
+-- waiter wants tokens floored at the server clock; "<id>.<n>" (fencekit 0.x before the lease
+-- moved into the element) takes both from the waiter key. A waiter is alive when its Locker is
+-- the caller (self: it gets the grant in the reply, unannounced), when the announcement
+-- reached a subscriber, or else when its Locker's waiter key exists. Dead waiters are dropped
+-- on the way; each costs a token. Returns {element, token}, or nil when nobody waits.
+local function grant_next(element, opts, self)
+  local _, expiry = settings(opts)
+  local publish = string.sub(opts, 1, 1)
+  -- announce publishes value to the waiters of Locker id and returns how many heard it.
+  local function announce(id, value)
+    if id == self or publish == '-' then
+      return 0
     end
-    if entry then
-      local lease, floor = string.match(entry, '^(%d+):([01])')
-      if lease then
-        local _, expiry = settings(opts)
-        local token = next_token(floor, expiry)
-        local value = element .. ':' .. token
+    local channel = string.sub(KEYS[3], 1, -6) .. 'grant:' .. id
+    return redis.call(publish == 'S' and 'SPUBLISH' or 'PUBLISH', channel, value)
+  end
+  while element do
+    local id, lease, floor = string.match(element, '^([^.]*)%.%d+%.(%d+)(f?)$')
+    local alive = false
+    if not id then -- the older form: the waiter key says lease and floor, and that it lives
+      id = locker_of(element)
+      local entry = redis.call('GET', waiter_key(id))
+      if entry then
+        lease, floor = string.match(entry, '^(%d+):([01])')
+        floor, alive = floor == '1' and 'f' or '', true
+      end
+    end
+    if lease then
+      local token = next_token(floor == 'f' and '1' or '0', expiry)
+      local value = element .. ':' .. token
+      alive = alive or id == self
+      if alive then
+        announce(id, value)
+      else
+        alive = announce(id, value) > 0 or redis.call('EXISTS', waiter_key(id)) == 1
+      end
+      if alive then
         redis.call('SET', KEYS[1], value .. '+', 'PX', lease)
-        local publish = string.sub(opts, 1, 1)
-        if id ~= self and publish ~= '-' then
-          local channel = string.sub(KEYS[3], 1, -6) .. 'grant:' .. id
-          redis.call(publish == 'S' and 'SPUBLISH' or 'PUBLISH', channel, value)
-        end
         return {element, token}
       end
     end

@@ -27,7 +27,7 @@ type layoutRow struct {
 
 // layoutPlaceholders are the patterns the table's placeholders stand for.
 var layoutPlaceholders = strings.NewReplacer(
-	`<owner>`, `(?:[A-Za-z0-9_-]{22}|[A-Za-z0-9_-]*\.[0-9]+)`,
+	`<owner>`, `(?:[A-Za-z0-9_-]{22}|[A-Za-z0-9_-]*\.[0-9]+\.[1-9][0-9]*f?)`,
 	`<token>`, `[1-9][0-9]*`,
 	`<id>`, `[A-Za-z0-9_-]*`,
 	`<n>`, `[0-9]+`,
@@ -35,6 +35,7 @@ var layoutPlaceholders = strings.NewReplacer(
 	`<floor>`, `[01]`,
 	`<since ms>`, `[0-9]+`,
 	`\[\+\]`, `\+?`, // [+], quoted
+	`\[f\]`, `f?`,
 )
 
 // readLayout parses the key layout table of docs/design.md for a resource whose keys

@@ -2,6 +2,8 @@ package fencing
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -22,6 +24,9 @@ type Lock struct {
 
 	validUntil atomic.Int64 // local lease deadline: nanoseconds since acquired
 	released   atomic.Bool  // a Release returned nil: later ones answer ErrNotHeld locally
+
+	mu    sync.Mutex
+	later *time.Timer // extends a grant's short lease to the TTL (see extendLater); nil once done
 
 	// keyArgs and valueArg are keys.args() and value, boxed once for the release script.
 	keyArgs  [3]any
@@ -58,6 +63,7 @@ func (k *Lock) Release(ctx context.Context) error {
 	if k == nil {
 		return opErr("release", "", ErrNotHeld)
 	}
+	k.stopLater()
 	ctx = k.hooks.start(ctx, OpRelease, k.resource)
 	begin := time.Now()
 	released, err := false, error(nil)
@@ -84,7 +90,49 @@ func (k *Lock) Release(ctx context.Context) error {
 // expired or belongs to a newer acquisition; it never takes a free lock again. A ttl outside
 // [MinTTL, MaxTTL] returns an error wrapping [ErrInvalid] and sends nothing.
 func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	k.stopLater()
 	return k.extend(ctx, ttl, OpExtend)
+}
+
+// extendLater extends a lock that Acquire took from the queue, whose grant's lease is shorter
+// than the TTL, to ttl: once, a third of the way into the lease, so that the hand-off does not
+// wait for it and a lock released sooner never needs it. An error that can pass is tried again
+// while the lease lasts. Release and Extend cancel it.
+func (k *Lock) extendLater(cfg *config, ttl time.Duration) {
+	retry := cfg.retryMin
+	var run func()
+	run = func() {
+		ctx, cancel := context.WithDeadline(context.Background(), k.deadline())
+		err := k.extend(ctx, ttl, OpRenew)
+		cancel()
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if k.later == nil {
+			return // cancelled meanwhile
+		}
+		if passing(err) && !errors.Is(err, ErrNotHeld) && time.Until(k.deadline()) > retry {
+			k.later.Reset(retry)
+			retry = min(2*retry, cfg.retryMax)
+			return
+		}
+		k.later = nil
+	}
+	k.mu.Lock()
+	k.later = time.AfterFunc(time.Until(k.deadline())/3, run)
+	k.mu.Unlock()
+}
+
+// stopLater cancels extendLater's extension, if any.
+func (k *Lock) stopLater() {
+	if k == nil {
+		return
+	}
+	k.mu.Lock()
+	if k.later != nil {
+		k.later.Stop()
+		k.later = nil
+	}
+	k.mu.Unlock()
 }
 
 func (k *Lock) extend(ctx context.Context, ttl time.Duration, op Op) error {

@@ -119,9 +119,11 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...Option
 // Acquire takes the lock on resource, waiting while another owner holds it. A waiter that
 // finds the resource busy joins the resource's queue in Redis; the holder's release hands the
 // lock to the longest-waiting waiter (of any Locker) in the same round trip, with a new token
-// and a lease of 3s, and announces it on the resource's channel, which one pub/sub connection
-// per Locker carries (one per primary on a Cluster; a Ring polls). Acquire then extends the
-// lock to its TTL, one round trip, and returns. A queued waiter also checks with Redis at
+// and a lease of the TTL or 3s, whichever is shorter, and announces it on the resource's
+// channel, which one pub/sub connection per Locker carries (one per primary on a Cluster; a
+// Ring polls). Acquire returns at once; the Lock extends a shorter lease to the TTL a third of
+// the way into it, in the background, unless it is released or extended first (so
+// [Lock.TTL] may show 3s at first). A queued waiter also checks with Redis at
 // least once a second, which keeps its place alive and takes a lock whose holder's lease ran
 // out. Waiting is first come, first served: while waiters are queued, neither TryAcquire nor
 // Acquire takes the lock ahead of them, even when it is free.
@@ -362,13 +364,12 @@ func (l *Locker) release(ctx context.Context, k keys, value string) (bool, error
 func (l *Locker) releaseBoxed(ctx context.Context, k keys, ka [3]any, value string, valueArg any) (bool, error) {
 	ws := l.waits
 	sent := time.Now()
-	self := ws.selfEntry(k.channel)
-	cmd := releaseScript.command(ka, 4)
+	cmd := releaseScript.command(ka, 3)
 	cmd = append(cmd, valueArg, l.opts)
-	if self == "" {
-		cmd = withoutDefault(cmd)
+	if ws.queuedOn(k.channel) {
+		cmd = append(cmd, ws.idArg)
 	} else {
-		cmd = append(cmd, ws.idArg, self)
+		cmd = withoutDefault(cmd)
 	}
 	res, err := releaseScript.run(ctx, l.client, cmd).Result()
 	if err != nil {

@@ -16,7 +16,7 @@
 local granted, now
 local held = redis.call('GET', KEYS[1])
 if not held then
-  local g = grant_next(redis.call('LPOP', KEYS[3]), ARGV[3], ARGV[1], ARGV[2])
+  local g = grant_next(redis.call('LPOP', KEYS[3]), ARGV[3], ARGV[1])
   if g then
     held, now = g[1] .. ':' .. g[2], 1
   end

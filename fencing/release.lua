@@ -4,8 +4,9 @@
 -- ARGV[1]: the lock value of this acquisition, "<owner>:<token>"; or "<owner>:" to release
 --          whatever token that owner holds (after an acquire whose reply was lost).
 -- ARGV[2]: opts (see grant.lua); may be left out when it is 'P0' and ARGV[3] is absent.
--- ARGV[3], ARGV[4]: optional: the releasing Locker's id and its waiter value (see grant_next),
---          when it has waiters queued for the resource.
+-- ARGV[3]: optional: the releasing Locker's id, when it has waiters queued for the
+--          resource: a grant to one of them comes back in the reply, unannounced (see
+--          grant_next).
 -- Returns 0 when ARGV[1] does not hold the lock; 1 when it deleted the lock; {2, element,
 -- token} when it handed the lock to the waiter of that queue element with a new token.
 -- The release record <tag>:r:<owner>:<token> (a string, PX 10000; never for "<owner>:")
@@ -44,7 +45,7 @@ if not head then
   return 1
 end
 -- #include grant.lua
-local g = grant_next(head, ARGV[2] or 'P0', ARGV[3] or '', ARGV[4] or '')
+local g = grant_next(head, ARGV[2] or 'P0', ARGV[3] or '')
 if g then
   done('2:' .. g[1] .. ':' .. g[2])
   return {2, g[1], g[2]}

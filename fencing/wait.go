@@ -19,7 +19,7 @@ import (
 // head element with a new token and a short lease (grantLease) and announces
 // "<element>:<token>" on the channel of the resource and the element's Locker alone,
 // "<keys.channel>:<Locker id>" (to the releasing Locker itself, in its reply);
-// the waiter returns without another round trip (Acquire first extends the lock to its TTL).
+// the waiter returns without another round trip (a lease shorter than its TTL is extended later).
 // A Locker's waiter key per resource ("w:<id>") marks its elements alive; its longest-waiting
 // waiter there polls every pollEvery (poll.lua) to renew the key, put back dropped elements and
 // find a grant whose announcement was lost or a lock whose lease ran out.
@@ -36,6 +36,10 @@ const (
 	// waiter checks as the lease ends, see leaseSeen); one that dies before, for at most
 	// entryTTL.
 	grantLease = 3 * time.Second
+	// renewAfter is how long after a write of a Locker's waiter key and the queue's TTL a
+	// join need not write them again: a waiter that joins then polls, at most 1.2 pollEvery
+	// later, before they run out.
+	renewAfter = entryTTL - 3*pollEvery/2
 )
 
 // waiting is a Locker's side of the queues: its lines of local waiters and the notifier that
@@ -76,7 +80,8 @@ type line struct {
 
 type waiter struct {
 	ln     *line
-	elem   string
+	elem   string        // its queue element (see element)
+	lease  time.Duration // of a grant to it: its TTL, at most grantLease
 	joined bool          // its element is in the Redis queue
 	sent   time.Time     // when its element was first sent to Redis: any grant to it came later
 	got    bool          // a grant was delivered to it
@@ -88,6 +93,7 @@ type waiter struct {
 type grant struct {
 	token int64
 	value string
+	lease time.Duration
 	start time.Time // the lease began after this; zero when unknown
 }
 
@@ -176,7 +182,8 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 // it got had lapsed.
 func (l *Locker) queue(ctx, parent context.Context, cfg *config, resource string, ln *line, attempts *int) (lock *Lock, err error) {
 	ws := l.waits
-	w := &waiter{ln: ln, elem: ws.id + "." + strconv.FormatUint(ws.seq.Add(1), 10), grant: make(chan grant, 1), wake: make(chan struct{}, 1)}
+	lease := min(time.Duration(millis(cfg.ttl))*time.Millisecond, grantLease)
+	w := &waiter{ln: ln, elem: element(ws.id, ws.seq.Add(1), lease, cfg.timeFloor), lease: lease, grant: make(chan grant, 1), wake: make(chan struct{}, 1)}
 	defer func() {
 		ahead := l.leave(w)
 		if e, ok := err.(*ended); ok {
@@ -268,7 +275,7 @@ func (l *Locker) join(ctx context.Context, cfg *config, resource string, w *wait
 	ws.mu.Lock()
 	w.joined = true
 	if entry != "" {
-		ln.renewBy = sent.Add(entryTTL - pollEvery) // the script wrote the key
+		ln.renewBy = sent.Add(renewAfter) // the script wrote the key
 	}
 	if deaf && ln.isReady {
 		// Confirmed while this call was on its way: a grant to w may have been announced to
@@ -294,7 +301,7 @@ func (l *Locker) poll(ctx context.Context, ln *line) error {
 			args = append(args, w.elem)
 		}
 	}
-	ln.renewBy = time.Now().Add(entryTTL - pollEvery)
+	ln.renewBy = time.Now().Add(renewAfter)
 	ln.due = time.Time{}
 	ws.mu.Unlock()
 	sent := time.Now()
@@ -389,17 +396,22 @@ func (l *Locker) leave(w *waiter) int {
 	return ahead
 }
 
-// take turns a grant into a Lock, or returns nil and no error when the grant has lapsed. Inside
-// Do, whose renewals extend the lease to the TTL, it returns at once when the local clock
-// shows at least half of the lease left; otherwise, and always for Acquire, it first extends
-// the lock to the TTL (with WAIT for WithReplicas), through errors that can pass while the
+// take turns a grant into a Lock, or returns nil and no error when the grant has lapsed. A
+// grant's lease is the TTL, or grantLease when the TTL is longer: when the local clock shows
+// at least half of it left, take returns at once, and a lease shorter than the TTL is extended
+// to it off the hand-off path (by Do's renewals, or for Acquire by the Lock's own timer, see
+// Lock.extendLater). Otherwise, and always with WithReplicas (whose WAIT must come first), it
+// extends the lock to the TTL before it returns, through errors that can pass while the
 // grant's lease lasts.
 func (l *Locker) take(ctx context.Context, cfg *config, resource string, k keys, g grant) (*Lock, error) {
 	lock := &Lock{locker: l, hooks: cfg.hooks, resource: resource, keys: k, value: g.value, token: g.token, acquired: time.Now(), keyArgs: k.args(), valueArg: g.value}
 	if !g.start.IsZero() {
-		lock.setValidUntil(g.start, grantLease)
+		lock.setValidUntil(g.start, g.lease)
 	}
-	if cfg.renewed && cfg.replicas == 0 && time.Until(lock.deadline()) > grantLease/2 {
+	if cfg.replicas == 0 && time.Until(lock.deadline()) > g.lease/2 {
+		if ttl := time.Duration(millis(cfg.ttl)) * time.Millisecond; ttl > g.lease && !cfg.renewed {
+			lock.extendLater(cfg, ttl)
+		}
 		return lock, nil
 	}
 	err := l.confirm(ctx, cfg, lock)
@@ -462,7 +474,7 @@ func (ws *waiting) deliver(k keys, elem string, token int64, start time.Time, to
 				start = ln.seen
 			}
 		}
-		w.grant <- grant{token: token, value: value, start: start}
+		w.grant <- grant{token: token, value: value, lease: w.lease, start: start}
 	}
 	ws.mu.Unlock()
 	if !ok && told {
@@ -501,6 +513,16 @@ func (ws *waiting) released(k keys, sent time.Time, value, elem string, token in
 	if elem != "" {
 		ws.deliver(k, elem, token, sent, true)
 	}
+}
+
+// element returns a waiter's queue element: "<Locker id>.<n>.<lease ms>", followed by 'f'
+// when it wants tokens floored at the server clock (see grant.lua).
+func element(id string, n uint64, lease time.Duration, floor bool) string {
+	e := id + "." + strconv.FormatUint(n, 10) + "." + strconv.FormatInt(lease.Milliseconds(), 10)
+	if floor {
+		e += "f"
+	}
+	return e
 }
 
 // mine reports whether elem is one of this Locker's elements.
@@ -625,17 +647,13 @@ func (ln *line) front() *waiter {
 	return ln.waiters[i]
 }
 
-// selfEntry returns this Locker's waiter key content for ch while it has elements queued
-// there and the key is fresh, so that a release that grants the lock to this Locker need not
-// read the key; "" otherwise.
-func (ws *waiting) selfEntry(ch string) string {
+// queuedOn reports whether this Locker has elements queued on ch, so that a release of the
+// resource names it: a grant to one of them comes back in the release's reply.
+func (ws *waiting) queuedOn(ch string) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	ln := ws.lines[ch]
-	if ln == nil || !slices.ContainsFunc(ln.waiters, queued) || !time.Now().Before(ln.renewBy) {
-		return ""
-	}
-	return ln.entry()
+	return ln != nil && slices.ContainsFunc(ln.waiters, queued)
 }
 
 // close ends the subscriptions, wakes every waiter with ErrClosed and waits for the
