@@ -31,11 +31,6 @@ func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Co
 		return invalidf("nil function")
 	}
 	cfg := l.cfg.with(opts)
-	if cfg == &l.cfg {
-		c := *cfg
-		cfg = &c
-	}
-	cfg.renewed = true
 	lock, err := l.acquire(ctx, cfg, resource)
 	if err != nil {
 		return err
@@ -103,6 +98,7 @@ func (k *Lock) keepAlive(work context.Context, cfg *config, cancel context.Cance
 		interval: max(ttl/3, time.Millisecond),
 		retry:    max(ttl/20, time.Millisecond),
 	}
+	k.stopLater() // the renewals extend a grant's short lease
 	r.mu.Lock()
 	// A lock granted from the queue may start with a lease shorter than the TTL (see
 	// grantLease): the first renewal comes within a third of what is left of it.

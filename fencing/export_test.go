@@ -9,11 +9,22 @@ import (
 
 // Waiters returns the number of waiters queued in l, for tests.
 func Waiters(l *Locker) int {
+	return countWaiters(l, func(*waiter) bool { return true })
+}
+
+// countWaiters returns the number of l's waiters for which f is true.
+func countWaiters(l *Locker, f func(*waiter) bool) int {
 	l.waits.mu.Lock()
 	defer l.waits.mu.Unlock()
 	n := 0
 	for _, ln := range l.waits.lines {
-		n += len(ln.waiters)
+		ln.mu.Lock()
+		for _, w := range ln.waiters {
+			if f(w) {
+				n++
+			}
+		}
+		ln.mu.Unlock()
 	}
 	return n
 }
@@ -22,31 +33,11 @@ func Waiters(l *Locker) int {
 func ID(l *Locker) string { return l.waits.id }
 
 // Queued returns the number of l's waiters whose element is in a Redis queue, for tests.
-func Queued(l *Locker) int {
-	l.waits.mu.Lock()
-	defer l.waits.mu.Unlock()
-	n := 0
-	for _, ln := range l.waits.lines {
-		for _, w := range ln.waiters {
-			if queued(w) {
-				n++
-			}
-		}
-	}
-	return n
-}
+func Queued(l *Locker) int { return countWaiters(l, queued) }
 
 // Granted returns the number of l's waiters to which a grant was delivered, for tests.
 func Granted(l *Locker) int {
-	l.waits.mu.Lock()
-	defer l.waits.mu.Unlock()
-	n := 0
-	for _, w := range l.waits.byElem {
-		if w.got {
-			n++
-		}
-	}
-	return n
+	return countWaiters(l, func(w *waiter) bool { return w.got })
 }
 
 // LoadScripts loads the acquire and poll scripts into c's server and returns their SHA1

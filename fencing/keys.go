@@ -56,6 +56,17 @@ func channelKeys(ch string) keys {
 	return keys{lock: base + "lock", fence: base + "fence", queue: base + "queue", channel: ch}
 }
 
+// grants returns the channel on which grants of k's resource to the waiters of the Locker
+// with id are announced (grant.lua builds the same name).
+func (k keys) grants(id string) string { return k.channel + ":" + id }
+
+// grantsOf returns the keys of the resource whose grants to the Locker with id are announced
+// on ch, and false when ch is not such a channel.
+func grantsOf(ch, id string) (keys, bool) {
+	base, ok := strings.CutSuffix(ch, ":"+id)
+	return channelKeys(base), ok
+}
+
 // script returns the keys the scripts take: KEYS[1], KEYS[2] and KEYS[3] of grant.lua.
 func (k keys) script() []string {
 	return []string{k.lock, k.fence, k.queue}

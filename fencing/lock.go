@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,7 +100,7 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // wait for it and a lock released sooner never needs it. An error that can pass is tried again
 // while the lease lasts. Release and Extend cancel it.
 func (k *Lock) extendLater(cfg *config, ttl time.Duration) {
-	retry := cfg.retryMin
+	retry := newBackoff(cfg.retryMin, cfg.retryMax)
 	var run func()
 	run = func() {
 		ctx, cancel := context.WithDeadline(context.Background(), k.deadline())
@@ -110,9 +111,8 @@ func (k *Lock) extendLater(cfg *config, ttl time.Duration) {
 		if k.later == nil {
 			return // cancelled meanwhile
 		}
-		if passing(err) && !errors.Is(err, ErrNotHeld) && time.Until(k.deadline()) > retry {
-			k.later.Reset(retry)
-			retry = min(2*retry, cfg.retryMax)
+		if passing(err) && !errors.Is(err, ErrNotHeld) && time.Until(k.deadline()) > retry.peek() {
+			k.later.Reset(retry.step())
 			return
 		}
 		k.later = nil
@@ -150,8 +150,10 @@ func (k *Lock) extend(ctx context.Context, ttl time.Duration, op Op) error {
 	switch {
 	case err != nil:
 		err = opErr("extend", k.resource, err)
-	case n == 0:
+	case n == flagNotHeld:
 		err = opErr("extend", k.resource, ErrNotHeld)
+	case n != flagAcquired:
+		err = opErr("extend", k.resource, fmt.Errorf("unexpected reply %d", n))
 	default:
 		k.setValidUntil(begin, time.Duration(ms)*time.Millisecond)
 	}
@@ -170,12 +172,12 @@ func (l *Locker) confirm(ctx context.Context, cfg *config, k *Lock) error {
 	begin := time.Now()
 	res, err := l.replicated(ctx, cfg, k.keys, extendSrc, []any{k.value, ms}, func(res any) bool {
 		n, _ := res.(int64)
-		return n == 1
+		return n == flagAcquired
 	})
 	if err != nil {
 		return err
 	}
-	if n, _ := res.(int64); n != 1 {
+	if n, _ := res.(int64); n != flagAcquired {
 		return ErrNotHeld
 	}
 	k.setValidUntil(begin, time.Duration(ms)*time.Millisecond)

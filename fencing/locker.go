@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,6 +23,9 @@ type Locker struct {
 	waits  *waiting
 	opts   any // the scripts' opts argument for cfg, boxed once (see grant.lua)
 	lease  any // the acquire script's lease argument for cfg.ttl, boxed once
+
+	closing sync.Once
+	done    chan struct{} // closed by Close
 }
 
 // New returns a Locker that keeps its locks on client: a *redis.Client (also from
@@ -33,7 +37,7 @@ type Locker struct {
 // resource to a server whose counter is lower, so tokens stop increasing. Prefer a Client or
 // a ClusterClient. On a Ring, waiters poll instead of subscribing.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
-	l := &Locker{client: client, cfg: defaultConfig()}
+	l := &Locker{client: client, cfg: defaultConfig(), done: make(chan struct{})}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&l.cfg)
@@ -45,7 +49,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 	if l.cfg.err == nil {
 		l.cfg.err = l.cfg.conflict()
 	}
-	l.waits = newWaiting(l, l.cfg.err == nil)
+	l.waits = newWaiting(client, l.cfg.err == nil, l.passOn, l.done)
 	l.opts = l.cfg.opts(l.waits.publish)
 	l.lease = millis(l.cfg.ttl)
 	return l
@@ -67,7 +71,7 @@ func (l *Locker) Err() error {
 	if l.cfg.err != nil {
 		return l.cfg.err
 	}
-	if l.waits.closed.Load() {
+	if isDone(l.done) {
 		return ErrClosed
 	}
 	return nil
@@ -78,7 +82,10 @@ func (l *Locker) Err() error {
 // Locks already held can still be released and extended. Close does not close the Redis
 // client. It is safe to call more than once.
 func (l *Locker) Close() error {
-	l.waits.close()
+	l.closing.Do(func() {
+		close(l.done)
+		l.waits.close()
+	})
 	return nil
 }
 
@@ -171,7 +178,7 @@ func (l *Locker) check(ctx context.Context, cfg *config, resource string) error 
 	if err := validResource(resource); err != nil {
 		return err
 	}
-	if l.waits.closed.Load() {
+	if isDone(l.done) {
 		return ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
@@ -379,11 +386,15 @@ func (l *Locker) releaseBoxed(ctx context.Context, k keys, ka [3]any, value stri
 	var token int64
 	switch r := res.(type) {
 	case int64:
-		if r == 0 {
+		switch r {
+		case flagNotHeld:
 			return false, nil
+		case flagReleased:
+		default:
+			return false, fmt.Errorf("unexpected reply %v", res)
 		}
 	case []any:
-		if len(r) != 3 {
+		if len(r) != 3 || r[0] != int64(flagGranted) {
 			return false, fmt.Errorf("unexpected reply %v", res)
 		}
 		elem, _ = r[1].(string)
@@ -409,13 +420,6 @@ func parseToken(v any) (int64, error) {
 	}
 	return token, nil
 }
-
-// The acquire script's reply flags.
-const (
-	flagBusy     = 0
-	flagAcquired = 1
-	flagQueued   = 3
-)
 
 // acquireReply is the acquire script's reply.
 type acquireReply struct {

@@ -12,8 +12,8 @@ import (
 )
 
 // Notifications (see docs/waiting.md). A Locker's notifier keeps it subscribed to the
-// channels its waiters wait on and hands each announcement of a grant to wait.go, which never
-// learns what client it has. A route says where a channel is heard: one SUBSCRIBE connection
+// channels its waiters wait on and hands each announcement of a grant to its listener (the
+// Locker's lines of waiters, line.go), which never learns what client it has. A route says where a channel is heard: one SUBSCRIBE connection
 // for a single server, SSUBSCRIBE on the primary that owns the channel's slot on a Cluster.
 // Each channel is subscribed with a command of its own, and a connection in doubt is replaced,
 // never repaired: after a reconnect go-redis's PubSub resubscribes all its shard channels in
@@ -83,18 +83,25 @@ func (r clusterRoute) refresh(ctx context.Context) {
 	_ = r.c.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil })
 }
 
+// A listener is told what a notifier hears. Its methods are called from the connections'
+// reader goroutines and must not block on the notifier.
+type listener interface {
+	heard(ch, payload string) // an announcement arrived on ch
+	subscribed(ch string)     // the server confirmed a subscription to ch, perhaps anew after a reconnect
+}
+
 // notifier keeps a Locker subscribed to the channels its waiters wait on.
 type notifier struct {
 	route route
-	heard func(ch, payload string) // an announcement arrived
-	ready func(ch string)          // the server confirmed a subscription to ch
+	to    listener
 
 	ops     chan func(context.Context) // work for run
 	start   sync.Once                  // starts run on first use
 	done    chan struct{}              // closed by close
 	ended   chan struct{}              // closed when run returns
 	readers sync.WaitGroup
-	fails   atomic.Int32 // failures since the last confirmed subscription, for the back-off
+	fails   atomic.Int32 // failures since the last confirmed subscription: retry.first << fails
+	retry   backoff      // first and most only
 
 	// Owned by run.
 	chans   map[string]*feed // the channels listened to, and the connection of each (nil: none yet)
@@ -111,15 +118,15 @@ type feed struct {
 	gone  atomic.Bool // closed by the notifier
 }
 
-func newNotifier(r route, heard func(ch, payload string), ready func(ch string)) *notifier {
+func newNotifier(r route, to listener) *notifier {
 	return &notifier{
-		route: r, heard: heard, ready: ready,
+		route: r, to: to, retry: newBackoff(10*time.Millisecond, retryMaxDelay),
 		ops: make(chan func(context.Context), opsQueued), done: make(chan struct{}), ended: make(chan struct{}),
 		chans: map[string]*feed{}, feeds: map[string]*feed{}, checked: time.Now(),
 	}
 }
 
-// listen subscribes to ch, and ready(ch) follows once the server confirms it; with on false,
+// listen subscribes to ch, and the listener's subscribed(ch) follows once the server confirms it; with on false,
 // it unsubscribes.
 func (n *notifier) listen(ch string, on bool) {
 	n.post(func(ctx context.Context) {
@@ -167,7 +174,7 @@ func (n *notifier) run() {
 			wait = time.Second
 		}
 		if n.homeless() {
-			wait = min(wait, 10*time.Millisecond<<min(n.fails.Load(), 10), retryMaxDelay)
+			wait = min(wait, n.retry.after(int(n.fails.Load())))
 		}
 		timer.Reset(time.Until(n.checked.Add(wait)))
 		var op func(context.Context)
@@ -291,12 +298,12 @@ func (n *notifier) read(f *feed) {
 		silent = 0
 		switch m := msg.(type) {
 		case *redis.Message:
-			n.heard(m.Channel, m.Payload)
+			n.to.heard(m.Channel, m.Payload)
 		case *redis.Subscription:
 			switch ch := m.Channel; m.Kind {
 			case "subscribe", "ssubscribe":
 				n.fails.Store(0)
-				n.ready(ch)
+				n.to.subscribed(ch)
 			case "unsubscribe", "sunsubscribe":
 				n.post(func(ctx context.Context) {
 					if n.chans[ch] == f { // not an answer to run's own unsubscribe: the slot moved

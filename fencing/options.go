@@ -45,7 +45,6 @@ type config struct {
 	timeFloor bool
 	expiry    time.Duration // the fence counter's idle expiry; 0: never
 	maxWait   time.Duration // < 0: wait until the context ends
-	renewed   bool          // Do renews the lease: a grant from the queue may start shorter
 	hooks     hookList
 	err       error // the first invalid option, returned by every call
 }

@@ -7,8 +7,9 @@
 -- ARGV[3]: optional: the releasing Locker's id, when it has waiters queued for the
 --          resource: a grant to one of them comes back in the reply, unannounced (see
 --          grant_next).
--- Returns 0 when ARGV[1] does not hold the lock; 1 when it deleted the lock; {2, element,
--- token} when it handed the lock to the waiter of that queue element with a new token.
+-- Returns 5 when ARGV[1] does not hold the lock; 4 when it deleted the lock; {2, element,
+-- token} when it handed the lock to the waiter of that queue element with a new token (the
+-- flags of every script, see scripts.go).
 -- The release record <tag>:r:<owner>:<token> (a string, PX 10000; never for "<owner>:")
 -- keeps the reply for a retried call: go-redis retries after a lost reply, and the retry,
 -- finding the lock gone or handed on, returns what the first run did ("1", or
@@ -25,15 +26,15 @@ if held == ARGV[1] then
   -- Unmarked: nobody queued behind this holder (see grant.lua).
   redis.call('DEL', KEYS[1])
   done('1')
-  return 1
+  return 4
 end
 if not held or (held ~= ARGV[1] .. '+' and
     (exact or string.sub(held, 1, #ARGV[1]) ~= ARGV[1])) then
   local first = exact and redis.call('GET', record)
   if not first then
-    return 0
+    return 5
   elseif first == '1' then
-    return 1
+    return 4
   end
   local element, token = string.match(first, '^2:(.*):(%d+)$')
   return {2, element, token}
@@ -42,7 +43,7 @@ local head = redis.call('LPOP', KEYS[3])
 if not head then
   redis.call('DEL', KEYS[1])
   done('1')
-  return 1
+  return 4
 end
 -- #include grant.lua
 local g = grant_next(head, ARGV[2] or 'P0', ARGV[3] or '')

@@ -41,6 +41,17 @@ var (
 	ttlScript = redis.NewScript(ttlSrc)
 )
 
+// The scripts' reply flags, one numbering for all of them (each script's header says which
+// it returns): the first element of an array reply, or the whole reply.
+const (
+	flagBusy     = 0 // another owner holds the lock: {0, pttl} or, from poll, {0, held, pttl}
+	flagAcquired = 1 // taken or still held by this acquisition: {1, token, behind}, or 1 from extend
+	flagGranted  = 2 // the lock went to a waiter: {2, element, token, ...}
+	flagQueued   = 3 // the waiter's element joined the queue: {3, held}
+	flagReleased = 4 // the lock was deleted
+	flagNotHeld  = 5 // this acquisition does not hold the lock
+)
+
 // grantInclude is the line of a script that grant.lua's text replaces.
 const grantInclude = "-- #include grant.lua\n"
 
