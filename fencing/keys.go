@@ -72,12 +72,6 @@ func (k keys) script() []string {
 	return []string{k.lock, k.fence, k.queue}
 }
 
-// args returns the keys of script, each boxed for a command's arguments (see
-// script.command).
-func (k keys) args() [3]any {
-	return [3]any{k.lock, k.fence, k.queue}
-}
-
 // validResource returns an error wrapping ErrInvalid when resource cannot be locked.
 func validResource(resource string) error {
 	switch {

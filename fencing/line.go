@@ -21,7 +21,6 @@ import (
 // grants. It is the notifier's listener.
 type waiting struct {
 	id      string                     // random; the Locker's id in the queues
-	idArg   any                        // id boxed once, for the scripts' arguments
 	publish byte                       // how the scripts announce: 'P' (PUBLISH), 'S' (SPUBLISH), '-' (none: Ring polls)
 	outage  time.Duration              // outageWait; shorter in tests
 	notes   *notifier                  // nil when waiters poll
@@ -74,7 +73,7 @@ type grant struct {
 
 func newWaiting(client redis.UniversalClient, usable bool, passOn func(keys, string), done <-chan struct{}) *waiting {
 	id, _ := newOwner() // on a broken random source, "" still works within one Locker
-	ws := &waiting{id: id, idArg: id, publish: '-', outage: outageWait, passOn: passOn, done: done, lines: map[string]*line{}}
+	ws := &waiting{id: id, publish: '-', outage: outageWait, passOn: passOn, done: done, lines: map[string]*line{}}
 	if !usable {
 		return ws
 	}

@@ -28,10 +28,6 @@ type Lock struct {
 
 	mu    sync.Mutex
 	later *time.Timer // extends a grant's short lease to the TTL (see extendLater); nil once done
-
-	// keyArgs and valueArg are keys.args() and value, boxed once for the release script.
-	keyArgs  [3]any
-	valueArg any
 }
 
 // Token returns the fencing token issued with this acquisition: a positive integer that is
@@ -71,7 +67,7 @@ func (k *Lock) Release(ctx context.Context) error {
 	if !k.released.Load() {
 		// Once released, the record in Redis would answer a new release as it answers a
 		// retry: nil. It is not a retry, and the lock is not this acquisition's.
-		released, err = k.locker.releaseBoxed(ctx, k.keys, k.keyArgs, k.value, k.valueArg)
+		released, err = k.locker.release(ctx, k.keys, k.value)
 	}
 	switch {
 	case err != nil:

@@ -21,8 +21,6 @@ type Locker struct {
 	client redis.UniversalClient
 	cfg    config
 	waits  *waiting
-	opts   any // the scripts' opts argument for cfg, boxed once (see grant.lua)
-	lease  any // the acquire script's lease argument for cfg.ttl, boxed once
 
 	closing sync.Once
 	done    chan struct{} // closed by Close
@@ -50,8 +48,6 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 		l.cfg.err = l.cfg.conflict()
 	}
 	l.waits = newWaiting(client, l.cfg.err == nil, l.passOn, l.done)
-	l.opts = l.cfg.opts(l.waits.publish)
-	l.lease = millis(l.cfg.ttl)
 	return l
 }
 
@@ -207,23 +203,12 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 		return nil, attemptReply{}, err
 	}
 	ms := millis(cfg.ttl)
-	lease, opts := l.lease, l.opts
-	if cfg.ttl != l.cfg.ttl {
-		lease = ms
-	}
-	if cfg.timeFloor != l.cfg.timeFloor || cfg.expiry != l.cfg.expiry {
-		opts = cfg.opts(l.waits.publish)
-	}
-	ka := k.args()
-	cmd := acquireScript.command(ka, 5)
-	cmd = append(cmd, owner, lease, opts)
-	if elem == "" {
-		cmd = withoutDefault(cmd)
-	} else {
-		cmd = append(cmd, elem, entry)
+	args := []any{owner, ms, cfg.opts(l.waits.publish)}
+	if elem != "" {
+		args = append(args, elem, entry)
 	}
 	sent := time.Now()
-	res, err := l.runAcquire(ctx, cfg, k, cmd)
+	res, err := l.runAcquire(ctx, cfg, k, args)
 	if err != nil {
 		// Unless Redis answered with an error (the script failed), it may have run and
 		// left us holding the lock: free it rather than strand it until its TTL.
@@ -255,9 +240,7 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 		token:    a.token,
 		acquired: sent,
 		behind:   time.Duration(a.behind) * time.Microsecond,
-		keyArgs:  ka,
 	}
-	lock.valueArg = lock.value
 	lock.setValidUntil(sent, time.Duration(ms)*time.Millisecond)
 	if err := ctx.Err(); err != nil {
 		l.releaseOwner(ctx, k, owner)
@@ -272,13 +255,13 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 	return lock, attemptReply{}, nil
 }
 
-// runAcquire sends the acquire script's command (see script.command), followed by WAIT on
-// the same connection when replicas must acknowledge it.
-func (l *Locker) runAcquire(ctx context.Context, cfg *config, k keys, cmd []any) (any, error) {
+// runAcquire sends the acquire script with args, followed by WAIT on the same connection when
+// replicas must acknowledge it.
+func (l *Locker) runAcquire(ctx context.Context, cfg *config, k keys, args []any) (any, error) {
 	if cfg.replicas == 0 {
-		return acquireScript.run(ctx, l.client, cmd).Result()
+		return acquireScript.run(ctx, l.client, k, args...).Result()
 	}
-	return l.replicated(ctx, cfg, k, acquireSrc, cmd[6:], func(res any) bool {
+	return l.replicated(ctx, cfg, k, acquireSrc, args, func(res any) bool {
 		a, err := parseAcquire(res)
 		return err == nil && a.flag == flagAcquired
 	})
@@ -342,15 +325,6 @@ func (l *Locker) pipeWait(ctx context.Context, cfg *config, k keys, src string, 
 	return res, acks, err
 }
 
-// withoutDefault returns args, whose last element is the scripts' opts argument, without it
-// when it is the default, which the scripts assume when it is left out.
-func withoutDefault(args []any) []any {
-	if args[len(args)-1] == defaultOpts {
-		return args[:len(args)-1]
-	}
-	return args
-}
-
 // releaseOwner deletes the lock if owner holds it, whatever its token, with a fresh, short
 // context: the caller's may be done. Errors are ignored; the lease runs out by itself if this
 // fails.
@@ -364,21 +338,13 @@ func (l *Locker) releaseOwner(ctx context.Context, k keys, owner string) {
 // It reports whether that value held the lock. A grant of the lock to this Locker's own
 // waiters, which the script returns instead of announcing, is delivered to them.
 func (l *Locker) release(ctx context.Context, k keys, value string) (bool, error) {
-	return l.releaseBoxed(ctx, k, k.args(), value, value)
-}
-
-// releaseBoxed is release with k's keys and value already boxed for the script's command.
-func (l *Locker) releaseBoxed(ctx context.Context, k keys, ka [3]any, value string, valueArg any) (bool, error) {
 	ws := l.waits
 	sent := time.Now()
-	cmd := releaseScript.command(ka, 3)
-	cmd = append(cmd, valueArg, l.opts)
+	args := []any{value, l.cfg.opts(ws.publish)}
 	if ws.queuedOn(k.channel) {
-		cmd = append(cmd, ws.idArg)
-	} else {
-		cmd = withoutDefault(cmd)
+		args = append(args, ws.id)
 	}
-	res, err := releaseScript.run(ctx, l.client, cmd).Result()
+	res, err := releaseScript.run(ctx, l.client, k, args...).Result()
 	if err != nil {
 		return false, err
 	}

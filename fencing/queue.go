@@ -221,7 +221,7 @@ func (l *Locker) poll(ctx context.Context, ln *line) error {
 	ln.io.Lock()
 	defer ln.io.Unlock()
 	ln.mu.Lock()
-	args := []any{ws.idArg, ln.entry(), l.opts}
+	args := []any{ws.id, ln.entry(), l.cfg.opts(ws.publish)}
 	for _, w := range ln.waiters {
 		if queued(w) {
 			args = append(args, w.elem)
@@ -305,7 +305,7 @@ func (l *Locker) leave(w *waiter) int {
 // WithReplicas (whose WAIT must come first), it extends the lock to the TTL before it
 // returns, through errors that can pass while the grant's lease lasts.
 func (l *Locker) take(ctx context.Context, cfg *config, resource string, k keys, g grant) (*Lock, error) {
-	lock := &Lock{locker: l, hooks: cfg.hooks, resource: resource, keys: k, value: g.value, token: g.token, acquired: time.Now(), keyArgs: k.args(), valueArg: g.value}
+	lock := &Lock{locker: l, hooks: cfg.hooks, resource: resource, keys: k, value: g.value, token: g.token, acquired: time.Now()}
 	lock.setValidUntil(g.start, g.lease)
 	if cfg.replicas == 0 && time.Until(lock.deadline()) > g.lease/2 {
 		if ttl := time.Duration(millis(cfg.ttl)) * time.Millisecond; ttl > g.lease {

@@ -60,9 +60,8 @@ func withGrant(body string) string {
 	return strings.Replace(body, grantInclude, grantSrc, 1)
 }
 
-// A script is a Lua script of the uncontended path, whose commands the caller builds (see
-// command) so that the arguments that do not change, the command's name, the digest and the
-// keys, are boxed once rather than on every call.
+// A script is a Lua script on the three keys of grant.lua, sent as redis.Script.Run would,
+// with its digest and text boxed once.
 type script struct {
 	*redis.Script
 	src any // the text, for EVAL
@@ -74,18 +73,12 @@ func newScript(src string) *script {
 	return &script{Script: s, src: src, sha: s.Hash()}
 }
 
-// command returns an EVALSHA command of s on the three keys of grant.lua, boxed (see
-// keys.args), with room for n arguments, to be appended, and sent by run.
-func (s *script) command(ka [3]any, n int) []any {
-	cmd := make([]any, 6, 6+n)
-	cmd[0], cmd[1], cmd[2] = "evalsha", s.sha, len(ka)
-	copy(cmd[3:], ka[:])
-	return cmd
-}
-
-// run sends cmd, made by command, as redis.Script.Run would: with EVALSHA, and again with
-// EVAL, on a copy of cmd, when Redis does not know the script. cmd is not modified.
-func (s *script) run(ctx context.Context, c redis.UniversalClient, cmd []any) *redis.Cmd {
+// run sends s on k's keys with args: with EVALSHA, and again with EVAL when Redis does not
+// know the script.
+func (s *script) run(ctx context.Context, c redis.UniversalClient, k keys, args ...any) *redis.Cmd {
+	cmd := make([]any, 0, 6+len(args))
+	cmd = append(cmd, "evalsha", s.sha, 3, k.lock, k.fence, k.queue)
+	cmd = append(cmd, args...)
 	res := process(ctx, c, cmd)
 	if err := res.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
 		eval := slices.Clone(cmd)

@@ -136,10 +136,10 @@ func (scripted) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if !ok || cmd.Name() != "evalsha" {
 			return next(ctx, cmd)
 		}
-		if args := cmd.Args(); len(args) == 3+3+2 { // three keys and two arguments: the acquire script
+		if args := cmd.Args(); len(args) == 3+3+3 { // three keys and three arguments: the acquire script
 			c.SetVal("7") // acquired with token 7
 		} else {
-			c.SetVal(int64(1)) // the release script: deleted, nobody waiting
+			c.SetVal(int64(4)) // the release script: deleted, nobody waiting (flagReleased)
 		}
 		return nil
 	}
