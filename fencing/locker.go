@@ -338,18 +338,30 @@ func (l *Locker) releaseOwner(ctx context.Context, k keys, owner string) {
 // It reports whether that value held the lock. A grant of the lock to this Locker's own
 // waiters, which the script returns instead of announcing, is delivered to them.
 func (l *Locker) release(ctx context.Context, k keys, value string) (bool, error) {
-	ws := l.waits
 	sent := time.Now()
+	res, err := releaseScript.run(ctx, l.client, k, l.releaseArgs(k, value)...).Result()
+	if err != nil {
+		return false, err
+	}
+	return l.releaseReply(k, sent, value, res)
+}
+
+// releaseArgs returns the release script's arguments for a lock value (see release).
+func (l *Locker) releaseArgs(k keys, value string) []any {
+	ws := l.waits
 	args := []any{value, l.cfg.opts(ws.publish)}
 	if ws.queuedOn(k.channel) {
 		args = append(args, ws.id)
 	}
-	res, err := releaseScript.run(ctx, l.client, k, args...).Result()
-	if err != nil {
-		return false, err
-	}
+	return args
+}
+
+// releaseReply decodes the release script's reply to a call sent at sent and delivers a
+// grant to this Locker's own waiters (see release).
+func (l *Locker) releaseReply(k keys, sent time.Time, value string, res any) (bool, error) {
 	var elem string
 	var token int64
+	var err error
 	switch r := res.(type) {
 	case int64:
 		switch r {
@@ -370,7 +382,7 @@ func (l *Locker) release(ctx context.Context, k keys, value string) (bool, error
 	default:
 		return false, fmt.Errorf("unexpected reply %v", res)
 	}
-	ws.released(k, sent, value, elem, token)
+	l.waits.released(k, sent, value, elem, token)
 	return true, nil
 }
 

@@ -28,6 +28,10 @@ var (
 	releaseBody   string
 	releaseScript = newScript(withGrant(releaseBody))
 
+	//go:embed acquireall.lua
+	acquireAllSrc    string
+	acquireAllScript = newScript(acquireAllSrc)
+
 	//go:embed poll.lua
 	pollBody   string
 	pollScript = redis.NewScript(withGrant(pollBody))
@@ -35,6 +39,8 @@ var (
 	//go:embed extend.lua
 	extendSrc    string
 	extendScript = redis.NewScript(extendSrc)
+	// extendAllScript is the same script, for pipelines (LockSet.Extend).
+	extendAllScript = newScript(extendSrc)
 
 	//go:embed ttl.lua
 	ttlSrc    string
@@ -78,6 +84,23 @@ func newScript(src string) *script {
 func (s *script) run(ctx context.Context, c redis.UniversalClient, k keys, args ...any) *redis.Cmd {
 	cmd := make([]any, 0, 6+len(args))
 	cmd = append(cmd, "evalsha", s.sha, 3, k.lock, k.fence, k.queue)
+	cmd = append(cmd, args...)
+	res := process(ctx, c, cmd)
+	if err := res.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
+		eval := slices.Clone(cmd)
+		eval[0], eval[1] = "eval", s.src
+		res = process(ctx, c, eval)
+	}
+	return res
+}
+
+// runKeys sends s on any number of keys with args, as run does.
+func (s *script) runKeys(ctx context.Context, c redis.UniversalClient, ks []string, args ...any) *redis.Cmd {
+	cmd := make([]any, 0, 3+len(ks)+len(args))
+	cmd = append(cmd, "evalsha", s.sha, len(ks))
+	for _, k := range ks {
+		cmd = append(cmd, k)
+	}
 	cmd = append(cmd, args...)
 	res := process(ctx, c, cmd)
 	if err := res.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
