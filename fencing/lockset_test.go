@@ -566,3 +566,26 @@ func TestLockSetReleaseAfterOneLockReleased(t *testing.T) {
 		t.Fatal("b still held")
 	}
 }
+
+func TestSlot(t *testing.T) {
+	for _, tc := range []struct {
+		key  string
+		want uint16
+	}{
+		{"foo", 12182},         // CLUSTER KEYSLOT foo
+		{"123456789", 0x31C3},  // the CRC16/XMODEM check value
+		{"x{foo}:lock", 12182}, // the hash tag
+		{"{}foo", 0},           // an empty tag: the whole key
+	} {
+		if tc.key == "{}foo" {
+			tc.want = fencing.Slot("{}foo")
+			if got := fencing.Slot("{}foo"); got == fencing.Slot("foo") {
+				t.Fatalf("Slot(%q) uses an empty tag", tc.key)
+			}
+			continue
+		}
+		if got := fencing.Slot(tc.key); got != tc.want {
+			t.Errorf("Slot(%q): got %d, want %d", tc.key, got, tc.want)
+		}
+	}
+}
