@@ -83,7 +83,7 @@ func (s *LockSet) release(ctx context.Context) []error {
 		}
 		ks, values, which = append(ks, k.keys), append(values, k.value), append(which, i)
 	}
-	held, rerrs := s.locker.releaseAll(ctx, ks, values)
+	held, rerrs := s.locker.releaseSet(ctx, ks, values)
 	for j, i := range which {
 		k := s.locks[i]
 		switch {
@@ -522,6 +522,74 @@ func (l *Locker) releaseAll(ctx context.Context, ks []keys, values []string) ([]
 			continue
 		}
 		held[i], errs[i] = l.releaseReply(ks[i], sent, values[i], res)
+	}
+	return held, errs
+}
+
+// releaseSet releases the locks of one acquisition of a set, as releaseAll does, with one
+// script for the locks of each server or Cluster slot (releaseall.lua, all in one pipeline), then
+// the release script for each lock that one left as it was (waiters queued, or not held).
+func (l *Locker) releaseSet(ctx context.Context, ks []keys, values []string) ([]bool, []error) {
+	held, errs := make([]bool, len(ks)), make([]error, len(ks))
+	var runs [][]int // indices of ks, one run per script
+	switch l.client.(type) {
+	case *redis.Client:
+		runs = [][]int{make([]int, len(ks))}
+		for i := range ks {
+			runs[0][i] = i
+		}
+	case *redis.ClusterClient:
+		bySlot := map[uint16]int{}
+		for i, k := range ks {
+			s := slot(k.lock)
+			j, ok := bySlot[s]
+			if !ok {
+				j = len(runs)
+				bySlot[s] = j
+				runs = append(runs, nil)
+			}
+			runs[j] = append(runs[j], i)
+		}
+	default:
+		return l.releaseAll(ctx, ks, values)
+	}
+	calls := make([]scriptCall, len(runs))
+	for j, run := range runs {
+		c := scriptCall{keys: make([]string, len(run)), args: make([]any, len(run))}
+		for n, i := range run {
+			c.keys[n], c.args[n] = ks[i].lock, values[i]
+		}
+		calls[j] = c
+	}
+	sent := time.Now()
+	var left []int // indices of ks for release.lua
+	for j, cmd := range l.pipeScripts(ctx, releaseAllScript, calls) {
+		flags, err := cmd.Slice()
+		if err == nil && len(flags) != len(runs[j]) {
+			err = errors.New("unexpected reply")
+		}
+		for n, i := range runs[j] {
+			switch {
+			case err != nil:
+				left = append(left, i)
+			case flags[n] == int64(flagReleased):
+				held[i] = true
+				l.waits.released(ks[i], sent, values[i], "", 0)
+			default:
+				left = append(left, i)
+			}
+		}
+	}
+	if len(left) == 0 {
+		return held, errs
+	}
+	lks, lvalues := make([]keys, len(left)), make([]string, len(left))
+	for n, i := range left {
+		lks[n], lvalues[n] = ks[i], values[i]
+	}
+	lheld, lerrs := l.releaseAll(ctx, lks, lvalues)
+	for n, i := range left {
+		held[i], errs[i] = lheld[n], lerrs[n]
 	}
 	return held, errs
 }

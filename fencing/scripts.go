@@ -32,6 +32,10 @@ var (
 	acquireAllSrc    string
 	acquireAllScript = newScript(acquireAllSrc)
 
+	//go:embed releaseall.lua
+	releaseAllSrc    string
+	releaseAllScript = newScript(releaseAllSrc)
+
 	//go:embed poll.lua
 	pollBody   string
 	pollScript = redis.NewScript(withGrant(pollBody))
