@@ -651,3 +651,15 @@ func slot(key string) uint16 {
 	}
 	return crc % 16384
 }
+
+// BusyResource returns the resource that was busy when an acquisition failed because of it:
+// the one named in the error of [Locker.TryAcquireAll], [Locker.AcquireAll] or [Locker.DoAll]
+// (or of a single TryAcquire, Acquire or Do). The second result is false when err carries
+// none.
+func BusyResource(err error) (string, bool) {
+	var b *busyError
+	if errors.As(err, &b) {
+		return b.resource, true
+	}
+	return "", false
+}
