@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
@@ -582,5 +583,46 @@ func TestSlot(t *testing.T) {
 	}
 	if fencing.Slot("{}foo") == fencing.Slot("foo") {
 		t.Error("an empty hash tag was used as the tag")
+	}
+}
+
+func TestTryAcquireAllOnRing(t *testing.T) {
+	m1, m2 := miniredis.RunT(t), miniredis.RunT(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": m1.Addr(), "b": m2.Addr()}, DisableIdentity: true})
+	defer ring.Close()
+	l := fencing.New(ring)
+	defer l.Close()
+	ctx := t.Context()
+	var resources []string
+	for i := range 8 {
+		resources = append(resources, fmt.Sprintf("r%d", i))
+	}
+	set, err := l.TryAcquireAll(ctx, resources)
+	if err != nil {
+		t.Fatalf("TryAcquireAll on a Ring: %v", err)
+	}
+	if n1, n2 := len(m1.Keys()), len(m2.Keys()); n1 == 0 || n2 == 0 {
+		t.Fatalf("keys per shard %d and %d, want the set spread over both", n1, n2)
+	}
+	if got := names(set); !slices.IsSorted(got) || len(got) != 8 {
+		t.Fatalf("got %v, want the 8 by name", got)
+	}
+	holder, err := l.TryAcquire(ctx, "r9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(ctx)
+	if _, err := l.TryAcquireAll(ctx, []string{"r9", "s"}); !errors.Is(err, fencing.ErrNotAcquired) {
+		t.Fatalf("busy on a Ring: got %v", err)
+	}
+	if err := set.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	for _, m := range []*miniredis.Miniredis{m1, m2} {
+		for _, k := range m.Keys() {
+			if strings.HasSuffix(k, ":lock") && !strings.Contains(k, "{r9}") {
+				t.Fatalf("lock %s left", k)
+			}
+		}
 	}
 }
