@@ -626,3 +626,34 @@ func TestTryAcquireAllOnRing(t *testing.T) {
 		}
 	}
 }
+
+func TestTryAcquireAllTimeFloorAndCounterExpiry(t *testing.T) {
+	r := redistest.New(t)
+	l := newLocker(t, r, fencing.WithCounterExpiry(time.Hour))
+	ctx := t.Context()
+	now := time.Now().UnixMicro()
+	set, err := l.TryAcquireAll(ctx, []string{"a", "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range []string{"a", "b"} {
+		// Tokens floored at the server clock in µs (miniredis's is this host's).
+		if tok := set.Token(res); tok < now-int64(time.Minute/time.Microsecond) {
+			t.Fatalf("%s: token %d, want at least the clock in µs (%d)", res, tok, now)
+		}
+		if ttl := r.Client.PTTL(ctx, r.Prefix+"{"+res+"}:fence").Val(); ttl <= 0 || ttl > time.Hour {
+			t.Fatalf("%s: counter TTL %v, want the hour of WithCounterExpiry", res, ttl)
+		}
+	}
+	if err := set.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := l.TryAcquireAll(ctx, []string{"a", "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Token("a") <= set.Token("a") || again.Token("b") <= set.Token("b") {
+		t.Fatalf("tokens %d %d after %d %d, want higher", again.Token("a"), again.Token("b"), set.Token("a"), set.Token("b"))
+	}
+	_ = again.Release(ctx)
+}
