@@ -14,7 +14,7 @@ const (
 	OpTryAcquire               // TryAcquire: one attempt
 	OpRelease                  // Lock.Release, and the release at the end of Do
 	OpExtend                   // Lock.Extend
-	OpRenew                    // one background renewal inside Do (or DoAll, one per lock)
+	OpRenew                    // one background renewal inside Do, or of the whole set inside DoAll (with Event.Resources)
 
 	// The operations on a set of resources (see [LockSet]): one event for the whole set,
 	// with Event.Resources.

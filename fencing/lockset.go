@@ -108,16 +108,29 @@ func (s *LockSet) Extend(ctx context.Context, ttl time.Duration) error {
 	if s == nil || len(s.locks) == 0 {
 		return opErr("extend", "", ErrNotHeld)
 	}
-	ctx = s.hooks.start(ctx, OpExtendAll, "")
+	for _, k := range s.locks {
+		k.stopLater()
+	}
+	errs, err := s.extendAll(ctx, ttl, OpExtendAll)
+	if err != nil {
+		return err
+	}
+	return joinAll(nonNil(errs))
+}
+
+// extendAll extends every lock of the set to ttl in one pipeline, as op for the hooks (one
+// event for the set), and returns the error of each lock, or an error wrapping ErrInvalid
+// for a ttl out of range, when it sends nothing.
+func (s *LockSet) extendAll(ctx context.Context, ttl time.Duration, op Op) ([]error, error) {
+	ctx = s.hooks.start(ctx, op, "")
 	begin := time.Now()
 	if err := validTTL(ttl); err != nil {
-		s.hooks.end(ctx, s.event(OpExtendAll, begin, err, nil))
-		return err
+		s.hooks.end(ctx, s.event(op, begin, err, nil))
+		return nil, err
 	}
 	ms := millis(ttl)
 	calls := make([]scriptCall, len(s.locks))
 	for i, k := range s.locks {
-		k.stopLater()
 		calls[i] = scriptCall{keys: []string{k.keys.lock}, args: []any{k.value, ms}}
 	}
 	cmds := s.locker.pipeScripts(ctx, extendAllScript, calls)
@@ -135,9 +148,8 @@ func (s *LockSet) Extend(ctx context.Context, ttl time.Duration) error {
 			k.setValidUntil(begin, time.Duration(ms)*time.Millisecond)
 		}
 	}
-	err := joinAll(nonNil(errs))
-	s.hooks.end(ctx, s.event(OpExtendAll, begin, err, errs))
-	return err
+	s.hooks.end(ctx, s.event(op, begin, joinAll(nonNil(errs)), errs))
+	return errs, nil
 }
 
 // event returns the hooks' event of an operation on the whole set; errs holds the error of
@@ -601,31 +613,43 @@ type scriptCall struct {
 }
 
 // pipeScripts runs s once per call, with EVALSHA in one pipeline (one round trip per server),
-// then once more with EVAL each call that Redis answered with NOSCRIPT.
+// then the calls that Redis answered with NOSCRIPT again with EVAL, in a second pipeline.
 func (l *Locker) pipeScripts(ctx context.Context, s *script, calls []scriptCall) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	if len(calls) == 1 {
 		cmds[0] = s.runKeys(ctx, l.client, calls[0].keys, calls[0].args...)
 		return cmds
 	}
-	pipe := l.client.Pipeline()
-	for i, c := range calls {
-		args := make([]any, 0, 3+len(c.keys)+len(c.args))
-		args = append(args, "evalsha", s.sha, len(c.keys))
-		for _, k := range c.keys {
-			args = append(args, k)
+	send := func(verb string, body any, which []int) {
+		pipe := l.client.Pipeline()
+		for _, i := range which {
+			c := calls[i]
+			args := make([]any, 0, 3+len(c.keys)+len(c.args))
+			args = append(args, verb, body, len(c.keys))
+			for _, k := range c.keys {
+				args = append(args, k)
+			}
+			args = append(args, c.args...)
+			cmd := redis.NewCmd(ctx, args...)
+			cmd.SetFirstKeyPos(3)
+			_ = pipe.Process(ctx, cmd)
+			cmds[i] = cmd
 		}
-		args = append(args, c.args...)
-		cmd := redis.NewCmd(ctx, args...)
-		cmd.SetFirstKeyPos(3)
-		_ = pipe.Process(ctx, cmd)
-		cmds[i] = cmd
+		_, _ = pipe.Exec(ctx)
 	}
-	_, _ = pipe.Exec(ctx)
+	all := make([]int, len(calls))
+	for i := range all {
+		all[i] = i
+	}
+	send("evalsha", s.sha, all)
+	var unknown []int
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
-			cmds[i] = s.runKeys(ctx, l.client, calls[i].keys, calls[i].args...)
+			unknown = append(unknown, i)
 		}
+	}
+	if len(unknown) > 0 {
+		send("eval", s.src, unknown)
 	}
 	return cmds
 }

@@ -657,3 +657,86 @@ func TestTryAcquireAllTimeFloorAndCounterExpiry(t *testing.T) {
 	}
 	_ = again.Release(ctx)
 }
+
+// pipeCounter counts pipelines and single scripts apart.
+type pipeCounter struct{ single, pipes atomic.Int64 }
+
+func (h *pipeCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *pipeCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" { // not a new connection's setup
+			h.single.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *pipeCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.pipes.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+func TestDoAllRenewsTogether(t *testing.T) {
+	r := redistest.New(t)
+	c := r.NewClient(t)
+	h := &pipeCounter{}
+	c.AddHook(h)
+	l := fencing.New(c, fencing.WithPrefix(r.Prefix), fencing.WithTTL(300*time.Millisecond))
+	defer l.Close()
+	ctx := t.Context()
+	var single, pipes int64
+	err := l.DoAll(ctx, []string{"a", "b", "c"}, func(ctx context.Context) error {
+		h.single.Store(0)
+		h.pipes.Store(0)
+		select {
+		case <-time.After(700 * time.Millisecond): // past the 300ms lease: renewals keep it
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		single, pipes = h.single.Load(), h.pipes.Load()
+		for _, res := range []string{"a", "b", "c"} {
+			if !lockExists(t, r, res) {
+				return fmt.Errorf("%s not held after 700ms with a 300ms lease", res)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("DoAll: %v", err)
+	}
+	// A renewal every 100ms: about 7, each one pipeline of three extensions.
+	if pipes < 3 || single != 0 {
+		t.Fatalf("while fn ran: %d pipelines and %d single scripts, want at least 3 and 0: the leases renewed together", pipes, single)
+	}
+}
+
+func TestDoAllLeaseLapsesWhileRenewalsFail(t *testing.T) {
+	r := redistest.New(t)
+	if r.Mini == nil {
+		t.Skip("uses miniredis SetError")
+	}
+	l := newLocker(t, r, fencing.WithTTL(300*time.Millisecond))
+	var cause error
+	var after time.Duration
+	err := l.DoAll(t.Context(), []string{"a", "b"}, func(ctx context.Context) error {
+		r.Mini.SetError("ERR injected")
+		defer r.Mini.SetError("")
+		begin := time.Now()
+		select {
+		case <-ctx.Done():
+			cause, after = context.Cause(ctx), time.Since(begin)
+		case <-time.After(5 * time.Second):
+		}
+		return nil
+	})
+	if !errors.Is(cause, fencing.ErrNotHeld) || !strings.Contains(cause.Error(), `"a"`) {
+		t.Fatalf("cause: got %v, want ErrNotHeld naming a (both leases end together: the first in the order)", cause)
+	}
+	if after > time.Second {
+		t.Fatalf("cancelled %v after the renewals began to fail, want within the 300ms lease", after)
+	}
+	if !errors.Is(err, fencing.ErrNotHeld) {
+		t.Fatalf("DoAll: got %v, want ErrNotHeld", err)
+	}
+}
