@@ -23,7 +23,7 @@ type ResourceFunc func(t *asynq.Task) (string, error)
 // as [Wrap] does. The mux runs it around its not-found handler too: return "" from resource
 // for task types you do not lock, and they pass straight through.
 func Middleware(l *fencing.Locker, resource ResourceFunc, opts ...Option) asynq.MiddlewareFunc {
-	cfg := newConfig(l, resource, opts)
+	cfg := newConfig(l, resource, nil, opts)
 	// The mux calls this for every task: it only pairs the handler with the shared config.
 	return func(next asynq.Handler) asynq.Handler { return &handler{next: next, cfg: cfg} }
 }
@@ -53,11 +53,11 @@ func Middleware(l *fencing.Locker, resource ResourceFunc, opts ...Option) asynq.
 // Errors read on one line with one "asynqfence: " prefix. When resource returns "", h runs
 // without a lock. Wrap never panics.
 func Wrap(h asynq.Handler, l *fencing.Locker, resource ResourceFunc, opts ...Option) asynq.Handler {
-	return &handler{next: h, cfg: newConfig(l, resource, opts)}
+	return &handler{next: h, cfg: newConfig(l, resource, nil, opts)}
 }
 
-func newConfig(l *fencing.Locker, resource ResourceFunc, opts []Option) *config {
-	cfg := &config{locker: l, resource: resource}
+func newConfig(l *fencing.Locker, resource ResourceFunc, all ResourcesFunc, opts []Option) *config {
+	cfg := &config{locker: l, resource: resource, all: all}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(cfg)
@@ -67,7 +67,7 @@ func newConfig(l *fencing.Locker, resource ResourceFunc, opts []Option) *config 
 	case cfg.err != nil:
 	case l == nil:
 		cfg.err = invalid("nil Locker")
-	case resource == nil:
+	case resource == nil && all == nil:
 		cfg.err = invalid("nil ResourceFunc")
 	default:
 		// A Locker built with options that can never work, or already closed, is refused
@@ -94,6 +94,8 @@ func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return invalid("nil handler")
 	case t == nil:
 		return invalid("nil task")
+	case h.cfg.all != nil:
+		return h.processAll(ctx, t)
 	}
 	resource, err := h.cfg.resource(t)
 	switch {

@@ -21,6 +21,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 type config struct {
 	locker   *fencing.Locker
 	resource ResourceFunc
+	all      ResourcesFunc // MiddlewareAll: several resources per task (set.go)
 	ttl      time.Duration // 0: the Locker's TTL
 	drop     bool
 	lockOpts []fencing.Option

@@ -35,7 +35,7 @@ func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Co
 	if err != nil {
 		return err
 	}
-	work, cancel := context.WithCancelCause(ContextWithToken(ctx, lock.token))
+	work, cancel := context.WithCancelCause(withHeld(ctx, lock))
 	r := lock.keepAlive(work, cfg, cancel)
 
 	returned := false

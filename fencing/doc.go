@@ -27,6 +27,13 @@
 // round trip and announces it with pub/sub (sharded pub/sub on a Cluster, one connection per
 // primary), so a release wakes one waiter, not every process.
 //
+// # Several resources
+//
+// [Locker.DoAll], [Locker.AcquireAll] and [Locker.TryAcquireAll] lock a set of resources
+// together, each with its own token ([TokenFor]), in one canonical order (by name; on a
+// Cluster by hash slot, then name) so that overlapping sets never deadlock; a free set on one
+// server or slot takes one round trip. See docs/resources.md.
+//
 // # What is not guaranteed
 //
 // The counter lives on one Redis primary. Asynchronous replication, a restart without

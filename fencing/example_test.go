@@ -111,3 +111,40 @@ func ExampleLock_Extend() {
 	// 1m0s
 	// true
 }
+
+func ExampleLocker_DoAll() {
+	// A stand-in for your Redis.
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	locker := fencing.New(rdb)
+	defer locker.Close()
+	ctx := context.Background()
+
+	// A transfer locks both accounts, in whichever order the caller names them: the set is
+	// taken in one canonical order, so a transfer the other way cannot deadlock with it.
+	err := locker.DoAll(ctx, []string{"account:bob", "account:alice"}, func(ctx context.Context) error {
+		from, _ := fencing.TokenFor(ctx, "account:alice")
+		to, _ := fencing.TokenFor(ctx, "account:bob")
+		// One transaction, each row checked against its own token:
+		//   UPDATE accounts SET balance = balance - 10, fence_token = $from WHERE id = 'alice' AND fence_token <= $from
+		//   UPDATE accounts SET balance = balance + 10, fence_token = $to   WHERE id = 'bob'   AND fence_token <= $to
+		fmt.Println("alice's token", from, "bob's token", to)
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+
+	// Busy: TryAcquireAll takes nothing and names the resource that was busy.
+	held, _ := locker.TryAcquire(ctx, "account:bob")
+	defer held.Release(ctx)
+	_, err = locker.TryAcquireAll(ctx, []string{"account:alice", "account:bob"})
+	busy, _ := fencing.BusyResource(err)
+	fmt.Println(errors.Is(err, fencing.ErrNotAcquired), busy)
+	// Output:
+	// alice's token 1 bob's token 1
+	// true account:bob
+}

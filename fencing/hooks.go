@@ -14,7 +14,14 @@ const (
 	OpTryAcquire               // TryAcquire: one attempt
 	OpRelease                  // Lock.Release, and the release at the end of Do
 	OpExtend                   // Lock.Extend
-	OpRenew                    // one background renewal inside Do
+	OpRenew                    // one background renewal inside Do, or of the whole set inside DoAll (with Event.Resources)
+
+	// The operations on a set of resources (see [LockSet]): one event for the whole set,
+	// with Event.Resources.
+	OpAcquireAll    // AcquireAll, and the acquisition inside DoAll: may wait
+	OpTryAcquireAll // TryAcquireAll: no wait
+	OpReleaseAll    // LockSet.Release, and the release at the end of DoAll
+	OpExtendAll     // LockSet.Extend
 )
 
 // String returns the operation's name in lower case, such as "acquire".
@@ -30,6 +37,14 @@ func (o Op) String() string {
 		return "extend"
 	case OpRenew:
 		return "renew"
+	case OpAcquireAll:
+		return "acquire_all"
+	case OpTryAcquireAll:
+		return "try_acquire_all"
+	case OpReleaseAll:
+		return "release_all"
+	case OpExtendAll:
+		return "extend_all"
 	}
 	return "unknown"
 }
@@ -49,15 +64,21 @@ const (
 
 // An Event describes one finished operation, or a lost lock.
 type Event struct {
-	Op       Op
+	Op Op
+	// Resource is the resource operated on. For an operation on a set, it is the resource
+	// that made the operation fail (the busy one, or the first that was not held), or "".
 	Resource string
+	// Resources is the set of an operation on several resources, deduplicated and in the
+	// canonical order (see [Locker.AcquireAll]); nil for the operations on one resource.
+	Resources []string
 	// Token is the acquisition's fencing token, or 0 when nothing was acquired.
 	Token   int64
 	Outcome Outcome
 	// Err is the error the operation returned; nil for OutcomeAcquired, OutcomeBusy
 	// (from TryAcquire, which returns ErrNotAcquired) and OutcomeOK.
 	Err error
-	// Attempts is the number of acquire scripts sent (acquisitions only).
+	// Attempts is the number of acquire scripts sent (acquisitions only; for a set, the
+	// multi-resource scripts and the single ones of its waits).
 	Attempts int
 	// Elapsed is the time from Start to End: for an acquisition, the time spent waiting.
 	Elapsed time.Duration
@@ -76,7 +97,8 @@ type Event struct {
 // run synchronously on the calling goroutine (renewals on Do's renewal goroutine), so they
 // must be quick and safe for concurrent use.
 type Hooks struct {
-	// Start is called when an operation begins. The context it returns is used for the
+	// Start is called when an operation begins; resource is "" for an operation on a set,
+	// whose resources End's Event lists. The context it returns is used for the
 	// operation's Redis calls and passed to End, so a span started here is the parent of
 	// the Redis client's spans.
 	Start func(ctx context.Context, op Op, resource string) context.Context

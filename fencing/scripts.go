@@ -34,6 +34,14 @@ var (
 	releaseBody   string
 	releaseScript = newScript(withGrant(releaseBody))
 
+	//go:embed acquireall.lua
+	acquireAllSrc    string
+	acquireAllScript = newScript(acquireAllSrc)
+
+	//go:embed releaseall.lua
+	releaseAllSrc    string
+	releaseAllScript = newScript(releaseAllSrc)
+
 	//go:embed poll.lua
 	pollBody   string
 	pollScript = redis.NewScript(withGrant(pollBody))
@@ -41,6 +49,8 @@ var (
 	//go:embed extend.lua
 	extendSrc    string
 	extendScript = redis.NewScript(extendSrc)
+	// extendAllScript is the same script, for pipelines (LockSet.Extend).
+	extendAllScript = newScript(extendSrc)
 
 	//go:embed ttl.lua
 	ttlSrc    string
@@ -84,6 +94,23 @@ func newScript(src string) *script {
 func (s *script) run(ctx context.Context, c redis.UniversalClient, k keys, args ...any) *redis.Cmd {
 	cmd := make([]any, 0, 6+len(args))
 	cmd = append(cmd, "evalsha", s.sha, 3, k.lock, k.fence, k.queue)
+	cmd = append(cmd, args...)
+	res := process(ctx, c, cmd)
+	if err := res.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
+		eval := slices.Clone(cmd)
+		eval[0], eval[1] = "eval", s.src
+		res = process(ctx, c, eval)
+	}
+	return res
+}
+
+// runKeys sends s on any number of keys with args, as run does.
+func (s *script) runKeys(ctx context.Context, c redis.UniversalClient, ks []string, args ...any) *redis.Cmd {
+	cmd := make([]any, 0, 3+len(ks)+len(args))
+	cmd = append(cmd, "evalsha", s.sha, len(ks))
+	for _, k := range ks {
+		cmd = append(cmd, k)
+	}
 	cmd = append(cmd, args...)
 	res := process(ctx, c, cmd)
 	if err := res.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
@@ -257,16 +284,28 @@ func (l *Locker) releaseOwner(ctx context.Context, k keys, owner string) {
 // It reports whether that value held the lock. A grant of the lock to this Locker's own
 // waiters, which the script returns instead of announcing, is delivered to them.
 func (l *Locker) release(ctx context.Context, k keys, value string) (bool, error) {
-	ws := l.waits
 	sent := time.Now()
+	res, err := releaseScript.run(ctx, l.client, k, l.releaseArgs(k, value)...).Result()
+	if err != nil {
+		return false, err
+	}
+	return l.releaseReply(k, sent, value, res)
+}
+
+// releaseArgs returns the release script's arguments for a lock value (see release).
+func (l *Locker) releaseArgs(k keys, value string) []any {
+	ws := l.waits
 	args := []any{value, l.cfg.opts(ws.publish)}
 	if ws.queuedOn(k.channel) {
 		args = append(args, ws.id)
 	}
-	res, err := releaseScript.run(ctx, l.client, k, args...).Result()
-	if err != nil {
-		return false, err
-	}
+	return args
+}
+
+// releaseReply decodes the release script's reply to a call sent at sent and delivers a
+// grant to this Locker's own waiters (see release).
+func (l *Locker) releaseReply(k keys, sent time.Time, value string, res any) (bool, error) {
+	var err error
 	var elem string
 	var token int64
 	switch r := res.(type) {
@@ -289,7 +328,7 @@ func (l *Locker) release(ctx context.Context, k keys, value string) (bool, error
 	default:
 		return false, fmt.Errorf("unexpected reply %v", res)
 	}
-	ws.released(k, sent, value, elem, token)
+	l.waits.released(k, sent, value, elem, token)
 	return true, nil
 }
 

@@ -39,6 +39,17 @@ type Config struct {
 	// the *echo.HTTPError it returned, as it is). Default: nil.
 	KeyExtractor func(c echo.Context) (string, error)
 
+	// KeysExtractor returns the keys of a request that locks several resources at once, such
+	// as both accounts of a transfer, overriding KeyLookup and KeyExtractor. Each key names a
+	// resource as KeyExtractor's key does ("<namespace>:<key>", or "<route> <key>"); the
+	// resources are deduplicated and locked together with [fencing.Locker.DoAll], in its
+	// canonical order, deadlock-free, each with its own token. With it set, ContextKey holds
+	// a map[string]int64 from resource name to token ([fencing.TokenFor] reads one from the
+	// request's context), TokenHeader carries one "name=token" value per resource, and
+	// DenyHandler's resource is the one that was busy. An error from it, no key or more than
+	// [fencing.MaxResources] go to ErrorHandler as for KeyExtractor. Default: nil.
+	KeysExtractor func(c echo.Context) ([]string, error)
+
 	// Namespace is the first part of every resource name: the lock of a request is named
 	// "<namespace>:<key>" ([ResourceName]), with any ':' or '%' in the namespace, and a '/'
 	// that starts it, percent-encoded so the name cannot be read two ways. Give several

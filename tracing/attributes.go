@@ -16,16 +16,17 @@ import (
 
 // Attribute keys. They are listed, with their meaning, in the package documentation.
 const (
-	keyResource     = attribute.Key("fencing.resource")
-	keyResourceHash = attribute.Key("fencing.resource.hash")
-	keyOperation    = attribute.Key("fencing.operation")
-	keyOutcome      = attribute.Key("fencing.outcome")
-	keyToken        = attribute.Key("fencing.token")
-	keyAttempts     = attribute.Key("fencing.attempts")
-	keyWait         = attribute.Key("fencing.wait.duration")
-	keyHold         = attribute.Key("fencing.hold.duration")
-	keyLost         = attribute.Key("fencing.lost")
-	keyErrorType    = semconv.ErrorTypeKey
+	keyResource      = attribute.Key("fencing.resource")
+	keyResourceHash  = attribute.Key("fencing.resource.hash")
+	keyOperation     = attribute.Key("fencing.operation")
+	keyResourceCount = attribute.Key("fencing.resource.count")
+	keyOutcome       = attribute.Key("fencing.outcome")
+	keyToken         = attribute.Key("fencing.token")
+	keyAttempts      = attribute.Key("fencing.attempts")
+	keyWait          = attribute.Key("fencing.wait.duration")
+	keyHold          = attribute.Key("fencing.hold.duration")
+	keyLost          = attribute.Key("fencing.lost")
+	keyErrorType     = semconv.ErrorTypeKey
 )
 
 // resourceID returns the attribute that identifies resource under mode, and false when the

@@ -18,8 +18,10 @@
 //
 // Span attributes:
 //
-//	fencing.operation      string  acquire, try_acquire, release, extend, renew
-//	fencing.resource       string  the resource name (WithResourceAttribute(ResourceOn), the default)
+//	fencing.operation      string  acquire, try_acquire, release, extend, renew; for a set of resources
+//	                               (one span for the set) acquire_all, try_acquire_all, release_all, extend_all
+//	fencing.resource.count int     the number of resources of a set operation (after deduplication)
+//	fencing.resource       string  the resource name (WithResourceAttribute(ResourceOn), the default); for a set, the one busy or not held
 //	fencing.resource.hash  string  16 hex digits of its SHA-256 (ResourceHashed) instead
 //	fencing.outcome        string  acquired, busy, cancelled, error (acquisitions); ok, not_held, cancelled, error (others)
 //	fencing.token          int     the fencing token, when there is one

@@ -61,6 +61,11 @@ var spanNames = [...]string{
 	fencing.OpRelease:    "fencing.release",
 	fencing.OpExtend:     "fencing.extend",
 	fencing.OpRenew:      "fencing.renew",
+	// A set of resources: one span for the whole set.
+	fencing.OpAcquireAll:    "fencing.acquire_all",
+	fencing.OpTryAcquireAll: "fencing.acquire_all",
+	fencing.OpReleaseAll:    "fencing.release_all",
+	fencing.OpExtendAll:     "fencing.extend_all",
 }
 
 // startOptions holds each known operation's span start options, built once.
@@ -88,12 +93,12 @@ func (r *recorder) start(ctx context.Context, op fencing.Op, resource string) co
 		name, opts = "fencing."+op.String(), spanStart(op)
 	}
 	ctx, span := r.tracer.Start(ctx, name, opts...)
-	if span.IsRecording() {
+	if span.IsRecording() && resource != "" { // "" for a set: its End names the resources
 		if kv, ok := resourceID(r.mode, resource); ok {
 			span.SetAttributes(kv)
 		}
 	}
-	if op == fencing.OpAcquire {
+	if op == fencing.OpAcquire || op == fencing.OpAcquireAll {
 		r.inst.waiters.Add(ctx, 1)
 	}
 	return context.WithValue(ctx, spanKey{r}, span)
@@ -104,14 +109,14 @@ func (r *recorder) end(ctx context.Context, e fencing.Event) {
 	if !ok {
 		return // not a context our start returned
 	}
-	acquisition := e.Op == fencing.OpAcquire || e.Op == fencing.OpTryAcquire
+	acquisition := isAcquisition(e.Op)
 	switch {
 	case acquisition:
-		if e.Op == fencing.OpAcquire {
+		if e.Op == fencing.OpAcquire || e.Op == fencing.OpAcquireAll {
 			r.inst.waiters.Add(ctx, -1)
 		}
 		r.inst.acquisition(ctx, e)
-	case e.Op == fencing.OpRelease && e.Outcome == fencing.OutcomeOK:
+	case (e.Op == fencing.OpRelease || e.Op == fencing.OpReleaseAll) && e.Outcome == fencing.OutcomeOK:
 		// A release that finds the lock gone does not know how long it was held.
 		r.inst.hold(ctx, e.Held, false)
 	}
@@ -119,15 +124,23 @@ func (r *recorder) end(ctx context.Context, e fencing.Event) {
 		span.End()
 		return
 	}
-	attrs := make([]attribute.KeyValue, 0, 5)
+	attrs := make([]attribute.KeyValue, 0, 7)
 	attrs = append(attrs, keyOutcome.String(string(e.Outcome)))
+	if e.Resources != nil {
+		attrs = append(attrs, keyResourceCount.Int(len(e.Resources)))
+		if e.Resource != "" { // the resource that was busy, or not held
+			if kv, ok := resourceID(r.mode, e.Resource); ok {
+				attrs = append(attrs, kv)
+			}
+		}
+	}
 	if e.Token > 0 {
 		attrs = append(attrs, keyToken.Int64(e.Token))
 	}
 	if acquisition {
 		attrs = append(attrs, keyAttempts.Int(e.Attempts), keyWait.Float64(e.Elapsed.Seconds()))
 	}
-	if e.Op == fencing.OpRelease && e.Held > 0 {
+	if (e.Op == fencing.OpRelease || e.Op == fencing.OpReleaseAll) && e.Held > 0 {
 		attrs = append(attrs, keyHold.Float64(e.Held.Seconds()))
 	}
 	if failed(e) {
@@ -136,6 +149,15 @@ func (r *recorder) end(ctx context.Context, e fencing.Event) {
 	}
 	span.SetAttributes(attrs...)
 	span.End()
+}
+
+// isAcquisition reports whether op takes locks.
+func isAcquisition(op fencing.Op) bool {
+	switch op {
+	case fencing.OpAcquire, fencing.OpTryAcquire, fencing.OpAcquireAll, fencing.OpTryAcquireAll:
+		return true
+	}
+	return false
 }
 
 // failed reports whether e is an error for the span status: a busy resource is not.

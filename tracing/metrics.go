@@ -36,7 +36,7 @@ type instruments struct {
 	lost            metric.Int64Counter
 	waiters         metric.Int64UpDownCounter
 
-	acquired, busy [2]measure // acquisitions that did not fail; index: 0 acquire, 1 try_acquire
+	acquired, busy [4]measure // acquisitions that did not fail; index: see acquisitionOps
 	released, gone measure    // hold durations: fencing.lost false, true
 }
 
@@ -80,7 +80,7 @@ func newInstruments(mp metric.MeterProvider) *instruments {
 		metric.WithDescription("Acquire calls in progress (waiting, or making their first attempt)."))
 	in.waiters = usable(u, err, metric.Int64UpDownCounter(noop.Int64UpDownCounter{}))
 
-	for i, op := range [2]fencing.Op{fencing.OpAcquire, fencing.OpTryAcquire} {
+	for i, op := range acquisitionOps {
 		in.acquired[i] = measureOf(acquisitionSet(op, fencing.OutcomeAcquired, ""))
 		in.busy[i] = measureOf(acquisitionSet(op, fencing.OutcomeBusy, ""))
 	}
@@ -88,6 +88,9 @@ func newInstruments(mp metric.MeterProvider) *instruments {
 	in.gone = measureOf(attribute.NewSet(keyLost.Bool(true)))
 	return &in
 }
+
+// acquisitionOps are the acquisitions, in the order of instruments.acquired and busy.
+var acquisitionOps = [4]fencing.Op{fencing.OpAcquire, fencing.OpTryAcquire, fencing.OpAcquireAll, fencing.OpTryAcquireAll}
 
 // usable passes err to [otel.Handle] and returns inst, or fallback when there is no inst. An
 // SDK returns a working instrument with some errors (an invalid name, a conflicting view).
@@ -114,8 +117,13 @@ func acquisitionSet(op fencing.Op, outcome fencing.Outcome, errType string) attr
 // acquisition records a finished acquisition.
 func (in *instruments) acquisition(ctx context.Context, e fencing.Event) {
 	i := 0
-	if e.Op == fencing.OpTryAcquire {
+	switch e.Op {
+	case fencing.OpTryAcquire:
 		i = 1
+	case fencing.OpAcquireAll:
+		i = 2
+	case fencing.OpTryAcquireAll:
+		i = 3
 	}
 	var m measure
 	switch e.Outcome {

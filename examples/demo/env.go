@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,10 +101,11 @@ func (e *env) close() {
 			e.rdb.Del(ctx, iter.Val())
 		}
 		insp := asynq.NewInspectorFromRedisClient(e.rdb)
-		for _, run := range []string{"with-checks", "without-checks"} {
-			_ = insp.DeleteQueue(e.queue(run), true)
+		for _, queue := range []string{e.queue("with-checks"), e.queue("without-checks"),
+			e.queue("with-checks") + "-transfers", e.queue("without-checks") + "-transfers"} {
+			_ = insp.DeleteQueue(queue, true)
 			// DeleteQueue leaves the queue's statistics (processed and failed counters).
-			iter := e.rdb.Scan(ctx, 0, "asynq:{"+e.queue(run)+"}:*", 1000).Iterator()
+			iter := e.rdb.Scan(ctx, 0, "asynq:{"+queue+"}:*", 1000).Iterator()
 			for iter.Next(ctx) {
 				e.rdb.Del(ctx, iter.Val())
 			}
@@ -133,10 +135,15 @@ func (e *env) runOnce(ctx context.Context, cfg config, l ledger, fenced bool, pr
 	for i := range ids {
 		ids[i] = "acct-" + strconv.Itoa(i+1)
 	}
-	if err := l.reset(ctx, ids); err != nil {
+	tids := make([]string, cfg.transferAccounts)
+	for i := range tids {
+		tids[i] = "tacct-" + strconv.Itoa(i+1)
+	}
+	if err := l.reset(ctx, append(slices.Clone(ids), tids...)); err != nil {
 		return result{}, err
 	}
 	c := &counted{ledger: l, top: map[string]int64{}}
+	x := &transfers{c: &counted{ledger: l, top: map[string]int64{}}, expected: map[string]int64{}}
 	run := "with-checks"
 	if !fenced {
 		run = "without-checks"
@@ -161,13 +168,18 @@ func (e *env) runOnce(ctx context.Context, cfg config, l ledger, fenced bool, pr
 	stop := showProgress(progress, run, c, cfg)
 	begin := time.Now()
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
+	errs := make(chan error, 6)
 	wg.Add(1)
 	go func() { defer wg.Done(); errs <- e.httpDeposits(ctx, cfg, locker, ids, deposit) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); errs <- e.jobDeposits(ctx, cfg, locker, ids, run, deposit) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); errs <- e.pausedHolders(ctx, cfg, locker, ids, c, deposit) }()
+	if len(tids) > 1 {
+		wg.Go(func() { errs <- e.httpTransfers(ctx, cfg, locker, tids, x) })
+		wg.Go(func() { errs <- e.jobTransfers(ctx, cfg, locker, tids, run, x) })
+		wg.Go(func() { errs <- e.pausedTransfers(ctx, cfg, locker, tids, x) })
+	}
 	wg.Wait()
 	elapsed := time.Since(begin)
 	stop()
@@ -186,7 +198,12 @@ func (e *env) runOnce(ctx context.Context, cfg config, l ledger, fenced bool, pr
 		}
 		sum += b
 	}
+	tr, err := x.result(ctx, l, tids)
+	if err != nil {
+		return result{}, err
+	}
 	return result{
+		t:             tr,
 		deposits:      c.accepted,
 		staleAccepted: c.stale,
 		staleRejected: c.rejected,

@@ -13,8 +13,15 @@
 // then the paused holder wakes and writes its stale balance. With token checks the store
 // rejects that write; without, the other writer's deposit is lost.
 //
-// The exit status is 0 only when the run with token checks accepted no stale write and lost
-// no update.
+// Transfers run beside the deposits, between accounts of their own: each locks both accounts
+// at once with Locker.DoAll, through the Echo route POST /transfer/:from/:to (the
+// middleware's KeysExtractor) and the Asynq task "transfer" (asynqfence.MiddlewareAll), and
+// writes each account with its own token. Two-account holders pause past their lease too;
+// the report says whether the transfers conserved the money and left every balance as the
+// acknowledged transfers make it.
+//
+// The exit status is 0 only when the run with token checks accepted no stale write, lost no
+// update, and its transfers conserved the money.
 package main
 
 import (
@@ -37,6 +44,10 @@ func main() {
 		requests:    160,
 		jobs:        80,
 		pauses:      3,
+
+		transferAccounts: 4,
+		transfers:        80,
+		transferJobs:     40,
 	}
 	code, err := run(context.Background(), cfg, os.Stdout, os.Stderr)
 	if err != nil {
@@ -54,6 +65,10 @@ type config struct {
 	requests    int    // deposits sent over HTTP
 	jobs        int    // deposits run as Asynq jobs
 	pauses      int    // paused holders per account
+
+	transferAccounts int // accounts of the transfers (none: no transfers)
+	transfers        int // transfers sent over HTTP (POST /transfer/:from/:to)
+	transferJobs     int // transfers run as Asynq jobs
 }
 
 // run runs the workload with and without token checks, writes the report to out and
@@ -85,6 +100,10 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (int, error) 
 
 	fmt.Fprintf(out, "fencekit demo: %d accounts; %d deposits over HTTP (Echo middleware), %d as Asynq jobs; %d holders paused past their lease\n",
 		cfg.accounts, cfg.requests, cfg.jobs, cfg.accounts*cfg.pauses)
+	if cfg.transferAccounts > 1 {
+		fmt.Fprintf(out, "and %d accounts of transfers, each locking both accounts (DoAll): %d over HTTP, %d as Asynq jobs; %d two-account holders paused past their lease\n",
+			cfg.transferAccounts, cfg.transfers, cfg.transferJobs, cfg.transferAccounts*cfg.pauses)
+	}
 	fmt.Fprintf(out, "Redis: %s; ledger: %s\n\n", env.where, ledgerName(db))
 
 	var results [2]result
@@ -103,11 +122,11 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) (int, error) 
 	}
 	report(out, results)
 	with := results[0]
-	if with.staleAccepted != 0 || with.lost != 0 {
+	if with.staleAccepted != 0 || with.lost != 0 || with.t.staleAccepted != 0 || with.t.money != 0 || with.t.off != 0 {
 		fmt.Fprintln(out, "\nFAIL: the run with token checks let a stale write through")
 		return 1, nil
 	}
-	fmt.Fprintln(out, "\nOK: with token checks no stale write was accepted and no update was lost")
+	fmt.Fprintln(out, "\nOK: with token checks no stale write was accepted, no update was lost and the transfers conserved the money")
 	return 0, nil
 }
 
@@ -125,6 +144,7 @@ type result struct {
 	staleRejected int64 // writes refused with store.ErrStaleToken
 	lost          int64 // acknowledged deposits missing from the final balances
 	elapsed       time.Duration
+	t             transferResult
 }
 
 func report(out io.Writer, r [2]result) {
@@ -136,6 +156,11 @@ func report(out io.Writer, r [2]result) {
 		{"stale writes accepted", func(r result) string { return fmt.Sprint(r.staleAccepted) }},
 		{"stale writes rejected", func(r result) string { return fmt.Sprint(r.staleRejected) }},
 		{"lost updates", func(r result) string { return fmt.Sprint(r.lost) }},
+		{"transfers acknowledged", func(r result) string { return fmt.Sprint(r.t.transfers) }},
+		{"transfer stale accepted", func(r result) string { return fmt.Sprint(r.t.staleAccepted) }},
+		{"transfer stale rejected", func(r result) string { return fmt.Sprint(r.t.staleRejected) }},
+		{"money made by transfers", func(r result) string { return fmt.Sprint(r.t.money) }},
+		{"transfer balances off", func(r result) string { return fmt.Sprint(r.t.off) }},
 		{"time", func(r result) string { return r.elapsed.Round(time.Millisecond).String() }},
 	}
 	fmt.Fprintf(out, "%-24s %18s %18s\n", "", "with token checks", "without")

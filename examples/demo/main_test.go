@@ -25,6 +25,10 @@ func TestDemo(t *testing.T) {
 		requests:    60,
 		jobs:        30,
 		pauses:      2,
+
+		transferAccounts: 3,
+		transfers:        40,
+		transferJobs:     20,
 	}
 	var out bytes.Buffer
 	code, err := run(t.Context(), cfg, &out, io.Discard)
@@ -48,6 +52,26 @@ func TestDemo(t *testing.T) {
 			t.Errorf("%s: got %v, want %v", name, got, w)
 		}
 	}
+	// Transfers: with checks, both writes of every paused two-account holder are refused (the
+	// first refusal stops the second), money is conserved and every balance is what the
+	// acknowledged transfers make it; without, the paused holders' writes go through.
+	tPaused := int64(cfg.transferAccounts * cfg.pauses)
+	tWant := map[string][2]int64{
+		"transfers acknowledged":  {int64(cfg.transfers+cfg.transferJobs) + tPaused, int64(cfg.transfers+cfg.transferJobs) + 2*tPaused},
+		"transfer stale accepted": {0, -1},
+		"transfer stale rejected": {tPaused, 0},
+		"money made by transfers": {0, -1},
+		"transfer balances off":   {0, -1},
+	}
+	for name, w := range tWant {
+		got := figures(t, out.String(), name)
+		if got[0] != w[0] || (w[1] >= 0 && got[1] != w[1]) {
+			t.Errorf("%s: got %v, want %v (-1: any)", name, got, w)
+		}
+	}
+	if got := figures(t, out.String(), "transfer stale accepted"); got[1] < 2*tPaused {
+		t.Errorf("transfer stale accepted without checks: got %d, want at least %d", got[1], 2*tPaused)
+	}
 	// Without checks, each stale write wipes out at least the takeover deposit before it.
 	if lost := figures(t, out.String(), "lost updates"); lost[0] != 0 || lost[1] < paused {
 		t.Errorf("lost updates: got %v, want 0 with checks and at least %d without", lost, paused)
@@ -57,7 +81,7 @@ func TestDemo(t *testing.T) {
 // figures reads one row of the report: the figure with token checks and the one without.
 func figures(t *testing.T, report, name string) [2]int64 {
 	t.Helper()
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\s+(\d+)\s+(\d+)$`).FindStringSubmatch(report)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\s+(-?\d+)\s+(-?\d+)$`).FindStringSubmatch(report)
 	if m == nil {
 		t.Fatalf("no row %q in the report", name)
 	}

@@ -42,6 +42,7 @@ type Fence[C Context] struct {
 	locker       *fencing.Locker
 	opts         []fencing.Option // per call: WithMaxWait, and WithTTL when set
 	extract      func(c C) (string, error)
+	extractAll   func(c C) ([]string, error) // set: several resources per request (fenceall.go)
 	namespace    string
 	contextKey   string
 	tokenHeader  string
@@ -58,6 +59,7 @@ func New[C Context, S ~func(C) bool](g Glue[C], s Settings[C, S]) (*Fence[C], er
 	f := &Fence[C]{
 		locker:       s.Locker,
 		extract:      s.KeyExtractor,
+		extractAll:   s.KeysExtractor,
 		namespace:    s.Namespace,
 		contextKey:   s.ContextKey,
 		tokenHeader:  s.TokenHeader,
@@ -73,7 +75,7 @@ func New[C Context, S ~func(C) bool](g Glue[C], s Settings[C, S]) (*Fence[C], er
 		return nil, err
 	}
 	f.opts = opts
-	if f.extract == nil {
+	if f.extract == nil && f.extractAll == nil {
 		lookup := s.KeyLookup
 		if lookup == "" {
 			lookup = DefaultKeyLookup
@@ -99,6 +101,9 @@ func New[C Context, S ~func(C) bool](g Glue[C], s Settings[C, S]) (*Fence[C], er
 func (f *Fence[C]) Serve(c C, next func(c C) error) error {
 	if f.skip != nil && f.skip(c) {
 		return next(c)
+	}
+	if f.extractAll != nil {
+		return f.serveAll(c, next)
 	}
 	resource, err := f.resource(c)
 	if err != nil {

@@ -35,6 +35,13 @@ type Settings[C Context, S ~func(C) bool] = struct {
 	// of Echo's with its own status, such as echo.ErrNotFound, as it is). Default: nil.
 	KeyExtractor func(c C) (string, error)
 
+	// KeysExtractor returns the keys of a request that locks several resources at once,
+	// overriding KeyLookup and KeyExtractor: each names a resource as KeyExtractor's key
+	// does, and the resources are locked together with Locker.DoAll. ContextKey then holds
+	// a map[string]int64 from resource name to token, TokenHeader carries one "name=token"
+	// value per resource, and DenyHandler's resource is the busy one. Default: nil.
+	KeysExtractor func(c C) ([]string, error)
+
 	// Namespace is the first part of every resource name: the lock of a request is named
 	// "<namespace>:<key>", with any ':' or '%' in the namespace, and a '/' that starts it,
 	// percent-encoded so the name cannot be read two ways. Give several routes the same

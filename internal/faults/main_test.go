@@ -12,5 +12,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(holderEnv) != "" {
 		os.Exit(holderMain())
 	}
+	// Re-executed as one process of TestTransfers.
+	if os.Getenv(transferEnv) != "" {
+		os.Exit(transferMain())
+	}
 	goleak.VerifyTestMain(m)
 }

@@ -139,6 +139,9 @@ func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) config(cfg Config) Cfg {
 	if f := cfg.KeyExtractor; f != nil {
 		s.KeyExtractor = func(c C) (string, error) { return f(a.request(c)) }
 	}
+	if f := cfg.KeysExtractor; f != nil {
+		s.KeysExtractor = func(c C) ([]string, error) { return f(a.request(c)) }
+	}
 	if f := cfg.ErrorHandler; f != nil {
 		s.ErrorHandler = func(c C, err error) error { return f(a.request(c), err) }
 	}

@@ -50,6 +50,7 @@ type Config struct {
 	SkipSafeMethods bool // Skipper: SkipSafeMethods
 	KeyLookup       string
 	KeyExtractor    func(r Request) (string, error)
+	KeysExtractor   func(r Request) ([]string, error)
 	Namespace       string
 	TTL             time.Duration
 	MaxWait         time.Duration

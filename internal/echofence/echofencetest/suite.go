@@ -58,6 +58,8 @@ func cases() []testCase {
 		{"ResourceNameLimit", resourceNameLimit},
 		{"LockerRefusesOptions", lockerRefusesOptions},
 		{"UntrustedNamesExpire", untrustedNamesExpire},
+		{"SeveralResources", severalResources},
+		{"SeveralResourcesNoDeadlock", severalResourcesNoDeadlock},
 	}
 }
 

@@ -1,0 +1,121 @@
+package faults_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/redisproc"
+)
+
+// TestSetOnCluster takes sets of resources on a 3-primary Cluster: in the canonical order, by
+// the hash slot Redis itself computes (CLUSTER KEYSLOT of each lock key), then by name; a busy
+// resource in a later slot releases the locks of the earlier slots; AcquireAll waits for it and
+// takes the rest, one slot after the other.
+func TestSetOnCluster(t *testing.T) {
+	redisproc.Require(t)
+	cl := redisproc.StartCluster(t, 3)
+	c := cl.Client(t)
+	l := newLocker(t, c, fencing.WithPrefix("sets:"))
+	other := newLocker(t, c, fencing.WithPrefix("sets:"))
+	ctx := t.Context()
+	var resources []string
+	for i := range 12 {
+		resources = append(resources, fmt.Sprintf("item-%d", i))
+	}
+	set, err := l.TryAcquireAll(ctx, resources)
+	if err != nil {
+		t.Fatalf("TryAcquireAll: %v", err)
+	}
+	locks := set.Locks()
+	if len(locks) != len(resources) {
+		t.Fatalf("got %d locks, want %d", len(locks), len(resources))
+	}
+	sorted := slices.IsSortedFunc(locks, func(a, b *fencing.Lock) int {
+		sa, sb := cl.Slot("sets:{"+a.Resource()+"}:lock"), cl.Slot("sets:{"+b.Resource()+"}:lock")
+		if sa != sb {
+			return sa - sb
+		}
+		return map[bool]int{true: -1, false: 1}[a.Resource() < b.Resource()]
+	})
+	if !sorted {
+		t.Fatal("locks not in (slot, name) order")
+	}
+	nodes := map[string]bool{}
+	for _, k := range locks {
+		nodes[cl.NodeFor("sets:{"+k.Resource()+"}:lock").Addr()] = true
+		if k.Token() != 1 {
+			t.Fatalf("%s: token %d, want 1", k.Resource(), k.Token())
+		}
+	}
+	if len(nodes) < 2 {
+		t.Fatalf("the set spans %d primaries, want several", len(nodes))
+	}
+	if err := set.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+
+	// Busy: the last resource in the order is held; the earlier ones are released again.
+	last := locks[len(locks)-1].Resource()
+	holder, err := other.TryAcquire(ctx, last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TryAcquireAll(ctx, resources); !errors.Is(err, fencing.ErrNotAcquired) {
+		t.Fatalf("TryAcquireAll with %s held: got %v, want ErrNotAcquired", last, err)
+	} else if busy, _ := fencing.BusyResource(err); busy != last {
+		t.Fatalf("busy resource: got %q, want %q", busy, last)
+	}
+	for _, k := range locks[:len(locks)-1] {
+		if n := c.Exists(ctx, "sets:{"+k.Resource()+"}:lock").Val(); n != 0 {
+			t.Fatalf("%s left held after a busy TryAcquireAll", k.Resource())
+		}
+	}
+	time.AfterFunc(200*time.Millisecond, func() { _ = holder.Release(context.Background()) })
+	set, err = l.AcquireAll(ctx, resources, fencing.WithMaxWait(10*time.Second))
+	if err != nil {
+		t.Fatalf("AcquireAll: %v", err)
+	}
+	if tok := set.Token(last); tok != 3 {
+		t.Fatalf("token of %s: %d, want 3", last, tok)
+	}
+	if err := set.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	noLocksLeft(t, c, "sets:")
+}
+
+// TestSetWithReplicas takes a set with WithReplicas on a primary with one replica: each
+// resource on its own, each acknowledged; with a replica that cannot acknowledge (WAIT 2),
+// nothing is held.
+func TestSetWithReplicas(t *testing.T) {
+	redisproc.Require(t)
+	p := redisproc.Start(t)
+	_ = redisproc.Start(t, redisproc.ReplicaOf(p))
+	c := p.Client(t)
+	ctx := t.Context()
+	waitUntil(t, 10*time.Second, "the replica in sync", func() bool {
+		n, err := c.Do(ctx, "WAIT", 1, 100).Int64()
+		return err == nil && n == 1
+	})
+	l := newLocker(t, c, fencing.WithPrefix("replicated:"))
+	set, err := l.TryAcquireAll(ctx, []string{"b", "a"}, fencing.WithReplicas(1, time.Second))
+	if err != nil {
+		t.Fatalf("TryAcquireAll with 1 replica: %v", err)
+	}
+	if set.Token("a") != 1 || set.Token("b") != 1 {
+		t.Fatalf("tokens %d %d, want 1 1", set.Token("a"), set.Token("b"))
+	}
+	if err := set.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.AcquireAll(ctx, []string{"b", "a"}, fencing.WithReplicas(2, 100*time.Millisecond))
+	if !errors.Is(err, fencing.ErrNotReplicated) {
+		t.Fatalf("AcquireAll with 2 replicas of 1: got %v, want ErrNotReplicated", err)
+	}
+	noLocksLeft(t, c, "replicated:")
+}
