@@ -297,17 +297,15 @@ func (s *Scheduler) enqueue(ctx context.Context, e *entry, tick time.Time) {
 		ectx, cancel = context.WithDeadline(ctx, until)
 		defer cancel()
 	}
+	ev := EnqueueEvent{Scheduler: s.name, EntryID: e.id, TaskID: id, Queue: e.queue, Task: e.task, Tick: tick}
 	for _, h := range s.cfg.hooks {
 		if h.Start != nil {
-			ectx = h.Start(ectx, e.id, e.task, tick)
+			ectx = h.Start(ectx, ev)
 		}
 	}
 	begin := time.Now()
 	info, err := s.client.EnqueueContext(ectx, e.task, opts...)
-	ev := EnqueueEvent{
-		Scheduler: s.name, EntryID: e.id, TaskID: id, Queue: e.queue, Task: e.task, Tick: tick,
-		Info: info, Err: err, Elapsed: time.Since(begin),
-	}
+	ev.Info, ev.Err, ev.Elapsed = info, err, time.Since(begin)
 	if errors.Is(err, asynq.ErrTaskIDConflict) {
 		ev.Duplicate, ev.Err = true, nil
 	}

@@ -23,7 +23,7 @@ type enqueues struct {
 
 func (q *enqueues) hooks() asynqfence.SchedulerHooks {
 	return asynqfence.SchedulerHooks{
-		Start: func(ctx context.Context, _ string, _ *asynq.Task, _ time.Time) context.Context {
+		Start: func(ctx context.Context, _ asynqfence.EnqueueEvent) context.Context {
 			until, _ := fencing.ValidUntilFromContext(ctx)
 			q.mu.Lock()
 			q.left = append(q.left, time.Until(until))

@@ -107,9 +107,10 @@ func WithSchedulerHooks(h SchedulerHooks) SchedulerOption {
 // synchronously on the Run goroutine, so they must be quick.
 type SchedulerHooks struct {
 	// Start is called before a tick is enqueued, with the term's context (cancelled when
-	// leadership is lost, bounded by the lease). The context it returns is used for the
-	// enqueue and passed to End.
-	Start func(ctx context.Context, entryID string, task *asynq.Task, tick time.Time) context.Context
+	// leadership is lost, bounded by the lease) and the event so far (Info, Err, Duplicate
+	// and Elapsed not yet set). The context it returns is used for the enqueue and passed
+	// to End.
+	Start func(ctx context.Context, e EnqueueEvent) context.Context
 	// End is called when the enqueue returns.
 	End func(ctx context.Context, e EnqueueEvent)
 }
