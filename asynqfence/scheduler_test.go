@@ -217,6 +217,9 @@ func TestSchedulerEnqueuesEveryTick(t *testing.T) {
 // than how late the tick is, nothing is.
 func TestSchedulerCatchUp(t *testing.T) {
 	now := time.Now()
+	if now.Sub(now.Truncate(time.Hour)) > time.Hour-5*time.Second {
+		t.Skip("too close to the next hour")
+	}
 	top := now.Truncate(time.Hour)
 	late := now.Sub(top)
 	for _, tc := range []struct {
