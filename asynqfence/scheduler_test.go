@@ -339,3 +339,61 @@ func TestSchedulerStopsBeforeLeaseEnds(t *testing.T) {
 	}
 	t.Logf("%d enqueues; the last tick %v, %v after the cut", len(q.events), q.events[len(q.events)-1].Tick, q.events[len(q.events)-1].Tick.Sub(cut))
 }
+
+// TestSchedulerRegisterWhileLeading registers entries while the scheduler leads: an entry
+// registered during a term gets no catch-up (its next tick is its first), and an entry
+// unregistered is enqueued no more.
+func TestSchedulerRegisterWhileLeading(t *testing.T) {
+	h := newHarness(t)
+	var q enqueues
+	renewed := make(chan struct{}, 1)
+	leaderHooks := fencing.WithHooks(fencing.Hooks{End: func(_ context.Context, e fencing.Event) {
+		if e.Op == fencing.OpRenew {
+			select {
+			case renewed <- struct{}{}:
+			default:
+			}
+		}
+	}})
+	s := asynqfence.NewScheduler(h.client, h.locker, "sched", asynqfence.WithSchedulerHooks(q.hooks()),
+		asynqfence.WithLeaderOptions(fencing.WithTTL(300*time.Millisecond), leaderHooks))
+	runScheduler(t, s)
+	// The term has begun by its first renewal, a third of the lease after the win.
+	select {
+	case <-renewed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no renewal")
+	}
+	if _, err := s.Register("@every 1h", asynq.NewTask("hourly", nil), asynq.Queue(h.queue)); err != nil {
+		t.Fatal(err)
+	}
+	every, err := s.Register("@every 1s", asynq.NewTask("tick", nil), asynq.Queue(h.queue))
+	if err != nil {
+		t.Fatal(err)
+	}
+	registered := time.Now()
+	waitFor(t, "two ticks", func() bool { return len(q.list()) >= 2 })
+	if err := s.Unregister(every); err != nil {
+		t.Fatal(err)
+	}
+	unregistered := time.Now()
+	n := len(q.list())
+	time.Sleep(1200 * time.Millisecond)
+	events := q.list()
+	for _, e := range events {
+		if e.EntryID != every {
+			t.Errorf("enqueued %s at %v: an entry registered during the term got a catch-up", e.Task.Type(), e.Tick)
+		}
+		if e.Tick.Before(registered) {
+			t.Errorf("tick %v is before the entry was registered (%v)", e.Tick, registered)
+		}
+	}
+	if len(events) > n+1 { // one may have been in flight
+		t.Errorf("got %d enqueues after Unregister, want none", len(events)-n)
+	}
+	for _, e := range events {
+		if e.Tick.After(unregistered.Add(time.Second)) {
+			t.Errorf("tick %v enqueued after Unregister at %v", e.Tick, unregistered)
+		}
+	}
+}
