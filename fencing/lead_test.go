@@ -419,3 +419,54 @@ func childLeader() {
 	fmt.Println("child's Lead:", err)
 	select {}
 }
+
+// TestLeadBacksOffAfterRedisErrors starts Lead while Redis refuses every command: campaigns
+// fail and are retried after a doubling back-off, and Lead leads once Redis answers again.
+func TestLeadBacksOffAfterRedisErrors(t *testing.T) {
+	r := redistest.New(t)
+	if r.Mini == nil {
+		t.Skip("needs miniredis's SetError")
+	}
+	var (
+		mu       sync.Mutex
+		failures []time.Time
+	)
+	hooks := fencing.WithHooks(fencing.Hooks{End: func(_ context.Context, e fencing.Event) {
+		if e.Op == fencing.OpCampaign && e.Outcome == fencing.OutcomeError {
+			mu.Lock()
+			failures = append(failures, time.Now())
+			mu.Unlock()
+		}
+	}})
+	l := newLocker(t, r, hooks, fencing.WithRetryBackoff(10*time.Millisecond, 80*time.Millisecond))
+	r.Mini.SetError("ERR injected") // an error go-redis does not retry by itself
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	led := make(chan int64, 1)
+	done := leadAsync(ctx, l, "leader", func(ctx context.Context) error {
+		token, _ := fencing.TokenFromContext(ctx)
+		led <- token
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	waitFor(t, 5*time.Second, "five failed campaigns", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(failures) >= 5
+	})
+	r.Mini.SetError("")
+	if token := recv(t, led, 5*time.Second, "leadership once Redis answers"); token != 1 {
+		t.Fatalf("got epoch %d, want 1", token)
+	}
+	cancel()
+	if err := waitErr(t, done, 5*time.Second); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lead: got %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The back-off doubles from 10ms to 80ms: the fourth gap is at least twice the first.
+	first, fourth := failures[1].Sub(failures[0]), failures[4].Sub(failures[3])
+	if first < 8*time.Millisecond || fourth < 2*first {
+		t.Errorf("gaps between failed campaigns: first %v, fourth %v; want a doubling back-off from 10ms", first, fourth)
+	}
+}
