@@ -80,17 +80,18 @@ type Event struct {
 	ClockBehind time.Duration
 }
 
-// Hooks observe a Locker's operations; any field may be nil.
+// Hooks observe a Locker's operations; any field may be nil. Give them to [WithHooks]. They
+// run synchronously on the calling goroutine (renewals on Do's renewal goroutine), so they
+// must be quick and safe for concurrent use.
 //
 // [Locker.Lead] reports two operations of its own. Each campaign is an OpCampaign, from Start
 // to an End whose outcome is OutcomeAcquired when leadership is won (Token is the term's
-// epoch), OutcomeCancelled when the context ended, or OutcomeError. A campaign's acquisition
-// is an OpAcquire inside it. Each term is an OpLead: Start when the campaign is won, with the
-// context that fn's context derives from (the term's renewals and its release are inside it),
-// and End when the term ends, with OutcomeNotHeld when leadership was lost, OutcomeError when
-// fn failed, or OutcomeResigned otherwise; Held is the term's length. Give them to [WithHooks]. They
-// run synchronously on the calling goroutine (renewals on Do's renewal goroutine), so they
-// must be quick and safe for concurrent use.
+// epoch), OutcomeCancelled when the context ended, or OutcomeError (OutcomeBusy under
+// [WithMaxWait]). A campaign's acquisition is an OpAcquire inside it. Each term is an OpLead:
+// Start when the campaign is won, with the context that fn's context derives from (the term's
+// renewals and its release are inside it), and End when the term ends, with OutcomeNotHeld
+// when leadership was lost, OutcomeError when fn failed, or OutcomeResigned otherwise; Held
+// is the term's length.
 type Hooks struct {
 	// Start is called when an operation begins. The context it returns is used for the
 	// operation's Redis calls and passed to End, so a span started here is the parent of
