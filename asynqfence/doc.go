@@ -91,6 +91,20 @@
 // handler returns, with a fresh context (the handler's may be done), as Asynq itself does for
 // its own bookkeeping after a task.
 //
+// # Scheduling in every replica
+//
+// [Scheduler] replaces asynq.Scheduler when the service runs in several replicas: every
+// replica runs it with the same name and entries, [fencing.Locker.Lead] elects one leader,
+// and only the leader enqueues. Each tick is enqueued once across failovers (its task ID is
+// made of the name, the entry and the tick's time, and a duplicate is refused by Asynq); a
+// tick missed while no replica led is enqueued by the next leader when it is at most one
+// period late ([WithCatchUp]); a dead leader's ticks wait at most its lease plus a period.
+// Processing stays Asynq's at-least-once.
+//
+//	s := asynqfence.NewScheduler(client, locker, "billing")
+//	s.Register("@every 30s", asynq.NewTask("invoices:send", nil))
+//	err := s.Run(ctx) // in every replica
+//
 // # Limits
 //
 // A lease can lapse while its holder still runs (a paused process, a slow network, a Redis

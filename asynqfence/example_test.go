@@ -118,3 +118,38 @@ func ExampleServerConfig() {
 	// failure: false
 	// retry in 9s to 14s: true
 }
+
+func ExampleScheduler() {
+	// A stand-in for your Redis.
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	locker := fencing.New(rdb, fencing.WithTTL(10*time.Second))
+	defer locker.Close()
+	enqueued := make(chan asynqfence.EnqueueEvent, 1)
+	// Every replica runs the same scheduler: the same name, the same entries.
+	s := asynqfence.NewScheduler(asynq.NewClientFromRedisClient(rdb), locker, "reports",
+		asynqfence.WithSchedulerHooks(asynqfence.SchedulerHooks{
+			End: func(_ context.Context, e asynqfence.EnqueueEvent) { enqueued <- e },
+		}))
+	if _, err := s.Register("@daily", asynq.NewTask("report:daily", nil)); err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+
+	// The replica that leads first enqueues the most recent tick (catch-up: at most one
+	// period late), today's midnight; a leader after it would find it there already.
+	e := <-enqueued
+	midnight := time.Now().UTC().Truncate(24 * time.Hour)
+	fmt.Printf("enqueued %s; today's midnight tick: %v; duplicate: %v\n", e.Task.Type(), e.Tick.Equal(midnight), e.Duplicate)
+	stop()
+	fmt.Println(<-done)
+	// Output:
+	// enqueued report:daily; today's midnight tick: true; duplicate: false
+	// context canceled
+}

@@ -1,8 +1,14 @@
 package fencing
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
-type tokenKey struct{}
+type (
+	tokenKey struct{}
+	leaseKey struct{}
+)
 
 // heldKey is the context key of the resources held by the enclosing Do and DoAll calls.
 type heldKey struct{}
@@ -67,4 +73,18 @@ func withSet(ctx context.Context, set *LockSet) context.Context {
 		return ContextWithToken(ctx, set.locks[0].token)
 	}
 	return context.WithValue(ctx, tokenKey{}, several{})
+}
+
+// ValidUntilFromContext returns the local end of the lease that the work of [Locker.Do] or
+// [Locker.Lead] runs under, given that work's context: the time, by this host's monotonic
+// clock, until which the lock is certainly still held (renewals move it on; a release or a
+// loss does not move it back, and the context is cancelled then). Work that must not act
+// without the lock, such as the leader of a schedule, checks that enough of it is left before
+// each action. The second result is false when ctx comes from neither.
+func ValidUntilFromContext(ctx context.Context) (time.Time, bool) {
+	k, ok := ctx.Value(leaseKey{}).(*Lock)
+	if !ok {
+		return time.Time{}, false
+	}
+	return k.deadline(), true
 }

@@ -35,7 +35,12 @@ func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Co
 	if err != nil {
 		return err
 	}
-	work, cancel := context.WithCancelCause(withHeld(ctx, lock))
+	return l.hold(ctx, cfg, lock, fn)
+}
+
+// hold is Do once the lock is taken: it runs fn under lock, renewing it, and releases it.
+func (l *Locker) hold(ctx context.Context, cfg *config, lock *Lock, fn func(ctx context.Context) error) (err error) {
+	work, cancel := context.WithCancelCause(withHeld(context.WithValue(ctx, leaseKey{}, lock), lock))
 	r := lock.keepAlive(work, cfg, cancel)
 
 	returned := false

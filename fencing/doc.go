@@ -26,6 +26,8 @@
 // the release script hands the lock to the longest-waiting waiter of any Locker in the same
 // round trip and announces it with pub/sub (sharded pub/sub on a Cluster, one connection per
 // primary), so a release wakes one waiter, not every process.
+// [Locker.Lead] elects a leader per name on the same machinery: candidates wait in the queue,
+// each term's token is its epoch, and losing the lease ends the term.
 //
 // # Several resources
 //

@@ -148,3 +148,31 @@ func ExampleLocker_DoAll() {
 	// alice's token 1 bob's token 1
 	// true account:bob
 }
+
+func ExampleLocker_Lead() {
+	// A stand-in for your Redis.
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	locker := fencing.New(rdb, fencing.WithTTL(10*time.Second))
+	defer locker.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+
+	// Every replica runs the same loop; one at a time leads. Lead returns when ctx ends.
+	err := locker.Lead(ctx, "report-builder", func(ctx context.Context) error {
+		epoch, _ := fencing.TokenFromContext(ctx)
+		fmt.Println("leading with epoch", epoch)
+		// Lead until the context ends: here, at once. When leadership is lost, ctx ends
+		// with a cause matching fencing.ErrNotHeld and Lead campaigns again.
+		stop()
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	fmt.Println(err)
+	// Output:
+	// leading with epoch 1
+	// context canceled
+}

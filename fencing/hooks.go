@@ -22,6 +22,10 @@ const (
 	OpTryAcquireAll // TryAcquireAll: no wait
 	OpReleaseAll    // LockSet.Release, and the release at the end of DoAll
 	OpExtendAll     // LockSet.Extend
+
+	// The operations of [Locker.Lead].
+	OpCampaign // one campaign of Lead: the wait for leadership; ends when won or given up
+	OpLead     // one term of Lead: from the campaign won until leadership is lost or given up
 )
 
 // String returns the operation's name in lower case, such as "acquire".
@@ -45,6 +49,10 @@ func (o Op) String() string {
 		return "release_all"
 	case OpExtendAll:
 		return "extend_all"
+	case OpCampaign:
+		return "campaign"
+	case OpLead:
+		return "lead"
 	}
 	return "unknown"
 }
@@ -60,6 +68,7 @@ const (
 	OutcomeError     Outcome = "error"     // Redis or the input failed
 	OutcomeOK        Outcome = "ok"        // a release, extension or renewal took effect
 	OutcomeNotHeld   Outcome = "not_held"  // the lock was no longer ours
+	OutcomeResigned  Outcome = "resigned"  // a term of Lead ended by its own choice: fn returned, or the context ended
 )
 
 // An Event describes one finished operation, or a lost lock.
@@ -82,7 +91,8 @@ type Event struct {
 	Attempts int
 	// Elapsed is the time from Start to End: for an acquisition, the time spent waiting.
 	Elapsed time.Duration
-	// Held is the time since the acquisition was sent, for releases and lost locks.
+	// Held is the time since the acquisition was sent, for releases, lost locks and the end
+	// of a term of leadership (OpLead).
 	Held time.Duration
 	// ClockBehind is set on an acquisition with a server-time floor ([WithServerTimeFloor],
 	// [WithCounterExpiry]) when the Redis server's clock was more than a second behind the
@@ -96,6 +106,15 @@ type Event struct {
 // Hooks observe a Locker's operations; any field may be nil. Give them to [WithHooks]. They
 // run synchronously on the calling goroutine (renewals on Do's renewal goroutine), so they
 // must be quick and safe for concurrent use.
+//
+// [Locker.Lead] reports two operations of its own. Each campaign is an OpCampaign, from Start
+// to an End whose outcome is OutcomeAcquired when leadership is won (Token is the term's
+// epoch), OutcomeCancelled when the context ended, or OutcomeError (OutcomeBusy under
+// [WithMaxWait]). A campaign's acquisition is an OpAcquire inside it. Each term is an OpLead:
+// Start when the campaign is won, with the context that fn's context derives from (the term's
+// renewals and its release are inside it), and End when the term ends, with OutcomeNotHeld
+// when leadership was lost, OutcomeError when fn failed, or OutcomeResigned otherwise; Held
+// is the term's length.
 type Hooks struct {
 	// Start is called when an operation begins; resource is "" for an operation on a set,
 	// whose resources End's Event lists. The context it returns is used for the

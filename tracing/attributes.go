@@ -70,6 +70,7 @@ const (
 	errInvalid       = "invalid"        // fencing.ErrInvalid
 	errNotReplicated = "not_replicated" // fencing.ErrNotReplicated
 	errRedis         = "redis"          // anything else: Redis unreachable or failing
+	errWork          = "work"           // the end of a term of Lead: its fn failed
 )
 
 // errorType classifies err for the error.type attribute.

@@ -66,6 +66,8 @@ var spanNames = [...]string{
 	fencing.OpTryAcquireAll: "fencing.acquire_all",
 	fencing.OpReleaseAll:    "fencing.release_all",
 	fencing.OpExtendAll:     "fencing.extend_all",
+	fencing.OpCampaign:      "fencing.campaign",
+	fencing.OpLead:          "fencing.lead",
 }
 
 // startOptions holds each known operation's span start options, built once.
@@ -98,8 +100,11 @@ func (r *recorder) start(ctx context.Context, op fencing.Op, resource string) co
 			span.SetAttributes(kv)
 		}
 	}
-	if op == fencing.OpAcquire || op == fencing.OpAcquireAll {
+	switch op {
+	case fencing.OpAcquire, fencing.OpAcquireAll:
 		r.inst.waiters.Add(ctx, 1)
+	case fencing.OpLead:
+		r.inst.leader.Add(ctx, 1, r.inst.leaderSet(r.mode, resource)...)
 	}
 	return context.WithValue(ctx, spanKey{r}, span)
 }
@@ -119,6 +124,8 @@ func (r *recorder) end(ctx context.Context, e fencing.Event) {
 	case (e.Op == fencing.OpRelease || e.Op == fencing.OpReleaseAll) && e.Outcome == fencing.OutcomeOK:
 		// A release that finds the lock gone does not know how long it was held.
 		r.inst.hold(ctx, e.Held, false)
+	case e.Op == fencing.OpLead:
+		r.inst.leader.Add(ctx, -1, r.inst.leaderSet(r.mode, e.Resource)...)
 	}
 	if !span.IsRecording() {
 		span.End()
@@ -140,11 +147,31 @@ func (r *recorder) end(ctx context.Context, e fencing.Event) {
 	if acquisition {
 		attrs = append(attrs, keyAttempts.Int(e.Attempts), keyWait.Float64(e.Elapsed.Seconds()))
 	}
-	if (e.Op == fencing.OpRelease || e.Op == fencing.OpReleaseAll) && e.Held > 0 {
+	if (e.Op == fencing.OpRelease || e.Op == fencing.OpReleaseAll || e.Op == fencing.OpLead) && e.Held > 0 {
 		attrs = append(attrs, keyHold.Float64(e.Held.Seconds()))
 	}
+	switch {
+	case e.Op == fencing.OpCampaign:
+		attrs = append(attrs, keyWait.Float64(e.Elapsed.Seconds()))
+		if e.Outcome == fencing.OutcomeAcquired {
+			span.AddEvent(eventWon, trace.WithAttributes(keyToken.Int64(e.Token)))
+		}
+	case e.Op == fencing.OpLead && e.Outcome == fencing.OutcomeNotHeld:
+		// Losing leadership is what a term ends with, not a failure of the span.
+		attrs = append(attrs, keyLost.Bool(true))
+		span.AddEvent(eventLost, trace.WithAttributes(keyToken.Int64(e.Token)))
+		span.SetAttributes(attrs...)
+		span.End()
+		return
+	case e.Op == fencing.OpLead:
+		span.AddEvent(eventResigned, trace.WithAttributes(keyToken.Int64(e.Token)))
+	}
 	if failed(e) {
-		attrs = append(attrs, keyErrorType.String(errorType(e.Err)))
+		errType := errorType(e.Err)
+		if e.Op == fencing.OpLead && errType == errRedis {
+			errType = errWork
+		}
+		attrs = append(attrs, keyErrorType.String(errType))
 		span.SetStatus(codes.Error, description(r.mode, e.Resource, e.Err))
 	}
 	span.SetAttributes(attrs...)
@@ -159,6 +186,14 @@ func isAcquisition(op fencing.Op) bool {
 	}
 	return false
 }
+
+// The span events of Lead: on the campaign span when leadership is won, on the term's span
+// when it ends.
+const (
+	eventWon      = "fencing.leader.won"
+	eventLost     = "fencing.leader.lost"
+	eventResigned = "fencing.leader.resigned"
+)
 
 // failed reports whether e is an error for the span status: a busy resource is not.
 func failed(e fencing.Event) bool {

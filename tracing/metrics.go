@@ -19,6 +19,7 @@ const (
 	metricAcquisitions    = "fencing.lock.acquisitions"
 	metricLost            = "fencing.lock.lost"
 	metricWaiters         = "fencing.lock.waiters"
+	metricLeader          = "fencing.leader"
 )
 
 // Histogram bucket boundaries, in seconds.
@@ -35,6 +36,7 @@ type instruments struct {
 	acquisitions    metric.Int64Counter
 	lost            metric.Int64Counter
 	waiters         metric.Int64UpDownCounter
+	leader          metric.Int64UpDownCounter
 
 	acquired, busy [4]measure // acquisitions that did not fail; index: see acquisitionOps
 	released, gone measure    // hold durations: fencing.lost false, true
@@ -79,6 +81,10 @@ func newInstruments(mp metric.MeterProvider) *instruments {
 		metric.WithUnit("{waiter}"),
 		metric.WithDescription("Acquire calls in progress (waiting, or making their first attempt)."))
 	in.waiters = usable(u, err, metric.Int64UpDownCounter(noop.Int64UpDownCounter{}))
+	u, err = m.Int64UpDownCounter(metricLeader,
+		metric.WithUnit("{leader}"),
+		metric.WithDescription("1 while this process leads the name (Locker.Lead), 0 otherwise."))
+	in.leader = usable(u, err, metric.Int64UpDownCounter(noop.Int64UpDownCounter{}))
 
 	for i, op := range acquisitionOps {
 		in.acquired[i] = measureOf(acquisitionSet(op, fencing.OutcomeAcquired, ""))
@@ -149,4 +155,14 @@ func (in *instruments) hold(ctx context.Context, held time.Duration, lost bool) 
 		m = in.gone
 	}
 	in.holdDuration.Record(ctx, held.Seconds(), m.record...)
+}
+
+// leaderSet returns the options of a fencing.leader measurement: the leader's name as the
+// resource mode records it (the one metric that carries it: leader names are few), or none.
+func (in *instruments) leaderSet(mode ResourceMode, name string) []metric.AddOption {
+	kv, ok := resourceID(mode, name)
+	if !ok {
+		return nil
+	}
+	return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(kv))}
 }

@@ -5,8 +5,9 @@
 //	go run ./examples/asynqworker                                  # embedded miniredis
 //	REDIS_ADDR=127.0.0.1:6379 go run ./examples/asynqworker        # or redis://host:port/db
 //
-// It enqueues deposits, runs them, prints a short report and exits: 0 when every balance adds
-// up and the late write was rejected, 1 otherwise.
+// It enqueues deposits, runs them, then runs an asynqfence.Scheduler in three replicas (only
+// the leader enqueues), prints a short report and exits: 0 when every balance adds up, the
+// late write was rejected and every scheduled tick was processed once, 1 otherwise.
 package main
 
 import (
@@ -76,6 +77,7 @@ type demo struct {
 	locker   *fencing.Locker
 	ledger   *ledger
 	worker   *worker
+	ticks    ticks // the scheduled report tasks processed
 	stalled  chan stall
 	resume   chan struct{}
 	mux      *asynq.ServeMux
@@ -146,6 +148,7 @@ func setup(opts options) (*demo, error) {
 	mux := asynq.NewServeMux()
 	d.mux = mux
 	mux.Handle(typeDeposit, d.worker)
+	mux.HandleFunc(typeReport, d.ticks.process)
 	// With FENCEKIT_TRACE=stdout every job gets a span; the lock's spans nest inside it.
 	mux.Use(d.countBusy)
 	mux.Use(asynqtrace.Middleware(asynqtrace.WithTracerProvider(tr.Provider)))
@@ -284,6 +287,13 @@ func (d *demo) run(ctx context.Context, out io.Writer) error {
 	if len(late) > 1 && late[len(late)-1].accepted {
 		fmt.Fprintf(out, "   Asynq retried that deposit; it wrote with token %d\n", late[len(late)-1].token)
 	}
+
+	// 3. The scheduler in every replica: one enqueue per tick, across a change of leader.
+	more, err := d.schedule(ctx, out)
+	if err != nil {
+		return err
+	}
+	problems = append(problems, more...)
 
 	// The books.
 	fmt.Fprintln(out, "balances:")

@@ -29,6 +29,8 @@ func TestRun(t *testing.T) {
 		": rejected\n",
 		"alice  72 (want  72)",
 		"stale writes accepted: 0\n",
+		"took over (epoch 2)",
+		" processed, 0 of them twice\n",
 		"OK\n",
 	} {
 		if !strings.Contains(out.String(), want) {

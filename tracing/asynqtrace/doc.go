@@ -15,6 +15,14 @@
 // messaging conventions are still at Development status in OpenTelemetry, and "asynq" is
 // not a registered messaging.system value.
 //
+// For an [asynqfence.Scheduler], [SchedulerHooks] records a span of kind Producer for every
+// tick the leader enqueues, "send <queue>", linked to the span of the leadership term
+// (fencing.lead) it was enqueued in:
+//
+//	s := asynqfence.NewScheduler(client, locker, "reports",
+//		asynqfence.WithLeaderOptions(fencing.WithHooks(tracing.Hooks())),   // campaigns and terms
+//		asynqfence.WithSchedulerHooks(asynqtrace.SchedulerHooks()))         // ticks
+//
 // It lives in a package of its own so that users of package tracing who do not run Asynq do not
 // import it.
 package asynqtrace

@@ -1,0 +1,124 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Lead makes this process the leader of name, one leader at a time across every Locker that
+// uses the same Redis and prefix, and runs fn while it leads. It is a loop around the
+// machinery of [Locker.Do], with name as the resource:
+//
+//   - A campaign is an [Locker.Acquire] of name: a candidate waits in the resource's
+//     first-come, first-served queue, so when a leader resigns the next candidate is granted
+//     leadership in the same round trip, and when a leader dies its lease runs out and a
+//     queued candidate takes over within about a round trip of that (it checks when the
+//     lease ends): no polling interval to tune.
+//   - A term runs fn with the leadership's fencing token, its epoch, in fn's context
+//     ([TokenFromContext]): epochs of successive terms strictly increase, so a store that
+//     checks the token refuses the late writes of a leader that has been replaced without
+//     knowing it. [ValidUntilFromContext] tells fn how long its lease certainly lasts. The
+//     lease is renewed in the background every third of the TTL ([WithTTL]).
+//   - When leadership is lost (a renewal finds the lock gone, the lease's local validity runs
+//     out while Redis cannot be reached, or the lock was released by someone else), fn's
+//     context is cancelled with a cause matching [ErrNotHeld] (see [context.Cause]). Once fn
+//     returns, Lead campaigns again. An error fn returns that matches ErrNotHeld also counts
+//     as lost leadership.
+//
+// Lead returns only when ctx ends, with ctx.Err() (a term in progress is ended first: fn's
+// context is cancelled and leadership released); when fn returns while leading and not
+// because leadership was lost, after resigning (releasing the lock, so that the next
+// candidate leads at once), with fn's error, or nil when fn returned nil (or the release's
+// error); or with an error wrapping [ErrInvalid] (an empty or oversized name, a nil fn, an
+// invalid option) or [ErrClosed], before campaigning. Other errors of a campaign (Redis
+// unreachable, [ErrNotReplicated], [ErrNotAcquired] under [WithMaxWait]) are retried after a
+// back-off that starts at the retry back-off's minimum and doubles to its maximum
+// ([WithRetryBackoff]; 50ms to 1s by default), and the back-off starts again after a term.
+//
+// Options apply to every campaign and term, as they do to one call of Do. [Hooks] observe
+// each campaign (OpCampaign) and each term (OpLead); see Hooks. No goroutine started by
+// Lead outlives it.
+func (l *Locker) Lead(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
+	if fn == nil {
+		return opErr("lead", name, invalidf("nil function"))
+	}
+	cfg := l.cfg.with(opts)
+	if err := l.check(context.WithoutCancel(ctx), cfg, name); err != nil {
+		return opErr("lead", name, err)
+	}
+	retry := newBackoff(cfg.retryMin, cfg.retryMax)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		lock, err := l.campaign(ctx, cfg, name)
+		switch {
+		case ctx.Err() != nil:
+			if err == nil {
+				// Won as the context ended: resign at once.
+				l.resign(ctx, cfg, lock)
+			}
+			return ctx.Err()
+		case errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed):
+			return opErr("lead", name, err)
+		case err != nil:
+			t := time.NewTimer(retry.step())
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+			continue
+		}
+		retry = newBackoff(cfg.retryMin, cfg.retryMax)
+		lost, err := l.term(ctx, cfg, lock, fn)
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case lost:
+			continue
+		}
+		return err
+	}
+}
+
+// campaign waits for leadership of name once, observed by the hooks as an OpCampaign.
+func (l *Locker) campaign(ctx context.Context, cfg *config, name string) (*Lock, error) {
+	cctx := cfg.hooks.start(ctx, OpCampaign, name)
+	begin := time.Now()
+	lock, err := l.acquire(cctx, cfg, name)
+	ev := Event{Op: OpCampaign, Resource: name, Elapsed: time.Since(begin)}
+	if err != nil {
+		ev.Outcome, ev.Err = outcomeOf(err), err
+	} else {
+		ev.Outcome, ev.Token = OutcomeAcquired, lock.token
+	}
+	cfg.hooks.end(cctx, ev)
+	return lock, err
+}
+
+// term runs fn while lock lasts, observed by the hooks as an OpLead, and reports whether it
+// ended because leadership was lost.
+func (l *Locker) term(ctx context.Context, cfg *config, lock *Lock, fn func(ctx context.Context) error) (lost bool, err error) {
+	tctx := cfg.hooks.start(ctx, OpLead, lock.resource)
+	err = l.hold(tctx, cfg, lock, fn)
+	lost = errors.Is(err, ErrNotHeld)
+	ev := Event{Op: OpLead, Resource: lock.resource, Token: lock.token, Outcome: OutcomeResigned, Held: time.Since(lock.acquired)}
+	switch {
+	case lost:
+		ev.Outcome, ev.Err = OutcomeNotHeld, err
+	case err != nil && ctx.Err() == nil:
+		ev.Outcome, ev.Err = OutcomeError, err
+	}
+	cfg.hooks.end(tctx, ev)
+	return lost, err
+}
+
+// resign releases a leadership won as the caller gave up, with a fresh context.
+func (l *Locker) resign(ctx context.Context, cfg *config, lock *Lock) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(cfg.ttl, releaseTimeout))
+	_ = lock.Release(rctx)
+	cancel()
+}
