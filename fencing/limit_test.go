@@ -1,0 +1,350 @@
+package fencing_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/redistest"
+)
+
+// holders returns the fields of a limited resource's hash: its holders and the limit.
+func holders(t *testing.T, r *redistest.Redis, resource string) map[string]string {
+	t.Helper()
+	m, err := r.Client.HGetAll(context.Background(), r.Prefix+"{"+resource+"}:lock").Result()
+	if err != nil {
+		t.Fatalf("HGETALL: %v", err)
+	}
+	return m
+}
+
+// dump returns every key under r's prefix but the release records, with its type and content.
+func dump(t *testing.T, r *redistest.Redis) string {
+	t.Helper()
+	ctx := context.Background()
+	keys := r.Client.Keys(ctx, r.Prefix+"*").Val()
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		if strings.Contains(k, "}:r:") {
+			continue
+		}
+		switch typ := r.Client.Type(ctx, k).Val(); typ {
+		case "string":
+			fmt.Fprintf(&b, "%s=%s\n", k, r.Client.Get(ctx, k).Val())
+		case "hash":
+			fmt.Fprintf(&b, "%s=%v\n", k, r.Client.HGetAll(ctx, k).Val())
+		case "list":
+			fmt.Fprintf(&b, "%s=%v\n", k, r.Client.LRange(ctx, k, 0, -1).Val())
+		}
+	}
+	return b.String()
+}
+
+func TestLimitTryAcquire(t *testing.T) {
+	r := redistest.New(t)
+	l := newLocker(t, r, fencing.WithLimit(3))
+	ctx := t.Context()
+
+	var locks []*fencing.Lock
+	for i := range 3 {
+		lock := mustAcquire(t, l, "tenant-7")
+		if want := int64(i + 1); lock.Token() != want {
+			t.Fatalf("holder %d: got token %d, want %d", i, lock.Token(), want)
+		}
+		locks = append(locks, lock)
+	}
+	h := holders(t, r, "tenant-7")
+	if len(h) != 4 || h["limit"] != "3" {
+		t.Fatalf("got hash %v, want the limit 3 and three holders", h)
+	}
+	_, err := l.TryAcquire(ctx, "tenant-7")
+	if !errors.Is(err, fencing.ErrNotAcquired) {
+		t.Fatalf("fourth TryAcquire: got %v, want ErrNotAcquired", err)
+	}
+	if d, ok := fencing.RetryAfter(err); !ok || d <= 0 || d > fencing.DefaultTTL {
+		t.Fatalf("RetryAfter: got %v %v, want (0, 30s]", d, ok)
+	}
+	for _, lock := range locks {
+		if d, err := lock.TTL(ctx); err != nil || d <= 0 || d > fencing.DefaultTTL {
+			t.Fatalf("TTL of token %d: got %v, %v", lock.Token(), d, err)
+		}
+	}
+	if err := locks[1].Extend(ctx, time.Hour); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	if d, err := locks[1].TTL(ctx); err != nil || d <= fencing.DefaultTTL {
+		t.Fatalf("TTL after Extend: got %v, %v, want above 30s", d, err)
+	}
+	if d := r.Client.PTTL(ctx, r.Prefix+"{tenant-7}:lock").Val(); d <= fencing.DefaultTTL {
+		t.Fatalf("the hash's PTTL: got %v, want the latest lease, above 30s", d)
+	}
+	if d, err := locks[0].TTL(ctx); err != nil || d > fencing.DefaultTTL {
+		t.Fatalf("TTL of another holder after Extend: got %v, %v, want its own lease", d, err)
+	}
+
+	if err := locks[1].Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if err := locks[1].Release(ctx); !errors.Is(err, fencing.ErrNotHeld) {
+		t.Fatalf("second Release: got %v, want ErrNotHeld", err)
+	}
+	if err := locks[1].Extend(ctx, time.Second); !errors.Is(err, fencing.ErrNotHeld) {
+		t.Fatalf("Extend after Release: got %v, want ErrNotHeld", err)
+	}
+	if _, err := locks[1].TTL(ctx); !errors.Is(err, fencing.ErrNotHeld) {
+		t.Fatalf("TTL after Release: got %v, want ErrNotHeld", err)
+	}
+	next := mustAcquire(t, l, "tenant-7")
+	if next.Token() != 4 {
+		t.Fatalf("got token %d, want 4", next.Token())
+	}
+	for _, lock := range []*fencing.Lock{locks[0], locks[2], next} {
+		if err := lock.Release(ctx); err != nil {
+			t.Fatalf("Release of token %d: %v", lock.Token(), err)
+		}
+	}
+	if got := keysCount(t, r); got != 1 {
+		t.Fatalf("after the last release: %d keys, want the fence alone:\n%s", got, dump(t, r))
+	}
+}
+
+func TestLimitBadInput(t *testing.T) {
+	r := redistest.New(t)
+	l := newLocker(t, r)
+	ctx := t.Context()
+	held := mustAcquire(t, l, "held", fencing.WithLimit(2))
+	defer held.Release(ctx)
+	for _, n := range []int{0, -1, fencing.MaxLimit + 1, 1 << 40} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			before := dump(t, r)
+			opt := fencing.WithLimit(n)
+			for _, resource := range []string{"free", "held"} {
+				if _, err := l.TryAcquire(ctx, resource, opt); !errors.Is(err, fencing.ErrInvalid) || !strings.Contains(err.Error(), "limit") {
+					t.Errorf("TryAcquire(%s): got %v, want ErrInvalid naming the limit", resource, err)
+				}
+				if _, err := l.Acquire(ctx, resource, opt); !errors.Is(err, fencing.ErrInvalid) {
+					t.Errorf("Acquire(%s): got %v, want ErrInvalid", resource, err)
+				}
+				called := false
+				err := l.Do(ctx, resource, func(context.Context) error { called = true; return nil }, opt)
+				if !errors.Is(err, fencing.ErrInvalid) || called {
+					t.Errorf("Do(%s): got %v (called %v), want ErrInvalid without calling fn", resource, err, called)
+				}
+			}
+			if err := fencing.New(r.Client, fencing.WithLimit(n)).Err(); !errors.Is(err, fencing.ErrInvalid) {
+				t.Errorf("New(WithLimit(%d)).Err(): got %v, want ErrInvalid", n, err)
+			}
+			if after := dump(t, r); after != before {
+				t.Errorf("bad input wrote something:\nbefore\n%s\nafter\n%s", before, after)
+			}
+		})
+	}
+	for _, n := range []int{1, 2, fencing.MaxLimit} {
+		lock, err := l.TryAcquire(ctx, fmt.Sprint("ok-", n), fencing.WithLimit(n))
+		if err != nil {
+			t.Fatalf("WithLimit(%d): %v", n, err)
+		}
+		if err := lock.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestLimitMismatch(t *testing.T) {
+	r := redistest.New(t)
+	ctx := t.Context()
+	l := newLocker(t, r)
+	cases := []struct {
+		name      string
+		held, ask int
+	}{
+		{"limited, asked for another limit", 2, 3},
+		{"limited, asked for the exclusive lock", 4, 1},
+		{"exclusive, asked for a limit", 1, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			resource := strings.ReplaceAll(tc.name, " ", "-")
+			held := mustAcquire(t, l, resource, fencing.WithLimit(tc.held))
+			before := dump(t, r)
+			ask := fencing.WithLimit(tc.ask)
+			want := []string{fmt.Sprintf("limit %d", tc.held), fmt.Sprintf("limit %d", tc.ask)}
+			check := func(what string, err error) {
+				t.Helper()
+				if !errors.Is(err, fencing.ErrInvalid) || errors.Is(err, fencing.ErrNotAcquired) {
+					t.Fatalf("%s: got %v, want ErrInvalid", what, err)
+				}
+				for _, w := range want {
+					if !strings.Contains(err.Error(), w) {
+						t.Fatalf("%s: %q does not name %q", what, err, w)
+					}
+				}
+			}
+			_, err := l.TryAcquire(ctx, resource, ask)
+			check("TryAcquire", err)
+			_, err = l.Acquire(ctx, resource, ask)
+			check("Acquire", err)
+			check("Do", l.Do(ctx, resource, func(context.Context) error { return nil }, ask))
+			if after := dump(t, r); after != before {
+				t.Fatalf("a refused call wrote:\nbefore\n%s\nafter\n%s", before, after)
+			}
+			if err := held.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// Idle: the new limit takes effect.
+			var locks []*fencing.Lock
+			for range tc.ask {
+				locks = append(locks, mustAcquire(t, l, resource, ask))
+			}
+			if _, err := l.TryAcquire(ctx, resource, ask); !errors.Is(err, fencing.ErrNotAcquired) {
+				t.Fatalf("one over the new limit %d: got %v, want ErrNotAcquired", tc.ask, err)
+			}
+			for _, lock := range locks {
+				if err := lock.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestLimitContention runs hundreds of goroutines over several Lockers through Do with
+// limit 4 and counts the holders inside: never more than 4, and 4 at some point.
+func TestLimitContention(t *testing.T) {
+	r := redistest.New(t)
+	const limit, lockers, per = 4, 4, 60
+	var inside, most, stale atomic.Int32
+	var mu sync.Mutex
+	var tokens []int64
+	var wg sync.WaitGroup
+	for range lockers {
+		l := process(t, r, fencing.WithLimit(limit), fencing.WithTTL(5*time.Second))
+		for range per {
+			wg.Go(func() {
+				err := l.Do(t.Context(), "partner-api", func(ctx context.Context) error {
+					n := inside.Add(1)
+					defer inside.Add(-1)
+					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+					}
+					token, _ := fencing.TokenFromContext(ctx)
+					mu.Lock()
+					if slices.Contains(tokens, token) {
+						stale.Add(1)
+					}
+					tokens = append(tokens, token)
+					mu.Unlock()
+					time.Sleep(time.Millisecond) // the section
+					return nil
+				})
+				if err != nil {
+					t.Errorf("Do: %v", err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if got := most.Load(); got > limit {
+		t.Fatalf("%d holders at once, want at most %d", got, limit)
+	} else if got < 2 {
+		t.Fatalf("at most %d holder at once: the limit let nobody in alongside", got)
+	}
+	if stale.Load() > 0 || len(tokens) != lockers*per {
+		t.Fatalf("got %d tokens (%d repeated), want %d distinct", len(tokens), stale.Load(), lockers*per)
+	}
+	if q := queueLen(r, "partner-api"); q != 0 {
+		t.Fatalf("queue left with %d elements", q)
+	}
+}
+
+// TestLimitFIFO queues waiters of three Lockers behind two holders of limit 2: each freed
+// slot goes to the longest waiter, and a newcomer does not take a free slot ahead of them.
+func TestLimitFIFO(t *testing.T) {
+	r := redistest.New(t)
+	ctx := t.Context()
+	opt := fencing.WithLimit(2)
+	holder := process(t, r, opt)
+	a, b := mustAcquire(t, holder, "res"), mustAcquire(t, holder, "res")
+	waiters := []*fencing.Locker{process(t, r, opt, slowBackoff), process(t, r, opt, slowBackoff), process(t, r, opt, slowBackoff)}
+	var got []<-chan acquired
+	for i, w := range waiters {
+		got = append(got, acquireAsync(ctx, w, "res", opt))
+		waitFor(t, 5*time.Second, "the waiter in the queue", func() bool { return queueLen(r, "res") == int64(i+1) })
+	}
+	if _, err := holder.TryAcquire(ctx, "res", opt); !errors.Is(err, fencing.ErrNotAcquired) {
+		t.Fatalf("newcomer: got %v, want ErrNotAcquired", err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := <-got[0]
+	if first.err != nil {
+		t.Fatal(first.err)
+	}
+	if first.lock.Token() != 3 {
+		t.Fatalf("first waiter: token %d, want 3", first.lock.Token())
+	}
+	select {
+	case g := <-got[1]:
+		t.Fatalf("second waiter got a slot with none free: %v %v", g.lock.Token(), g.err)
+	default:
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := <-got[1]
+	if second.err != nil || second.lock.Token() != 4 {
+		t.Fatalf("second waiter: %v, token %d, want 4", second.err, second.lock.Token())
+	}
+	if err := first.lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	third := <-got[2]
+	if third.err != nil || third.lock.Token() != 5 {
+		t.Fatalf("third waiter: %v, token %d, want 5", third.err, third.lock.Token())
+	}
+	for _, lock := range []*fencing.Lock{second.lock, third.lock} {
+		if err := lock.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestLimitKilledHolder leaves a holder's slot unreleased: the waiter takes it once its lease
+// runs out, while the other holder keeps its own.
+func TestLimitKilledHolder(t *testing.T) {
+	r := redistest.New(t)
+	ctx := t.Context()
+	opt := fencing.WithLimit(2)
+	dead := process(t, r, opt)
+	mustAcquire(t, dead, "res", fencing.WithTTL(300*time.Millisecond)) // never released
+	alive := mustAcquire(t, process(t, r, opt), "res")
+	waiter := process(t, r, opt)
+	got := acquireAsync(ctx, waiter, "res", opt)
+	waitFor(t, 5*time.Second, "the waiter in the queue", func() bool { return queueLen(r, "res") == 1 })
+	if !redistest.Real() {
+		r.Advance(300 * time.Millisecond) // miniredis TTLs; the scripts read the real clock
+	}
+	g := <-got
+	if g.err != nil {
+		t.Fatal(g.err)
+	}
+	if g.lock.Token() != 3 {
+		t.Fatalf("waiter: token %d, want 3", g.lock.Token())
+	}
+	if _, err := alive.TTL(ctx); err != nil {
+		t.Fatalf("the live holder lost its slot: %v", err)
+	}
+	for _, lock := range []*fencing.Lock{alive, g.lock} {
+		if err := lock.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
