@@ -220,13 +220,13 @@ func TestLimitMismatch(t *testing.T) {
 // limit 4 and counts the holders inside: never more than 4, and 4 at some point.
 func TestLimitContention(t *testing.T) {
 	r := redistest.New(t)
-	const limit, lockers, per = 4, 4, 60
+	const limit, lockers, per = 4, 4, 50
 	var inside, most, stale atomic.Int32
 	var mu sync.Mutex
 	var tokens []int64
 	var wg sync.WaitGroup
 	for range lockers {
-		l := process(t, r, fencing.WithLimit(limit), fencing.WithTTL(5*time.Second))
+		l := process(t, r, fencing.WithLimit(limit))
 		for range per {
 			wg.Go(func() {
 				err := l.Do(t.Context(), "partner-api", func(ctx context.Context) error {
