@@ -90,10 +90,12 @@ local function settle(h, now, limit)
 end
 
 -- fill grants free slots, up to the limit n, to the queue's waiters in order (see
--- grant_next; self as there), and returns the grants made, each {element, token}.
-local function fill(h, now, n, opts, self)
+-- grant_next; self as there), and returns the grants made, each {element, token}. wrote says
+-- the script wrote already: else EXISTS comes before LPOP, which counts as a write even on
+-- a missing key (under maxmemory, Redis refuses a script's INCR only before its first write).
+local function fill(h, now, n, opts, self, wrote)
   local made = {}
-  if h.live >= n or redis.call('EXISTS', KEYS[3]) == 0 then
+  if h.live >= n or (not wrote and redis.call('EXISTS', KEYS[3]) == 0) then
     return made
   end
   local give = function(value, lease)

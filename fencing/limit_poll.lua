@@ -60,7 +60,7 @@ local wanted = {}
 for i = 5, #ARGV do
   wanted[ARGV[i]] = true
 end
-for _, g in ipairs(fill(h, now, tonumber(limit), ARGV[3], '')) do
+for _, g in ipairs(fill(h, now, tonumber(limit), ARGV[3], '', #ARGV >= 5)) do
   if not granted and wanted[g[1]] then
     granted = {2, g[1], g[2], 1}
   end

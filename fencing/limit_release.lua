@@ -47,7 +47,7 @@ drop(h, field)
 local limit = h.limit or '1'
 local self = ARGV[3] or ''
 local reply, saved = 4, '1'
-for _, g in ipairs(fill(h, now, tonumber(limit), ARGV[2], self)) do
+for _, g in ipairs(fill(h, now, tonumber(limit), ARGV[2], self, true)) do
   if self ~= '' and locker_of(g[1]) == self then
     reply, saved = {2, g[1], g[2]}, '2:' .. g[1] .. ':' .. g[2]
   end
