@@ -25,12 +25,15 @@ const benchLimit = 4
 //
 //   - of-ideal: sections per second over 4 times the ideal of one lock, which is the hold
 //     actually taken (hold-ms) back to back;
+//
 //   - most-inside: the most holders seen at once (4 when the slots are used);
+//
 //   - cmds/section: commands the primaries processed per section (scripts' inner commands
 //     count);
+//
 //   - p50-wait-ms, p99-wait-ms, max-wait-ms: how long a goroutine waited for its slot.
 //
-//	cd bench && FENCING_REDIS_ADDR=127.0.0.1:6390 go test -run '^$' -bench Limit -benchtime 4000x -count 3 .
+//     cd bench && FENCING_REDIS_ADDR=127.0.0.1:6390 go test -run '^$' -bench Limit -benchtime 4000x -count 3 .
 func BenchmarkLimit(b *testing.B) {
 	b.Run("standalone", func(b *testing.B) { limitRow(b, standalone(b), 8, 8) })
 	b.Run("cluster", func(b *testing.B) { limitRow(b, cluster(b), 8, 8) })
