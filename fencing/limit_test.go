@@ -348,3 +348,97 @@ func TestLimitKilledHolder(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitLostReplies loses the reply to a limited acquire and to a limited release: no slot
+// is left taken by nobody. With go-redis retrying, the acquire's retry finds its own slot and
+// returns its token, and the release's retry returns what the first run did (the slot handed
+// to the waiter). Without retries, the acquire fails and frees the slot its first run took.
+func TestLimitLostReplies(t *testing.T) {
+	r := redistest.New(t)
+	if r.Mini != nil {
+		t.Skip("miniredis drops a command whose connection closes before the reply; runs with FENCING_REDIS_ADDR")
+	}
+	ctx := t.Context()
+	limit := fencing.WithLimit(2)
+	isAcquire := func(p []byte) bool {
+		// EVALSHA (or EVAL), the digest, three keys and four arguments: a limited attempt.
+		return strings.HasPrefix(string(p), "*10\r\n$7\r\nevalsha\r\n") || strings.HasPrefix(string(p), "*10\r\n$4\r\neval\r\n")
+	}
+	slots := func(resource string) int {
+		h := holders(t, r, resource)
+		delete(h, "limit")
+		return len(h)
+	}
+
+	t.Run("acquire/retried", func(t *testing.T) {
+		c, armed, dropped := droppingClient(t, r, isAcquire)
+		l := fencing.New(c, fencing.WithPrefix(r.Prefix), limit)
+		t.Cleanup(func() { _ = l.Close() })
+		armed.Store(true)
+		lock, err := l.TryAcquire(ctx, "a")
+		if dropped.Load() != 1 {
+			t.Fatalf("the acquire reply was not dropped (acquire: %v)", err)
+		}
+		if err != nil {
+			t.Fatalf("acquire: %v", err)
+		}
+		if n := slots("a"); n != 1 || lock.Token() != 1 {
+			t.Fatalf("got %d slots taken and token %d, want 1 and 1: %v", n, lock.Token(), holders(t, r, "a"))
+		}
+		if err := lock.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("acquire/not-retried", func(t *testing.T) {
+		c, armed, dropped := droppingClient(t, r, isAcquire)
+		c.Options().MaxRetries = -1
+		l := fencing.New(c, fencing.WithPrefix(r.Prefix), limit)
+		t.Cleanup(func() { _ = l.Close() })
+		armed.Store(true)
+		lock, err := l.TryAcquire(ctx, "b")
+		if dropped.Load() != 1 {
+			t.Fatalf("the acquire reply was not dropped (acquire: %v)", err)
+		}
+		if err == nil {
+			_ = lock.Release(ctx)
+			t.Fatal("acquire succeeded without its reply")
+		}
+		if n := slots("b"); n != 0 {
+			t.Fatalf("got %d slots taken by nobody, want 0: %v", n, holders(t, r, "b"))
+		}
+	})
+
+	t.Run("release/granted", func(t *testing.T) {
+		c, armed, dropped := droppingClient(t, r, nil)
+		l := fencing.New(c, fencing.WithPrefix(r.Prefix), limit, slowBackoff)
+		t.Cleanup(func() { _ = l.Close() })
+		one, two := mustAcquire(t, l, "c"), mustAcquire(t, l, "c")
+		waiter := process(t, r, limit, slowBackoff)
+		got := acquireAsync(ctx, waiter, "c")
+		waitFor(t, 5*time.Second, "the waiter in the queue", func() bool { return queueLen(r, "c") == 1 })
+		armed.Store(true)
+		err := one.Release(ctx)
+		if dropped.Load() != 1 {
+			t.Fatalf("the release reply was not dropped (release: %v)", err)
+		}
+		if err != nil {
+			t.Fatalf("release: got %v, want nil: the first run handed the slot on", err)
+		}
+		a := <-got
+		if a.err != nil || a.lock.Token() != 3 {
+			t.Fatalf("waiter: %v, token %d, want 3", a.err, a.lock.Token())
+		}
+		if n := slots("c"); n != 2 {
+			t.Fatalf("got %d slots taken, want 2: %v", n, holders(t, r, "c"))
+		}
+		for _, lock := range []*fencing.Lock{two, a.lock} {
+			if err := lock.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := slots("c"); n != 0 {
+			t.Fatalf("got %d slots taken by nobody, want 0", n)
+		}
+	})
+}
