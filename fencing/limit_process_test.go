@@ -149,3 +149,64 @@ func childLimitHolder(env string) {
 	}
 	select {}
 }
+
+// TestLimitKilledWaiter queues a waiter of a child process and a local one behind two
+// holders of limit 2, kills the child and frees a slot: the dead waiter is skipped (or its
+// grant lapses) and the local waiter gets the slot, while the other holder keeps its own.
+func TestLimitKilledWaiter(t *testing.T) {
+	if env := os.Getenv("FENCEKIT_CHILD_LIMIT_WAITER"); env != "" {
+		parts := strings.Split(env, ",")
+		db, _ := strconv.Atoi(parts[1])
+		c := redis.NewClient(&redis.Options{Addr: parts[0], DB: db})
+		l := fencing.New(c, fencing.WithPrefix(parts[2]), fencing.WithLimit(2))
+		_, err := l.Acquire(context.Background(), "res")
+		fmt.Println("child acquired:", err)
+		select {}
+	}
+	r := redistest.New(t)
+	ctx := t.Context()
+	limit := fencing.WithLimit(2)
+	holder, local := process(t, r, limit), process(t, r, limit)
+	one := mustAcquire(t, holder, "res", fencing.WithTTL(time.Hour))
+	two := mustAcquire(t, holder, "res", fencing.WithTTL(time.Hour))
+	child := exec.Command(os.Args[0], "-test.run=^TestLimitKilledWaiter$")
+	child.Env = append(os.Environ(), "FENCEKIT_CHILD_LIMIT_WAITER="+strings.Join([]string{r.Addr, strconv.Itoa(r.DB), r.Prefix}, ","))
+	var out bytes.Buffer
+	child.Stdout, child.Stderr = &out, &out
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	waitFor(t, 10*time.Second, "the child in the queue", func() bool { return queueLen(r, "res") == 1 })
+	got := acquireAsync(ctx, local, "res", limit)
+	waitFor(t, 5*time.Second, "the local waiter behind it", func() bool { return queueLen(r, "res") == 2 })
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+	released := time.Now()
+	if err := one.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r.Mini != nil {
+		r.Advance(3 * time.Second) // a grant to the dead child lapses; miniredis TTLs only so
+	}
+	var a acquired
+	select {
+	case a = <-got:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("local waiter still waiting; child output:\n%s", out.String())
+	}
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	t.Logf("FIGURE limit-killed-waiter: next waiter served %v after the release, token %d", time.Since(released).Round(time.Millisecond), a.lock.Token())
+	if _, err := two.TTL(ctx); err != nil {
+		t.Errorf("the other holder lost its slot: %v", err)
+	}
+	for _, lock := range []*fencing.Lock{two, a.lock} {
+		if err := lock.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
