@@ -442,3 +442,70 @@ func TestLimitLostReplies(t *testing.T) {
 		}
 	})
 }
+
+// TestLimitDoLosesOnlyItsOwn runs two Do calls on a resource of limit 2 and deletes one
+// holder's field: that Do's work is cancelled with ErrNotHeld, and the other's goes on.
+func TestLimitDoLosesOnlyItsOwn(t *testing.T) {
+	r := redistest.New(t)
+	l := newLocker(t, r, fencing.WithLimit(2), fencing.WithTTL(300*time.Millisecond))
+	ctx := t.Context()
+	type run struct {
+		token chan int64
+		err   chan error
+		stop  chan struct{}
+	}
+	start := func() run {
+		x := run{make(chan int64, 1), make(chan error, 1), make(chan struct{})}
+		go func() {
+			x.err <- l.Do(ctx, "res", func(ctx context.Context) error {
+				token, _ := fencing.TokenFromContext(ctx)
+				x.token <- token
+				select {
+				case <-ctx.Done():
+					return context.Cause(ctx)
+				case <-x.stop:
+					return nil
+				}
+			})
+		}()
+		return x
+	}
+	a, b := start(), start()
+	ta, tb := <-a.token, <-b.token
+	key := r.Prefix + "{res}:lock"
+	for f := range holders(t, r, "res") {
+		if strings.HasSuffix(f, ":"+fmt.Sprint(ta)) {
+			r.Client.HDel(ctx, key, f)
+		}
+	}
+	select {
+	case err := <-a.err:
+		if !errors.Is(err, fencing.ErrNotHeld) {
+			t.Fatalf("the Do whose slot was deleted: got %v, want ErrNotHeld", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Do whose slot was deleted is still running")
+	}
+	// The other goes on renewing its own slot: its lease end moves twice.
+	end := func() string {
+		for f, v := range holders(t, r, "res") {
+			if strings.HasSuffix(f, ":"+fmt.Sprint(tb)) {
+				return v
+			}
+		}
+		return ""
+	}
+	for range 2 {
+		last := end()
+		waitFor(t, 5*time.Second, "a renewal of the other holder", func() bool { e := end(); return e != "" && e != last })
+	}
+	select {
+	case err := <-b.err:
+		t.Fatalf("the other Do ended: %v", err)
+	default:
+	}
+	close(b.stop)
+	if err := <-b.err; err != nil {
+		t.Fatalf("the other Do: %v", err)
+	}
+}
