@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -33,14 +34,26 @@ const benchLimit = 4
 //
 //   - p50-wait-ms, p99-wait-ms, max-wait-ms: how long a goroutine waited for its slot.
 //
-//     cd bench && FENCING_REDIS_ADDR=127.0.0.1:6390 go test -run '^$' -bench Limit -benchtime 4000x -count 3 .
+// The limit=1 row runs the same workers on the exclusive lock, for a reference taken in the
+// same run (its of-ideal is over 1 times the ideal): on a loaded machine both fall.
+//
+//	cd bench && FENCING_REDIS_ADDR=127.0.0.1:6390 go test -run '^$' -bench Limit -benchtime 4000x -count 3 .
 func BenchmarkLimit(b *testing.B) {
-	b.Run("standalone", func(b *testing.B) { limitRow(b, standalone(b), 8, 8) })
-	b.Run("cluster", func(b *testing.B) { limitRow(b, cluster(b), 8, 8) })
+	for _, family := range []struct {
+		name   string
+		target func(*testing.B) *target
+	}{{"standalone", standalone}, {"cluster", cluster}} {
+		b.Run(family.name, func(b *testing.B) {
+			t := family.target(b)
+			for _, limit := range []int{benchLimit, 1} {
+				b.Run(fmt.Sprintf("limit=%d", limit), func(b *testing.B) { limitRow(b, t, 8, 8, limit) })
+			}
+		})
+	}
 }
 
-// limitRow runs b.N sections of one limited resource of t from processes × goroutines.
-func limitRow(b *testing.B, t *target, processes, goroutines int) {
+// limitRow runs b.N sections of one resource of limit on t from processes × goroutines.
+func limitRow(b *testing.B, t *target, processes, goroutines, limit int) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	resource := "l" + strconv.FormatInt(resourceSeq.Add(1), 10)
@@ -51,7 +64,7 @@ func limitRow(b *testing.B, t *target, processes, goroutines int) {
 		if err := client.Ping(ctx).Err(); err != nil {
 			b.Fatalf("ping: %v", err)
 		}
-		lockers[i] = fencing.New(client, fencing.WithPrefix(t.prefix), fencing.WithLimit(benchLimit))
+		lockers[i] = fencing.New(client, fencing.WithPrefix(t.prefix), fencing.WithLimit(limit))
 		defer lockers[i].Close()
 	}
 	workers := processes * goroutines
@@ -74,7 +87,7 @@ func limitRow(b *testing.B, t *target, processes, goroutines int) {
 				}
 				waits[w] = append(waits[w], time.Since(t0))
 				n := inside.Add(1)
-				if n > benchLimit {
+				if n > int32(limit) {
 					over.Add(1)
 				}
 				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
@@ -95,7 +108,7 @@ func limitRow(b *testing.B, t *target, processes, goroutines int) {
 	b.StopTimer()
 	cmds := commands()
 	if n := over.Load(); n > 0 {
-		b.Errorf("%d sections began with more than %d holders inside", n, benchLimit)
+		b.Errorf("%d sections began with more than %d holders inside", n, limit)
 	}
 	all := slices.Concat(waits...)
 	if len(all) == 0 {
@@ -104,7 +117,7 @@ func limitRow(b *testing.B, t *target, processes, goroutines int) {
 	slices.Sort(all)
 	n := float64(len(all))
 	meanHold := time.Duration(held.Load() / int64(len(all)))
-	ideal := benchLimit / meanHold.Seconds()
+	ideal := float64(limit) / meanHold.Seconds()
 	b.ReportMetric(n/elapsed.Seconds()/ideal, "of-ideal")
 	b.ReportMetric(float64(most.Load()), "most-inside")
 	b.ReportMetric(float64(over.Load()), "over-limit")
