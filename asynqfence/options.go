@@ -23,6 +23,7 @@ type config struct {
 	resource ResourceFunc
 	all      ResourcesFunc // MiddlewareAll: several resources per task (set.go)
 	ttl      time.Duration // 0: the Locker's TTL
+	limit    int           // 0: the Locker's limit
 	drop     bool
 	lockOpts []fencing.Option
 	opts     []fencing.Option // the per-call options of every acquisition
@@ -42,6 +43,25 @@ func WithTTL(d time.Duration) Option {
 			c.err = invalid(fmt.Sprintf("ttl %v out of range [%v, %v]", d, fencing.MinTTL, fencing.MaxTTL))
 		}
 		c.ttl = d
+	})
+}
+
+// WithLimit lets up to n tasks hold the same resource at once, across every worker: at most
+// 2 invoice jobs per customer, at most 5 calls per tenant to a partner API (see
+// [fencing.WithLimit]). A task over the limit is busy, as a task that finds an exclusive
+// resource held: it is retried without counting as a failure when the server uses
+// [IsFailure] and [RetryDelay], or dropped with [WithDropDuplicates]. Every worker must use
+// the same limit for a resource: while tasks hold it with another limit, a task fails with
+// an error wrapping [fencing.ErrInvalid] and [asynq.SkipRetry]. Default: the Locker's limit
+// (1 unless [fencing.New] was given [fencing.WithLimit]). An n below 1 or above
+// [fencing.MaxLimit] makes every task fail with an error wrapping [fencing.ErrInvalid] and
+// [asynq.SkipRetry].
+func WithLimit(n int) Option {
+	return optionFunc(func(c *config) {
+		if (n < 1 || n > fencing.MaxLimit) && c.err == nil {
+			c.err = invalid(fmt.Sprintf("limit %d out of range [1, %d]", n, fencing.MaxLimit))
+		}
+		c.limit = n
 	})
 }
 
@@ -67,13 +87,16 @@ func WithLockOptions(opts ...fencing.Option) Option {
 var tryOnce = fencing.WithMaxWait(0)
 
 // lockOptions returns the per-call options of every acquisition: a single attempt, the
-// TTL of [WithTTL] if it was given (otherwise none, so the Locker's own applies), then
-// the options of [WithLockOptions].
+// TTL of [WithTTL] and the limit of [WithLimit] if they were given (otherwise none, so the
+// Locker's own apply), then the options of [WithLockOptions].
 func (c *config) lockOptions() []fencing.Option {
-	opts := make([]fencing.Option, 0, 2+len(c.lockOpts))
+	opts := make([]fencing.Option, 0, 3+len(c.lockOpts))
 	opts = append(opts, tryOnce)
 	if c.ttl > 0 {
 		opts = append(opts, fencing.WithTTL(c.ttl))
+	}
+	if c.limit > 0 {
+		opts = append(opts, fencing.WithLimit(c.limit))
 	}
 	return append(opts, c.lockOpts...)
 }

@@ -82,8 +82,9 @@ end
 -- moved into the element) takes both from the waiter key. A waiter is alive when its Locker is
 -- the caller (self: it gets the grant in the reply, unannounced), when the announcement
 -- reached a subscriber, or else when its Locker's waiter key exists. Dead waiters are dropped
--- on the way; each costs a token. Returns {element, token}, or nil when nobody waits.
-local function grant_next(element, opts, self)
+-- on the way; each costs a token. Returns {element, token}, or nil when nobody waits. give,
+-- when set, records the grant instead of the SET: give(value, lease ms) (see limit.lua).
+local function grant_next(element, opts, self, give)
   local _, expiry = settings(opts)
   local publish = string.sub(opts, 1, 1)
   -- announce publishes value to the waiters of Locker id and returns how many heard it.
@@ -115,7 +116,11 @@ local function grant_next(element, opts, self)
         alive = announce(id, value) > 0 or redis.call('EXISTS', waiter_key(id)) == 1
       end
       if alive then
-        redis.call('SET', KEYS[1], value .. '+', 'PX', lease)
+        if give then
+          give(value, lease)
+        else
+          redis.call('SET', KEYS[1], value .. '+', 'PX', lease)
+        end
         return {element, token}
       end
     end

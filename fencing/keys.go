@@ -15,6 +15,7 @@ type keys struct {
 	fence   string // the token counter
 	queue   string // the waiting Lockers' ids, in order (see grant.lua)
 	channel string // grants to a Locker's waiters are announced on channel + ":<Locker id>"
+	limit   int    // the holders the resource admits at once (WithLimit); 0 or 1: the lock is a string
 }
 
 // resourceKeys returns the keys of resource under prefix.
@@ -48,6 +49,13 @@ func resourceKeys(prefix, resource string) keys {
 	}
 	s := b.String()
 	return keys{lock: s[:ends[0]], fence: s[ends[0]:ends[1]], queue: s[ends[1]:ends[2]], channel: s[ends[2]:]}
+}
+
+// keys returns the keys of resource under the call's prefix, for its limit.
+func (c *config) keys(resource string) keys {
+	k := resourceKeys(c.prefix, resource)
+	k.limit = c.limit
+	return k
 }
 
 // channelKeys returns the keys of the resource whose channel is ch.

@@ -19,7 +19,7 @@ import (
 // A layoutRow is one row of the key layout table in docs/design.md.
 type layoutRow struct {
 	key   *regexp.Regexp // the Key column, with its placeholders as patterns
-	kind  string         // "string", "list" or "channel"
+	kind  string         // "string", "list", "hash" or "channel"
 	value *regexp.Regexp // the Value column: every backquoted form, as alternatives
 	raw   string         // the Key column as written
 	seen  bool
@@ -34,6 +34,7 @@ var layoutPlaceholders = strings.NewReplacer(
 	`<lease ms>`, `[1-9][0-9]*`,
 	`<floor>`, `[01]`,
 	`<since ms>`, `[0-9]+`,
+	`<deadline ms>`, `[1-9][0-9]*`,
 	`\[\+\]`, `\+?`, // [+], quoted
 	`\[f\]`, `f?`,
 )
@@ -115,6 +116,10 @@ func TestKeyLayout(t *testing.T) {
 				for _, v := range r.Client.LRange(ctx, key, 0, -1).Val() {
 					match(key, typ, v)
 				}
+			case "hash":
+				for f, v := range r.Client.HGetAll(ctx, key).Val() {
+					match(key, typ, f+"="+v)
+				}
 			case "none": // expired meanwhile
 			default:
 				t.Errorf("key %q has type %s, which the table does not list", key, typ)
@@ -153,6 +158,26 @@ func TestKeyLayout(t *testing.T) {
 	snapshot() // granted from the queue; the release record
 	if err := a.lock.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+	snapshot()
+
+	// The same with a limited resource: two holders of limit 2, a waiter, a hand-over.
+	limit := fencing.WithLimit(2)
+	one, two := mustAcquire(t, holder, resource, limit), mustAcquire(t, holder, resource, limit)
+	got = acquireAsync(ctx, waiter, resource, limit)
+	waitFor(t, 5*time.Second, "the limited waiter in the queue", func() bool { return queueLen(r, resource) == 1 })
+	snapshot()
+	if err := one.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a = <-got; a.err != nil {
+		t.Fatal(a.err)
+	}
+	snapshot()
+	for _, lock := range []*fencing.Lock{two, a.lock} {
+		if err := lock.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	snapshot()
 	waitFor(t, 5*time.Second, "the grant's message", func() bool {

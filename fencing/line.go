@@ -42,14 +42,15 @@ type line struct {
 	users  int         // waiting calls that use the line (waiting.mu)
 	linger *time.Timer // drops the line once idle for entryTTL (waiting.mu)
 
-	mu      sync.Mutex // guards the fields below and the line's waiters
-	waiters []*waiter  // in arrival order
-	floor   bool       // a waiter asked for tokens floored at the server clock
-	renewBy time.Time  // the waiter key needs no write before then
-	due     time.Time  // the holder's lease, as last seen, ends by then: the front waiter checks
-	last    int64      // the highest token delivered: an older or repeated one is not
-	seen    time.Time  // the latest call whose reply showed seenOf, another's token, held:
-	seenOf  int64      // any later token was granted after seen
+	mu      sync.Mutex          // guards the fields below and the line's waiters
+	waiters []*waiter           // in arrival order
+	floor   bool                // a waiter asked for tokens floored at the server clock
+	renewBy time.Time           // the waiter key needs no write before then
+	due     time.Time           // the holder's lease, as last seen, ends by then: the front waiter checks
+	last    int64               // the highest token delivered: an older or repeated one is not
+	given   map[int64]time.Time // a limited resource's: the tokens delivered lately, and when
+	seen    time.Time           // the latest call whose reply showed seenOf, another's token, held:
+	seenOf  int64               // any later token was granted after seen
 }
 
 type waiter struct {
@@ -95,7 +96,8 @@ func (ws *waiting) line(ch string) *line {
 }
 
 // enter returns the line for k, creating it and subscribing to its channel when it is new,
-// and waits up to patience for the subscription to be confirmed.
+// and waits up to patience for the subscription to be confirmed. A line no call uses takes
+// k's limit; one in use with another limit is an error wrapping ErrInvalid.
 func (ws *waiting) enter(ctx context.Context, k keys, patience time.Duration) (*line, error) {
 	ws.mu.Lock()
 	if isDone(ws.done) {
@@ -109,6 +111,15 @@ func (ws *waiting) enter(ctx context.Context, k keys, patience time.Duration) (*
 		if ws.notes != nil {
 			ws.notes.listen(k.grants(ws.id), true)
 		}
+	}
+	if limit := max(k.limit, 1); limit != max(ln.k.limit, 1) {
+		if ln.users > 0 {
+			ws.mu.Unlock()
+			return nil, invalidf("this Locker waits for the resource with limit %d, this call limit %d", max(ln.k.limit, 1), limit)
+		}
+		ln.mu.Lock() // deliver reads the limit
+		ln.k.limit = k.limit
+		ln.mu.Unlock()
 	}
 	ln.users++
 	if ln.linger != nil {
@@ -212,7 +223,13 @@ func (ws *waiting) deliver(k keys, elem string, token int64, after time.Time) bo
 	}
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
-	if token <= ln.last {
+	if ln.k.limit > 1 {
+		// Grants of several slots reach this Locker in any order: the announcements and
+		// the replies that reveal them are matched by token.
+		if _, ok := ln.given[token]; ok {
+			return true // delivered already
+		}
+	} else if token <= ln.last {
 		return true // delivered already
 	}
 	i := slices.IndexFunc(ln.waiters, func(w *waiter) bool { return w.elem == elem })
@@ -220,7 +237,10 @@ func (ws *waiting) deliver(k keys, elem string, token int64, after time.Time) bo
 		return false
 	}
 	w := ln.waiters[i]
-	ln.last, w.got = token, true
+	ln.last, w.got = max(ln.last, token), true
+	if ln.k.limit > 1 {
+		ln.give(token)
+	}
 	start := later(after, w.sent)
 	if ln.seenOf < token {
 		start = later(start, ln.seen)
@@ -283,6 +303,26 @@ func (ln *line) subscribed() bool {
 	default:
 		return false
 	}
+}
+
+// givenFor is how long a line of a limited resource remembers a token it delivered: longer
+// than an announcement or a reply that reveals the grant can take to arrive.
+const givenFor = 4 * (grantLease + entryTTL)
+
+// give records that token was delivered. The caller holds ln.mu.
+func (ln *line) give(token int64) {
+	now := time.Now()
+	if ln.given == nil {
+		ln.given = map[int64]time.Time{}
+	}
+	if len(ln.given) >= 256 && len(ln.given)&255 == 0 {
+		for t, at := range ln.given {
+			if now.Sub(at) > givenFor {
+				delete(ln.given, t)
+			}
+		}
+	}
+	ln.given[token] = now
 }
 
 // leaseSeen records that the lock of ln had left of its lease when a reply came back at

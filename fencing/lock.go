@@ -142,8 +142,15 @@ func (k *Lock) extend(ctx context.Context, ttl time.Duration, op Op) error {
 		return err
 	}
 	ms := millis(ttl)
-	n, err := extendScript.Run(ctx, k.locker.client, []string{k.keys.lock}, k.value, ms).Int64()
+	script := extendScript
+	if k.keys.limit > 1 {
+		script = limitExtendScript
+	}
+	n, err := script.Run(ctx, k.locker.client, []string{k.keys.lock}, k.value, ms).Int64()
 	switch {
+	case isWrongType(err):
+		// The other kind of lock holds the key: this acquisition's lease ran out.
+		err = opErr("extend", k.resource, ErrNotHeld)
 	case err != nil:
 		err = opErr("extend", k.resource, err)
 	case n == flagNotHeld:
@@ -166,7 +173,11 @@ func (l *Locker) confirm(ctx context.Context, cfg *config, k *Lock) error {
 	}
 	ms := millis(cfg.ttl)
 	begin := time.Now()
-	res, err := l.replicated(ctx, cfg, k.keys, extendSrc, []any{k.value, ms}, func(res any) bool {
+	src := extendSrc
+	if k.keys.limit > 1 {
+		src = limitExtendSrc
+	}
+	res, err := l.replicated(ctx, cfg, k.keys, src, []any{k.value, ms}, func(res any) bool {
 		n, _ := res.(int64)
 		return n == flagAcquired
 	})
@@ -186,8 +197,14 @@ func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if k == nil {
 		return 0, opErr("ttl", "", ErrNotHeld)
 	}
-	ms, err := ttlScript.Run(ctx, k.locker.client, []string{k.keys.lock}, k.value).Int64()
+	script := ttlScript
+	if k.keys.limit > 1 {
+		script = limitTTLScript
+	}
+	ms, err := script.Run(ctx, k.locker.client, []string{k.keys.lock}, k.value).Int64()
 	switch {
+	case isWrongType(err):
+		return 0, opErr("ttl", k.resource, ErrNotHeld)
 	case err != nil:
 		return 0, opErr("ttl", k.resource, err)
 	case ms < 0:

@@ -100,7 +100,7 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...Option
 	err := l.check(ctx, cfg, resource)
 	if err == nil {
 		attempts = 1
-		lock, r, err = l.attempt(ctx, cfg, resource, resourceKeys(cfg.prefix, resource), "", "")
+		lock, r, err = l.attempt(ctx, cfg, resource, cfg.keys(resource), "", "")
 	}
 	ev := Event{Op: OpTryAcquire, Resource: resource, Attempts: attempts, Elapsed: time.Since(begin)}
 	switch {

@@ -21,6 +21,9 @@ const (
 	// MinTTL is the shortest lease: Redis counts TTLs in milliseconds. A TTL that is not a
 	// whole number of milliseconds is rounded up.
 	MinTTL = time.Millisecond
+	// MaxLimit is the largest limit [WithLimit] accepts: the scripts of a limited resource
+	// read all its holders on every acquisition and release.
+	MaxLimit = 1024
 )
 
 // An Option configures a [Locker] when given to [New], or one call when given to
@@ -45,6 +48,7 @@ type config struct {
 	timeFloor bool
 	expiry    time.Duration // the fence counter's idle expiry; 0: never
 	maxWait   time.Duration // < 0: wait until the context ends
+	limit     int           // holders at once (WithLimit); 0 and 1 mean one
 	hooks     hookList
 	err       error // the first invalid option, returned by every call
 }
@@ -95,6 +99,34 @@ func WithPrefix(p string) Option {
 			c.err = invalidf("prefix %q contains '{' or '}'", p)
 		}
 		c.prefix = p
+	})
+}
+
+// WithLimit lets up to n holders hold the resource at once: a counting semaphore, for "at
+// most n at a time for this key" across every process. Default: 1, the exclusive lock. It
+// works with [Locker.TryAcquire], [Locker.Acquire] and [Locker.Do] and the options they take.
+// Each holder gets its own [Lock], with its own token from the resource's counter (tokens
+// still strictly increase per acquisition), releases and extends its own lease, and loses
+// only its own. Waiting is the resource's queue, first come, first served: a freed slot goes
+// to the longest waiter, and while waiters are queued a newcomer does not take a free slot
+// ahead of them.
+//
+// The limit is recorded in Redis with the holders. A call that asks for another limit than
+// the one the resource's live holders use (limit 1 included) returns an error wrapping
+// [ErrInvalid] that names both, and changes nothing; once no holder is left, the new limit
+// takes effect. Every caller of a resource should use the same limit. n must be between 1
+// and [MaxLimit]; otherwise every call returns an error wrapping [ErrInvalid] and sends
+// nothing.
+//
+// A token orders the acquisitions but does not exclude the other n-1 holders: a store check
+// keyed by the resource would reject the older of two live holders. Fence per entity
+// written, or per holder slot (see docs/limits.md).
+func WithLimit(n int) Option {
+	return optionFunc(func(c *config) {
+		if (n < 1 || n > MaxLimit) && c.err == nil {
+			c.err = invalidf("limit %d out of range [1, %d]", n, MaxLimit)
+		}
+		c.limit = n
 	})
 }
 

@@ -59,7 +59,7 @@ func (e *ended) Error() string { return "fencing: wait ended" }
 
 // wait is Acquire's loop.
 func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock, int, error) {
-	k := resourceKeys(cfg.prefix, resource)
+	k := cfg.keys(resource)
 	ws, parent, attempts, begin := l.waits, ctx, 0, time.Now()
 	if cfg.maxWait >= 0 {
 		var cancel context.CancelFunc
@@ -222,6 +222,11 @@ func (l *Locker) poll(ctx context.Context, ln *line) error {
 	defer ln.io.Unlock()
 	ln.mu.Lock()
 	args := []any{ws.id, ln.entry(), l.cfg.opts(ws.publish)}
+	script := pollScript
+	if ln.k.limit > 1 {
+		script = limitPollScript
+		args = append(args, strconv.Itoa(ln.k.limit))
+	}
 	for _, w := range ln.waiters {
 		if queued(w) {
 			args = append(args, w.elem)
@@ -231,7 +236,7 @@ func (l *Locker) poll(ctx context.Context, ln *line) error {
 	ln.due = time.Time{}
 	ln.mu.Unlock()
 	sent := time.Now()
-	res, err := pollScript.Run(ctx, l.client, ln.k.script(), args...).Slice()
+	res, err := script.Run(ctx, l.client, ln.k.script(), args...).Slice()
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return nil // the caller's context ended: the wait ends with that

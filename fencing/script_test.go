@@ -65,3 +65,23 @@ func TestGrantIncluded(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitIncluded checks that every script of a limited resource took limit.lua's
+// functions, and grant.lua's where it grants, in place of their include lines.
+func TestLimitIncluded(t *testing.T) {
+	for name, body := range map[string]string{
+		"limit_acquire.lua": limitAcquireBody, "limit_release.lua": limitReleaseBody, "limit_poll.lua": limitPollBody,
+		"limit_extend.lua": limitExtendBody, "limit_ttl.lua": limitTTLBody,
+	} {
+		if n := strings.Count(body, limitInclude); n != 1 {
+			t.Errorf("%s has %d limit.lua include lines, want 1", name, n)
+		}
+		src := withLimit(body)
+		if strings.Contains(src, limitInclude) || strings.Contains(src, grantInclude) || !strings.Contains(src, "local function holders(") {
+			t.Errorf("%s: limit.lua was not included", name)
+		}
+		if strings.Contains(body, grantInclude) && strings.Index(body, grantInclude) > strings.Index(body, limitInclude) {
+			t.Errorf("%s: grant.lua must come before limit.lua, whose fill calls grant_next", name)
+		}
+	}
+}

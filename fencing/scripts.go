@@ -55,6 +55,34 @@ var (
 	//go:embed ttl.lua
 	ttlSrc    string
 	ttlScript = redis.NewScript(ttlSrc)
+
+	// The scripts of a limited resource (WithLimit(n), n > 1), which take the functions of
+	// limit.lua where their line "-- #include limit.lua" stands, after grant.lua's.
+
+	//go:embed limit.lua
+	limitSrc string
+
+	//go:embed limit_acquire.lua
+	limitAcquireBody   string
+	limitAcquireSrc    = withLimit(limitAcquireBody)
+	limitAcquireScript = newScript(limitAcquireSrc)
+
+	//go:embed limit_release.lua
+	limitReleaseBody   string
+	limitReleaseScript = newScript(withLimit(limitReleaseBody))
+
+	//go:embed limit_poll.lua
+	limitPollBody   string
+	limitPollScript = redis.NewScript(withLimit(limitPollBody))
+
+	//go:embed limit_extend.lua
+	limitExtendBody   string
+	limitExtendSrc    = withLimit(limitExtendBody)
+	limitExtendScript = redis.NewScript(limitExtendSrc)
+
+	//go:embed limit_ttl.lua
+	limitTTLBody   string
+	limitTTLScript = redis.NewScript(withLimit(limitTTLBody))
 )
 
 // The scripts' reply flags, one numbering for all of them (each script's header says which
@@ -66,14 +94,24 @@ const (
 	flagQueued   = 3 // the waiter's element joined the queue: {3, held}
 	flagReleased = 4 // the lock was deleted
 	flagNotHeld  = 5 // this acquisition does not hold the lock
+	flagMismatch = 6 // the resource's live holders use another limit: {6, limit}, or 6 alone
 )
 
 // grantInclude is the line of a script that grant.lua's text replaces.
 const grantInclude = "-- #include grant.lua\n"
 
+// limitInclude is the line of a script that limit.lua's text replaces.
+const limitInclude = "-- #include limit.lua\n"
+
 // withGrant returns body with grant.lua's functions in place of its include line.
 func withGrant(body string) string {
 	return strings.Replace(body, grantInclude, grantSrc, 1)
+}
+
+// withLimit returns body with the functions of limit.lua and grant.lua in place of their
+// include lines.
+func withLimit(body string) string {
+	return withGrant(strings.Replace(body, limitInclude, limitSrc, 1))
 }
 
 // A script is a Lua script on the three keys of grant.lua, sent as redis.Script.Run would,
@@ -150,6 +188,9 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 	}
 	ms := millis(cfg.ttl)
 	args := []any{owner, ms, cfg.opts(l.waits.publish)}
+	if k.limit > 1 {
+		args = append(args, strconv.Itoa(k.limit))
+	}
 	if elem != "" {
 		args = append(args, elem, entry)
 	}
@@ -161,6 +202,9 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 		var reply redis.Error
 		if !errors.As(err, &reply) || errors.Is(err, ErrNotReplicated) {
 			l.releaseOwner(ctx, k, owner)
+		} else if k.limit <= 1 && isWrongType(err) {
+			// acquire.lua found a hash: the slots of a limited resource. It wrote nothing.
+			return nil, attemptReply{}, opErr("acquire", resource, l.mismatch(ctx, k, 1))
 		}
 		if ctx.Err() != nil {
 			return nil, attemptReply{}, join(ErrNotAcquired, ctx.Err())
@@ -176,6 +220,8 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 		return nil, attemptReply{pttl: time.Duration(a.pttl) * time.Millisecond}, nil
 	case flagQueued:
 		return nil, attemptReply{held: a.held}, nil
+	case flagMismatch:
+		return nil, attemptReply{}, opErr("acquire", resource, mismatchError(a.held, k.limit))
 	}
 	lock := &Lock{
 		locker:   l,
@@ -201,13 +247,39 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 	return lock, attemptReply{}, nil
 }
 
+// mismatchError is the error of a call that asks for limit want on a resource whose live
+// holders use limit have.
+func mismatchError(have string, want int) error {
+	return invalidf("the resource's live holders use limit %s, this call limit %d; a new limit takes effect once the resource is idle", have, max(want, 1))
+}
+
+// mismatch returns the error of a call that asks for limit want on a resource whose lock key
+// is a limited resource's hash, naming the limit that the hash records.
+func (l *Locker) mismatch(ctx context.Context, k keys, want int) error {
+	have, err := l.client.HGet(ctx, k.lock, "limit").Result()
+	if err != nil {
+		have = "above 1"
+	}
+	return mismatchError(have, want)
+}
+
+// isWrongType reports whether err is Redis's WRONGTYPE error: a script of limit 1 met the
+// hash of a limited resource.
+func isWrongType(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "WRONGTYPE")
+}
+
 // runAcquire sends the acquire script with args, followed by WAIT on the same connection when
 // replicas must acknowledge it.
 func (l *Locker) runAcquire(ctx context.Context, cfg *config, k keys, args []any) (any, error) {
-	if cfg.replicas == 0 {
-		return acquireScript.run(ctx, l.client, k, args...).Result()
+	script, src := acquireScript, acquireSrc
+	if k.limit > 1 {
+		script, src = limitAcquireScript, limitAcquireSrc
 	}
-	return l.replicated(ctx, cfg, k, acquireSrc, args, func(res any) bool {
+	if cfg.replicas == 0 {
+		return script.run(ctx, l.client, k, args...).Result()
+	}
+	return l.replicated(ctx, cfg, k, src, args, func(res any) bool {
 		a, err := parseAcquire(res)
 		return err == nil && a.flag == flagAcquired
 	})
@@ -285,9 +357,30 @@ func (l *Locker) releaseOwner(ctx context.Context, k keys, owner string) {
 // waiters, which the script returns instead of announcing, is delivered to them.
 func (l *Locker) release(ctx context.Context, k keys, value string) (bool, error) {
 	sent := time.Now()
-	res, err := releaseScript.run(ctx, l.client, k, l.releaseArgs(k, value)...).Result()
+	args := l.releaseArgs(k, value)
+	limited := k.limit > 1
+	script := releaseScript
+	if limited {
+		script = limitReleaseScript
+	}
+	res, err := script.run(ctx, l.client, k, args...).Result()
+	// The other kind of lock holds the key (a grant passed on by a Locker that does not know
+	// the resource's limit, or a call of another limit): try its script.
+	switch {
+	case !limited && isWrongType(err):
+		limited = true
+		res, err = limitReleaseScript.run(ctx, l.client, k, args...).Result()
+	case limited && err == nil && res == int64(flagMismatch):
+		limited = false
+		res, err = releaseScript.run(ctx, l.client, k, args...).Result()
+	}
 	if err != nil {
 		return false, err
+	}
+	if limited {
+		// Other holders may have tokens above this one: the release dates no grant but its
+		// own (see waiting.saw).
+		value = ""
 	}
 	return l.releaseReply(k, sent, value, res)
 }
@@ -350,7 +443,7 @@ type acquireReply struct {
 	flag   int64
 	token  int64  // flagAcquired
 	pttl   int64  // flagBusy
-	held   string // flagQueued
+	held   string // flagQueued; flagMismatch: the limit the live holders use
 	behind int64  // flagAcquired: microseconds the server clock is behind the last token
 }
 
@@ -370,7 +463,7 @@ func parseAcquire(res any) (acquireReply, error) {
 	switch a.flag {
 	case flagBusy:
 		a.pttl, _ = arr[1].(int64)
-	case flagQueued:
+	case flagQueued, flagMismatch:
 		a.held, _ = arr[1].(string)
 	case flagAcquired:
 		token, err := parseToken(arr[1])

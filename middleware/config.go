@@ -75,6 +75,15 @@ type Config struct {
 	// (the client left, a deadline passed) is denied too.
 	MaxWait time.Duration
 
+	// Limit is how many requests may hold the same lock at once, across every process: at
+	// most Limit calls per tenant to a rate-limited partner, say ([fencing.WithLimit]). A request over
+	// the limit is busy: it waits up to MaxWait for a slot, then goes to DenyHandler (423 with
+	// Retry-After). It must be between 0 and [fencing.MaxLimit]; every caller of a resource must use
+	// the same limit (while requests hold it with another, a request goes to ErrorHandler with
+	// an error wrapping [fencing.ErrInvalid]: 500 by default). Default: 0, which means 1: the
+	// exclusive lock.
+	Limit int
+
 	// ContextKey is the key under which the token (an int64) is stored with c.Set (read it with [TokenFromEcho]).
 	// It stays there after the handler returns, for loggers and error handlers. Default:
 	// [DefaultContextKey] ("fencing.token").

@@ -16,7 +16,8 @@ import (
 const locksHelp = `Lists the locks held: every key P{...}:lock found with SCAN (never KEYS), on every
 primary with --cluster. For each: the resource (decoded, also names with braces), its token,
 the lease left (PTTL), the waiters queued (LLEN of the queue) and how long the oldest live
-waiter has waited. Sorted by lease left, soonest to expire first. Progress is printed on
+waiter has waited. A limited resource (fencing.WithLimit) has one row per holder, its name
+followed by (holders/limit), each with its own token and lease left. Sorted by lease left, soonest to expire first. Progress is printed on
 stderr when the scan takes longer than a second.
 
 --match takes a glob with the rules of Redis's MATCH ('*' also matches '/') and is applied
@@ -43,6 +44,11 @@ type lockInfo struct {
 	Waiters int64 `json:"waiters"`
 	// OldestWaitMs is how long the oldest live waiter has waited; null without one.
 	OldestWaitMs *int64 `json:"oldest_wait_ms"`
+	// Limit is a limited resource's limit (fencing.WithLimit), left out for a lock of one
+	// holder; Holders are its live holders, by token (Token is then the highest, Value and
+	// Owner are empty, and TTLMs is the latest lease).
+	Limit   int          `json:"limit,omitempty"`
+	Holders []holderInfo `json:"holders,omitempty"`
 }
 
 type locksOutput struct {
@@ -95,6 +101,18 @@ func (c *cli) locks(ctx context.Context, args []string) int {
 	tw := newTable(c.stdout)
 	fmt.Fprintln(tw, "RESOURCE\tTOKEN\tLEASE LEFT\tWAITERS\tOLDEST WAIT")
 	for _, l := range found {
+		if l.Limit > 0 {
+			// A limited resource: one row per holder, the name followed by holders/limit.
+			wait := "-"
+			if l.OldestWaitMs != nil {
+				wait = duration(msDuration(*l.OldestWaitMs))
+			}
+			name := fmt.Sprintf("%s (%d/%d)", displayName(l.Resource), len(l.Holders), l.Limit)
+			for _, h := range l.Holders {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\n", name, h.Token, c.ttl(h.TTLMs), l.Waiters, wait)
+			}
+			continue
+		}
 		token := strconv.FormatInt(l.Token, 10)
 		if l.Token == 0 {
 			token = "? " + strconv.Quote(l.Value)
@@ -155,6 +173,7 @@ func (c *cli) findLocks(ctx context.Context, client redis.UniversalClient, prefi
 func (c *cli) readLocks(ctx context.Context, node redis.Cmdable, prefix string, names []string) ([]lockInfo, error) {
 	type reads struct {
 		get   *redis.StringCmd
+		hash  *redis.MapStringStringCmd
 		pttl  *redis.DurationCmd
 		llen  *redis.IntCmd
 		head  *redis.StringSliceCmd
@@ -162,10 +181,12 @@ func (c *cli) readLocks(ctx context.Context, node redis.Cmdable, prefix string, 
 	}
 	rs := make([]reads, len(names))
 	pipe := node.Pipeline()
+	clock := pipe.Time(ctx)
 	for i, name := range names {
 		k := keysFor(prefix, name)
 		rs[i] = reads{
 			get:  pipe.Get(ctx, k.lock),
+			hash: pipe.HGetAll(ctx, k.lock), // a limited resource's holders (GET fails)
 			pttl: pipe.PTTL(ctx, k.lock),
 			llen: pipe.LLen(ctx, k.queue),
 			head: pipe.LRange(ctx, k.queue, 0, maxQueueRead-1),
@@ -189,22 +210,27 @@ func (c *cli) readLocks(ctx context.Context, node redis.Cmdable, prefix string, 
 		}
 	}
 	now := c.now().UnixMilli()
+	server := serverNow(clock, c.now())
 	var out []lockInfo
 	for i, name := range names {
 		r := rs[i]
-		value, err := r.get.Result()
-		if err != nil {
-			continue // released since the scan
-		}
-		owner, token := parseLockValue(value)
 		info := lockInfo{
 			Resource: name,
 			Key:      keysFor(prefix, name).lock,
-			Value:    value,
-			Owner:    owner,
-			Token:    token,
 			TTLMs:    pttlMs(r.pttl),
 			Waiters:  r.llen.Val(),
+		}
+		if value, err := r.get.Result(); err == nil {
+			info.Value = value
+			info.Owner, info.Token = parseLockValue(value)
+		} else if h, err := r.hash.Result(); err == nil && len(h) > 0 {
+			info.Limit, info.Holders = parseHolders(h, server)
+			if len(info.Holders) == 0 {
+				continue // every lease ended since the scan
+			}
+			info.Token = info.Holders[len(info.Holders)-1].Token
+		} else {
+			continue // released since the scan
 		}
 		for _, w := range r.wkeys {
 			if v, err := w.Result(); err == nil {

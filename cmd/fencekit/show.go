@@ -8,7 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-const showHelp = `Shows one resource: its lock (value, owner, token, lease left), the last token issued
+const showHelp = `Shows one resource: its lock (value, owner, token, lease left; for a limited resource,
+fencing.WithLimit, the limit and every holder with its token and lease left), the last token issued
 (the fence counter) and when the counter expires, and the queue of waiters, each with
 whether it is still alive (its w:<id> key exists), its lease and how long it has waited.
 A dead waiter is skipped at the next grant.
@@ -40,6 +41,11 @@ type lockState struct {
 	Owner string `json:"owner"`
 	Token int64  `json:"token"`
 	TTLMs int64  `json:"ttl_ms"`
+	// Limit and Holders describe a limited resource (fencing.WithLimit), whose lock key is a
+	// hash: its limit and live holders, by token (Token is then the highest, TTLMs the key's,
+	// the latest lease). Left out for a lock of one holder.
+	Limit   int          `json:"limit,omitempty"`
+	Holders []holderInfo `json:"holders,omitempty"`
 }
 
 type fenceState struct {
@@ -120,7 +126,9 @@ func (c *cli) readResource(ctx context.Context, client redis.Cmdable, prefix, na
 	out.Queue.Entries = []queueEntry{}
 
 	pipe := client.Pipeline()
+	clock := pipe.Time(ctx)
 	lockGet, lockTTL := pipe.Get(ctx, k.lock), pipe.PTTL(ctx, k.lock)
+	lockHash := pipe.HGetAll(ctx, k.lock) // a limited resource's holders (GET fails)
 	fenceGet, fenceTTL := pipe.Get(ctx, k.fence), pipe.PTTL(ctx, k.fence)
 	qLen, qTTL := pipe.LLen(ctx, k.queue), pipe.PTTL(ctx, k.queue)
 	qRange := pipe.LRange(ctx, k.queue, 0, limit-1)
@@ -130,6 +138,11 @@ func (c *cli) readResource(ctx context.Context, client redis.Cmdable, prefix, na
 	if v, err := lockGet.Result(); err == nil {
 		owner, token := parseLockValue(v)
 		out.Lock = &lockState{Value: v, Owner: owner, Token: token, TTLMs: pttlMs(lockTTL)}
+	} else if h, err := lockHash.Result(); err == nil && len(h) > 0 {
+		limit, holders := parseHolders(h, serverNow(clock, c.now()))
+		if len(holders) > 0 {
+			out.Lock = &lockState{Token: holders[len(holders)-1].Token, TTLMs: pttlMs(lockTTL), Limit: limit, Holders: holders}
+		}
 	}
 	if v, err := fenceGet.Result(); err == nil {
 		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
@@ -173,7 +186,12 @@ func (c *cli) printShow(out showOutput) {
 	w := c.stdout
 	fmt.Fprintf(w, "Resource:    %s\n", displayName(out.Resource))
 	fmt.Fprintf(w, "Keys:        %s*\n", out.Keys.Lock[:len(out.Keys.Lock)-len(suffixLock)])
-	if l := out.Lock; l != nil {
+	if l := out.Lock; l != nil && l.Limit > 0 {
+		fmt.Fprintf(w, "Lock:        %d of limit %d held\n", len(l.Holders), l.Limit)
+		for _, h := range l.Holders {
+			fmt.Fprintf(w, "  holder:    token %d, lease left %s, owner %s\n", h.Token, c.ttl(h.TTLMs), h.Owner)
+		}
+	} else if l != nil {
 		token := strconv.FormatInt(l.Token, 10)
 		if l.Token == 0 {
 			token = "unreadable"

@@ -46,9 +46,9 @@ func RetryAfter(err error) string {
 	return strconv.FormatInt(max(secs, 1), 10)
 }
 
-// callOptions checks the Locker, the TTL and MaxWait and returns the options of every
+// callOptions checks the Locker, the TTL, MaxWait and Limit and returns the options of every
 // Locker.Do call.
-func callOptions(l *fencing.Locker, ttl, maxWait time.Duration) ([]fencing.Option, error) {
+func callOptions(l *fencing.Locker, ttl, maxWait time.Duration, limit int) ([]fencing.Option, error) {
 	if l == nil {
 		return nil, invalidf("nil Locker")
 	}
@@ -63,6 +63,11 @@ func callOptions(l *fencing.Locker, ttl, maxWait time.Duration) ([]fencing.Optio
 		return nil, invalidf("negative MaxWait %v", maxWait)
 	}
 	opts = append(opts, fencing.WithMaxWait(maxWait))
+	if limit < 0 || limit > fencing.MaxLimit {
+		return nil, invalidf("Limit %d out of range [0, %d]", limit, fencing.MaxLimit)
+	}
+	opts = append(opts, fencing.WithLimit(max(limit, 1))) // 0 means 1, whatever the Locker's
+
 	if err := probe(l, opts); err != nil {
 		return nil, err
 	}

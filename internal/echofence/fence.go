@@ -40,7 +40,7 @@ type Glue[C Context] struct {
 type Fence[C Context] struct {
 	skip         func(c C) bool // nil: skip none
 	locker       *fencing.Locker
-	opts         []fencing.Option // per call: WithMaxWait, and WithTTL when set
+	opts         []fencing.Option // per call: WithMaxWait, WithLimit, and WithTTL when set
 	extract      func(c C) (string, error)
 	extractAll   func(c C) ([]string, error) // set: several resources per request (fenceall.go)
 	namespace    string
@@ -70,7 +70,7 @@ func New[C Context, S ~func(C) bool](g Glue[C], s Settings[C, S]) (*Fence[C], er
 	if s.Skipper != nil {
 		f.skip = (func(C) bool)(s.Skipper)
 	}
-	opts, err := callOptions(s.Locker, s.TTL, s.MaxWait)
+	opts, err := callOptions(s.Locker, s.TTL, s.MaxWait, s.Limit)
 	if err != nil {
 		return nil, err
 	}

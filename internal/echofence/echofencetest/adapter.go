@@ -132,7 +132,7 @@ func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) DefaultContextKey() string
 // config returns cfg as the adapter's Config.
 func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) config(cfg Config) Cfg {
 	s := echofence.Settings[C, S]{Locker: cfg.Locker, KeyLookup: cfg.KeyLookup, Namespace: cfg.Namespace, TTL: cfg.TTL,
-		MaxWait: cfg.MaxWait, ContextKey: cfg.ContextKey, TokenHeader: cfg.TokenHeader}
+		MaxWait: cfg.MaxWait, Limit: cfg.Limit, ContextKey: cfg.ContextKey, TokenHeader: cfg.TokenHeader}
 	if cfg.SkipSafeMethods {
 		s.Skipper = a.api.skipSafeMethods
 	}

@@ -54,6 +54,7 @@ type Config struct {
 	Namespace       string
 	TTL             time.Duration
 	MaxWait         time.Duration
+	Limit           int
 	ContextKey      string
 	TokenHeader     string
 	ErrorHandler    func(r Request, err error) error

@@ -39,6 +39,7 @@ func cases() []testCase {
 		{"ExtractorStatusErrorPassesThrough", extractorStatusErrorPassesThrough},
 		{"Busy", busy},
 		{"MaxWait", maxWait},
+		{"Limit", limit},
 		{"Unavailable", unavailable},
 		{"Releases", releases},
 		{"ReleasesOnDisconnect", releasesOnDisconnect},
@@ -772,4 +773,60 @@ func awaitCancel(ctx context.Context, entered chan<- struct{}, cause chan<- erro
 	case <-time.After(10 * time.Second):
 		cause <- errors.New("the request's context was not cancelled")
 	}
+}
+
+// limit runs requests on a route with Limit 2: two at once, a third denied with 423 and
+// Retry-After, or served once a slot frees when it may wait; and a request with another
+// limit while the two hold the lock goes to ErrorHandler (500).
+func limit(t *testing.T, d Driver) {
+	v := newEnv(t, d, fencing.WithRetryBackoff(5*time.Millisecond, 20*time.Millisecond))
+	var inside, most atomic.Int32
+	gate := make(chan struct{})
+	entered := make(chan struct{}, 8)
+	h := func(r Request) error {
+		n := inside.Add(1)
+		defer inside.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		entered <- struct{}{}
+		<-gate
+		return r.NoContent(http.StatusNoContent)
+	}
+	v.e.Add(http.MethodPut, "/tenants/:id", h, v.mw(Config{Namespace: "tenant", Limit: 2}))
+	v.e.Add(http.MethodPost, "/tenants/:id", h, v.mw(Config{Namespace: "tenant", Limit: 2, MaxWait: 10 * time.Second}))
+	v.e.Add(http.MethodPatch, "/tenants/:id", h, v.mw(Config{Namespace: "tenant"})) // Limit 0: 1
+
+	done := make(chan int, 3)
+	for range 2 {
+		go func() { done <- v.serve(http.MethodPut, "/tenants/7").Code }()
+		recv(t, entered, "a request inside")
+	}
+	rec := v.serve(http.MethodPut, "/tenants/7")
+	if rec.Code != http.StatusLocked || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("third request: got status %d, Retry-After %q; want 423 with Retry-After", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	if err := v.lastErr(); !errors.Is(err, fencing.ErrNotAcquired) {
+		t.Errorf("third request: got error %v, want ErrNotAcquired", err)
+	}
+	if rec := v.serve(http.MethodPatch, "/tenants/7"); rec.Code != http.StatusInternalServerError {
+		t.Errorf("request with limit 1: got status %d, want 500", rec.Code)
+	}
+	if err := v.lastErr(); !errors.Is(err, fencing.ErrInvalid) {
+		t.Errorf("request with limit 1: got error %v, want ErrInvalid", err)
+	}
+	go func() { done <- v.serve(http.MethodPost, "/tenants/7").Code }()
+	pattern := strings.TrimSuffix(v.lockKeys()[0], "lock") + "queue"
+	eventually(t, 5*time.Second, "the waiting request in "+pattern, func() bool {
+		return v.r.Client.LLen(context.Background(), pattern).Val() == 1
+	})
+	close(gate)
+	for range 3 {
+		if code := recv(t, done, "a request"); code != http.StatusNoContent {
+			t.Errorf("got status %d, want 204", code)
+		}
+	}
+	if m := most.Load(); m != 2 {
+		t.Errorf("got at most %d requests inside at once, want 2", m)
+	}
+	v.waitNoLocks()
 }

@@ -1,0 +1,129 @@
+package bench_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/fencing"
+)
+
+// benchLimit is the limit of BenchmarkLimit's resource.
+const benchLimit = 4
+
+// BenchmarkLimit measures one resource of limit 4 (fencing.WithLimit) under contention: 8
+// processes (each a client and a Locker of its own) of 8 goroutines take a slot with Acquire,
+// sleep 1 ms (holdTime) and release it, b.N sections in all. A counter checks that no more
+// than 4 goroutines are inside at any instant (over-limit counts the instants that broke
+// it: an error). The "standalone" family runs on the Redis of FENCING_REDIS_ADDR (private
+// and idle: its INFO stats are read), "cluster" on a local three-primary Cluster. Each row
+// reports:
+//
+//   - of-ideal: sections per second over 4 times the ideal of one lock, which is the hold
+//     actually taken (hold-ms) back to back;
+//
+//   - most-inside: the most holders seen at once (4 when the slots are used);
+//
+//   - cmds/section: commands the primaries processed per section (scripts' inner commands
+//     count);
+//
+//   - p50-wait-ms, p99-wait-ms, max-wait-ms: how long a goroutine waited for its slot.
+//
+// The limit=1 row runs the same workers on the exclusive lock, for a reference taken in the
+// same run (its of-ideal is over 1 times the ideal): on a loaded machine both fall.
+//
+//	cd bench && FENCING_REDIS_ADDR=127.0.0.1:6390 go test -run '^$' -bench Limit -benchtime 4000x -count 3 .
+func BenchmarkLimit(b *testing.B) {
+	for _, family := range []struct {
+		name   string
+		target func(*testing.B) *target
+	}{{"standalone", standalone}, {"cluster", cluster}} {
+		b.Run(family.name, func(b *testing.B) {
+			t := family.target(b)
+			for _, limit := range []int{benchLimit, 1} {
+				b.Run(fmt.Sprintf("limit=%d", limit), func(b *testing.B) { limitRow(b, t, 8, 8, limit) })
+			}
+		})
+	}
+}
+
+// limitRow runs b.N sections of one resource of limit on t from processes × goroutines.
+func limitRow(b *testing.B, t *target, processes, goroutines, limit int) {
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	resource := "l" + strconv.FormatInt(resourceSeq.Add(1), 10)
+	lockers := make([]*fencing.Locker, processes)
+	for i := range lockers {
+		client := t.newClient(nil)
+		defer client.Close()
+		if err := client.Ping(ctx).Err(); err != nil {
+			b.Fatalf("ping: %v", err)
+		}
+		lockers[i] = fencing.New(client, fencing.WithPrefix(t.prefix), fencing.WithLimit(limit))
+		defer lockers[i].Close()
+	}
+	workers := processes * goroutines
+	waits := make([][]time.Duration, workers)
+	var done, held atomic.Int64
+	var inside, most, over atomic.Int32
+	commands := t.commandCounter(b)
+	b.ResetTimer()
+	begin := time.Now()
+	var wg sync.WaitGroup
+	for w := range workers {
+		l := lockers[w/goroutines]
+		wg.Go(func() {
+			for done.Add(1) <= int64(b.N) {
+				t0 := time.Now()
+				lock, err := l.Acquire(ctx, resource)
+				if err != nil {
+					b.Errorf("Acquire: %v", err)
+					return
+				}
+				waits[w] = append(waits[w], time.Since(t0))
+				n := inside.Add(1)
+				if n > int32(limit) {
+					over.Add(1)
+				}
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				h0 := time.Now()
+				time.Sleep(holdTime)
+				held.Add(int64(time.Since(h0)))
+				inside.Add(-1)
+				if err := lock.Release(ctx); err != nil {
+					b.Errorf("Release: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(begin)
+	b.StopTimer()
+	cmds := commands()
+	if n := over.Load(); n > 0 {
+		b.Errorf("%d sections began with more than %d holders inside", n, limit)
+	}
+	all := slices.Concat(waits...)
+	if len(all) == 0 {
+		return
+	}
+	slices.Sort(all)
+	n := float64(len(all))
+	meanHold := time.Duration(held.Load() / int64(len(all)))
+	ideal := float64(limit) / meanHold.Seconds()
+	b.ReportMetric(n/elapsed.Seconds()/ideal, "of-ideal")
+	b.ReportMetric(float64(most.Load()), "most-inside")
+	b.ReportMetric(float64(over.Load()), "over-limit")
+	b.ReportMetric(float64(cmds)/n, "cmds/section")
+	b.ReportMetric(ms(all[len(all)/2]), "p50-wait-ms")
+	b.ReportMetric(ms(all[len(all)*99/100]), "p99-wait-ms")
+	b.ReportMetric(ms(all[len(all)-1]), "max-wait-ms")
+	b.ReportMetric(ms(meanHold), "hold-ms")
+}
