@@ -259,6 +259,9 @@ func (l *Locker) acquireAll(ctx context.Context, cfg *config, op Op, resources [
 
 // members validates resources and returns them deduplicated, in the canonical order.
 func (l *Locker) members(cfg *config, resources []string) ([]member, error) {
+	if cfg.limit > 1 {
+		return nil, invalidf("WithLimit(%d) applies to one resource, not to a set", cfg.limit)
+	}
 	if len(resources) == 0 {
 		return nil, invalidf("empty set of resources")
 	}

@@ -181,6 +181,13 @@ func TestAcquireAllBadInputWritesNothing(t *testing.T) {
 	if err := l.DoAll(ctx, []string{"a"}, nil); !errors.Is(err, fencing.ErrInvalid) {
 		t.Fatalf("DoAll with nil fn: got %v, want ErrInvalid", err)
 	}
+	// A limit is a single resource's (WithLimit): a set refuses it rather than ignore it.
+	if _, err := l.TryAcquireAll(ctx, []string{"a", "b"}, fencing.WithLimit(2)); !errors.Is(err, fencing.ErrInvalid) {
+		t.Fatalf("TryAcquireAll with WithLimit(2): got %v, want ErrInvalid", err)
+	}
+	if n := keyCount(t, r); n != 0 {
+		t.Fatalf("%d keys written by a set with a limit, want none", n)
+	}
 	set, err := l.TryAcquireAll(ctx, enough)
 	if err != nil {
 		t.Fatalf("TryAcquireAll of %d resources with duplicates: %v", len(enough), err)
