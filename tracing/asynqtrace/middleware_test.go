@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -70,7 +71,7 @@ func TestServerJobSpan(t *testing.T) {
 	insp := asynq.NewInspectorFromRedisClient(r.Client)
 	t.Cleanup(func() {
 		srv.Shutdown()
-		_ = insp.DeleteQueue(queue, true)
+		deleteQueue(t, r.Client, insp, queue)
 	})
 	var ids []string
 	for _, payload := range []string{"a1", "a2"} {
@@ -204,5 +205,20 @@ func TestOutcomes(t *testing.T) {
 				t.Errorf("scope: got %q, want %q", s.InstrumentationScope().Name, asynqtrace.ScopeName)
 			}
 		})
+	}
+}
+
+// deleteQueue removes every key of an Asynq queue: DeleteQueue leaves the processed and
+// failed counters (asynq:{queue}:processed, and one per day), which have no expiry or a long one.
+func deleteQueue(t testing.TB, c *redis.Client, insp *asynq.Inspector, queue string) {
+	_ = insp.DeleteQueue(queue, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	iter := c.Scan(ctx, 0, "asynq:{"+queue+"}:*", 500).Iterator()
+	for iter.Next(ctx) {
+		c.Del(ctx, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Logf("cleanup of queue %s: %v", queue, err)
 	}
 }

@@ -35,7 +35,7 @@ func TestSchedulerTickSpans(t *testing.T) {
 	client := asynq.NewClientFromRedisClient(r.Client)
 	if r.Mini == nil {
 		insp := asynq.NewInspectorFromRedisClient(r.Client)
-		t.Cleanup(func() { _ = insp.DeleteQueue(queue, true) })
+		t.Cleanup(func() { deleteQueue(t, r.Client, insp, queue) })
 	}
 	run := func() (stop func()) {
 		l := fencing.New(r.Client, fencing.WithPrefix(r.Prefix))
