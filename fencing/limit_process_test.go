@@ -21,16 +21,17 @@ import (
 )
 
 // enterScript records a holder entering its section: it adds the holder to the sorted set
-// KEYS[1] with the end of its lease (the server clock now, plus ARGV[2] ms, the lease left
-// as Lock.TTL reported it just before, less a margin) as its score, drops the holders whose
-// lease ended, and counts an instant over the limit ARGV[3] in KEYS[2]; KEYS[3] counts the
-// sections. A holder that was killed or stopped stays in the set until its lease ends, as it
-// does in the resource's slots, and no longer.
+// KEYS[1] with the end of its lease as its score (ARGV[2], Unix milliseconds by the child's
+// clock, which is the server's: both run on this host), drops the holders whose lease ended
+// (the new one too, when a process stopped after it read its lease resumes past it), and
+// counts an instant over the limit ARGV[3] in KEYS[2]; KEYS[3] counts the sections. A holder
+// that was killed or stopped stays in the set until its lease ends, as it does in the
+// resource's slots, and no longer.
 var enterScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], tonumber(ARGV[2]), ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('INCR', KEYS[3])
 if redis.call('ZCARD', KEYS[1]) > tonumber(ARGV[3]) then
   return redis.call('INCR', KEYS[2])
@@ -97,7 +98,9 @@ func TestLimitProcesses(t *testing.T) {
 	}
 	progress("sections after the stopped process resumed", 100)
 	for _, c := range children {
+		_ = c.Process.Signal(syscall.SIGCONT)
 		_ = c.Process.Kill()
+		_ = c.Wait() // its output is complete only then
 	}
 	n, _ := r.Client.Get(ctx, over).Int64()
 	if n != 0 {
@@ -133,11 +136,14 @@ func childLimitHolder(env string) {
 					time.Sleep(10 * time.Millisecond)
 					continue
 				}
+				sent := time.Now()
 				ttl, err := lock.TTL(ctx)
 				if err == nil {
 					member := strconv.FormatInt(lock.Token(), 10)
-					left := ttl - 20*time.Millisecond // the round trip between the two calls
-					if n, err := enterScript.Run(ctx, c, keys, member, left.Milliseconds(), childLimit).Int64(); err != nil || n > 0 {
+					// The lease ends at least ttl after the TTL call was sent, whenever the
+					// section begins (a stopped process may begin it long after).
+					ends := sent.Add(ttl - time.Millisecond).UnixMilli()
+					if n, err := enterScript.Run(ctx, c, keys, member, ends, childLimit).Int64(); err != nil || n > 0 {
 						fmt.Println("enter:", n, err)
 					}
 					time.Sleep(20 * time.Millisecond) // the section
