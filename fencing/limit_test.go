@@ -391,8 +391,7 @@ func TestLimitLostReplies(t *testing.T) {
 	})
 
 	t.Run("acquire/not-retried", func(t *testing.T) {
-		c, armed, dropped := droppingClient(t, r, isAcquire)
-		c.Options().MaxRetries = -1
+		c, armed, dropped := droppingClientRetries(t, r, isAcquire, -1)
 		l := fencing.New(c, fencing.WithPrefix(r.Prefix), limit)
 		t.Cleanup(func() { _ = l.Close() })
 		armed.Store(true)

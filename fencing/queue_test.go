@@ -704,9 +704,15 @@ func TestLostReleaseReply(t *testing.T) {
 // reply to the next request match accepts (nil: the release script), and go-redis retries
 // it; dropped counts the replies lost.
 func droppingClient(t *testing.T, r *redistest.Redis, match func([]byte) bool) (c *redis.Client, armed *atomic.Bool, dropped *atomic.Int32) {
+	return droppingClientRetries(t, r, match, 3)
+}
+
+// droppingClientRetries is droppingClient with go-redis retrying a command up to retries
+// times (-1: never).
+func droppingClientRetries(t *testing.T, r *redistest.Redis, match func([]byte) bool, retries int) (c *redis.Client, armed *atomic.Bool, dropped *atomic.Int32) {
 	armed, dropped = new(atomic.Bool), new(atomic.Int32)
 	opts := r.Options()
-	opts.MaxRetries = 3
+	opts.MaxRetries = retries
 	opts.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 		if err != nil {

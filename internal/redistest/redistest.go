@@ -87,16 +87,24 @@ func (r *Redis) Advance(d time.Duration) {
 
 // deleteKeys removes the test's keys with a fresh context (t.Context is done by cleanup time).
 func (r *Redis) deleteKeys(t testing.TB) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := redis.NewClient(r.Options())
 	defer c.Close()
-	iter := c.Scan(ctx, 0, r.Prefix+"*", 500).Iterator()
-	for iter.Next(ctx) {
-		c.Del(ctx, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		t.Logf("redistest: cleanup: %v", err)
+	// One UNLINK per page of SCAN: a test may leave thousands of keys, and one DEL each
+	// took longer than the cleanup's time on a loaded machine.
+	for cursor := uint64(0); ; {
+		keys, next, err := c.Scan(ctx, cursor, r.Prefix+"*", 1000).Result()
+		if err == nil && len(keys) > 0 {
+			err = c.Unlink(ctx, keys...).Err()
+		}
+		if err != nil {
+			t.Logf("redistest: cleanup: %v", err)
+			return
+		}
+		if cursor = next; cursor == 0 {
+			return
+		}
 	}
 }
 
