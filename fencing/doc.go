@@ -27,6 +27,13 @@
 // round trip and announces it with pub/sub (sharded pub/sub on a Cluster, one connection per
 // primary), so a release wakes one waiter, not every process.
 //
+// # N at a time
+//
+// [WithLimit] lets up to n holders hold a resource at once (a counting semaphore: at most n
+// jobs per customer), each with its own [Lock] and token, waiting in the same queue. A token
+// then orders the acquisitions but cannot exclude the other n-1 holders: fence each entity
+// the holders write, not the resource (see docs/limits.md).
+//
 // # What is not guaranteed
 //
 // The counter lives on one Redis primary. Asynchronous replication, a restart without
