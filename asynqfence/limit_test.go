@@ -16,8 +16,9 @@ import (
 )
 
 // TestServerLimit sends a burst of tasks for one customer through a server with 8 workers
-// and WithLimit(2): at most 2 run at once, 2 do at some point, and every task completes
-// without a failure or a retry counted. Each task fences its own invoice, the entity it
+// and WithLimit(2), busy tasks retried (8 tasks) or waiting in the handler (100 tasks): at
+// most 2 run at once, 2 do at some point, and every task completes without a failure or a
+// retry counted. Each task fences its own invoice, the entity it
 // writes: a check keyed by the customer would refuse the older of two concurrent holders.
 func TestServerLimit(t *testing.T) {
 	t.Parallel()

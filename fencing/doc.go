@@ -36,6 +36,13 @@
 // Cluster by hash slot, then name) so that overlapping sets never deadlock; a free set on one
 // server or slot takes one round trip. See docs/resources.md.
 //
+// # N at a time
+//
+// [WithLimit] lets up to n holders hold a resource at once (a counting semaphore: at most n
+// jobs per customer), each with its own [Lock] and token, waiting in the same queue. A token
+// then orders the acquisitions but cannot exclude the other n-1 holders: fence each entity
+// the holders write, not the resource (see docs/limits.md).
+//
 // # What is not guaranteed
 //
 // The counter lives on one Redis primary. Asynchronous replication, a restart without

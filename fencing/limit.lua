@@ -16,7 +16,8 @@ end
 -- holders reads the hash at now and deletes the holders whose lease ended. It returns nil
 -- when KEYS[1] is a string (a lock of limit 1), and otherwise a table: limit (the limit
 -- recorded, a string, or nil), live (the number of live holders), fields (theirs, in the
--- hash's order) and ends (each one's lease end, by field).
+-- hash's order), ends (each one's lease end, by field) and changed (whether the hash was
+-- written, as hold and drop also set it).
 local function holders(now)
   local all = redis.pcall('HGETALL', KEYS[1])
   if all.err then
@@ -38,6 +39,7 @@ local function holders(now)
   end
   if #gone > 0 then
     redis.call('HDEL', KEYS[1], unpack(gone))
+    h.changed = true
   end
   return h
 end
@@ -50,6 +52,7 @@ local function hold(h, f, ending)
     h.fields[#h.fields + 1] = f
   end
   h.ends[f] = ending
+  h.changed = true
   redis.call('HSET', KEYS[1], f, string.format('%d', ending))
 end
 
@@ -58,6 +61,7 @@ local function drop(h, f)
   redis.call('HDEL', KEYS[1], f)
   h.ends[f] = nil
   h.live = h.live - 1
+  h.changed = true
 end
 
 -- bounds returns the earliest and the latest lease end of h's live holders.
@@ -75,8 +79,11 @@ local function bounds(h)
 end
 
 -- settle records limit with the live holders and sets the key's expiry at the latest lease,
--- or deletes the key when no holder is left.
+-- or deletes the key when no holder is left; it writes nothing when nothing changed.
 local function settle(h, now, limit)
+  if not h.changed and (h.live == 0 or h.limit == limit) then
+    return
+  end
   if h.live <= 0 then
     redis.call('DEL', KEYS[1])
     return

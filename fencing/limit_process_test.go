@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/redisproc"
 	"github.com/fencekit/fencekit/internal/redistest"
 )
 
@@ -47,7 +48,8 @@ const (
 	childTTL        = time.Second
 )
 
-// TestLimitProcesses runs 8 processes of 4 goroutines on one resource of limit 3, each
+// TestLimitProcesses runs 8 processes of 4 goroutines on one resource of limit 3, on Redis and
+// on a three-primary Cluster (skipped without redis-server), each
 // section recorded in Redis with its lease (enterScript), and SIGSTOPs one process and
 // SIGKILLs another while they may hold slots and have waiters queued: no instant has more
 // than 3 holders whose lease is valid, and the others keep making progress, also after the
@@ -57,14 +59,27 @@ func TestLimitProcesses(t *testing.T) {
 		childLimitHolder(env)
 		return
 	}
-	r := redistest.New(t)
+	t.Run("redis", func(t *testing.T) {
+		r := redistest.New(t)
+		limitProcesses(t, r.Client, r.Addr, r.DB, r.Prefix)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		redisproc.Require(t)
+		cl := redisproc.StartCluster(t, 3)
+		limitProcesses(t, cl.Client(t), strings.Join(cl.Addrs(), "+"), 0, "fktest:limit-processes:")
+	})
+}
+
+// limitProcesses runs TestLimitProcesses on the server (or the Cluster, addrs joined by
+// '+') that client reaches.
+func limitProcesses(t *testing.T, client redis.UniversalClient, addrs string, db int, prefix string) {
 	ctx := t.Context()
-	over, sections := r.Prefix+"over", r.Prefix+"sections"
+	over, sections := prefix+"{check}:over", prefix+"{check}:sections"
 	children := make([]*exec.Cmd, childProcesses)
 	outs := make([]*bytes.Buffer, childProcesses)
 	for i := range children {
 		c := exec.Command(os.Args[0], "-test.run=^TestLimitProcesses$")
-		c.Env = append(os.Environ(), "FENCEKIT_CHILD_LIMIT="+strings.Join([]string{r.Addr, strconv.Itoa(r.DB), r.Prefix}, ","))
+		c.Env = append(os.Environ(), "FENCEKIT_CHILD_LIMIT="+strings.Join([]string{addrs, strconv.Itoa(db), prefix}, ","))
 		outs[i] = &bytes.Buffer{}
 		c.Stdout, c.Stderr = outs[i], outs[i]
 		if err := c.Start(); err != nil {
@@ -77,11 +92,11 @@ func TestLimitProcesses(t *testing.T) {
 			_ = c.Wait()
 		}()
 	}
-	count := func() int64 { n, _ := r.Client.Get(ctx, sections).Int64(); return n }
+	count := func() int64 { n, _ := client.Get(ctx, sections).Int64(); return n }
 	progress := func(what string, more int64) {
 		t.Helper()
 		from := count()
-		waitFor(t, 20*time.Second, what, func() bool { return count() >= from+more })
+		waitFor(t, 30*time.Second, what, func() bool { return count() >= from+more })
 	}
 	progress("sections from every process", 100)
 	stopped, killed := children[0], children[1]
@@ -102,7 +117,7 @@ func TestLimitProcesses(t *testing.T) {
 		_ = c.Process.Kill()
 		_ = c.Wait() // its output is complete only then
 	}
-	n, _ := r.Client.Get(ctx, over).Int64()
+	n, _ := client.Get(ctx, over).Int64()
 	if n != 0 {
 		t.Errorf("%d sections began with more than %d holders of a valid lease", n, childLimit)
 	}
@@ -123,9 +138,12 @@ func childLimitHolder(env string) {
 	}
 	db, _ := strconv.Atoi(parts[1])
 	prefix := parts[2]
-	c := redis.NewClient(&redis.Options{Addr: parts[0], DB: db})
+	var c redis.UniversalClient = redis.NewClient(&redis.Options{Addr: parts[0], DB: db})
+	if addrs := strings.Split(parts[0], "+"); len(addrs) > 1 {
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	}
 	l := fencing.New(c, fencing.WithPrefix(prefix), fencing.WithLimit(childLimit), fencing.WithTTL(childTTL))
-	keys := []string{prefix + "inside", prefix + "over", prefix + "sections"}
+	keys := []string{prefix + "{check}:inside", prefix + "{check}:over", prefix + "{check}:sections"}
 	ctx := context.Background()
 	for range childGoroutines {
 		go func() {

@@ -446,7 +446,7 @@ func TestLimitLostReplies(t *testing.T) {
 // holder's field: that Do's work is cancelled with ErrNotHeld, and the other's goes on.
 func TestLimitDoLosesOnlyItsOwn(t *testing.T) {
 	r := redistest.New(t)
-	l := newLocker(t, r, fencing.WithLimit(2), fencing.WithTTL(300*time.Millisecond))
+	l := newLocker(t, r, fencing.WithLimit(2), fencing.WithTTL(2*time.Second))
 	ctx := t.Context()
 	type run struct {
 		token chan int64
@@ -496,7 +496,7 @@ func TestLimitDoLosesOnlyItsOwn(t *testing.T) {
 	}
 	for range 2 {
 		last := end()
-		waitFor(t, 5*time.Second, "a renewal of the other holder", func() bool { e := end(); return e != "" && e != last })
+		waitFor(t, 10*time.Second, "a renewal of the other holder", func() bool { e := end(); return e != "" && e != last })
 	}
 	select {
 	case err := <-b.err:

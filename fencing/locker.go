@@ -82,10 +82,11 @@ func (l *Locker) Close() error {
 	return nil
 }
 
-// TryAcquire makes one attempt to take the lock on resource. It returns the lock and its
-// fencing token, or an error wrapping [ErrNotAcquired] when another owner holds it or
-// waiters are queued for it (the error also carries the holder's remaining TTL; see
-// [RetryAfter]) or when the reply came back too late to trust the lease. Any other error
+// TryAcquire makes one attempt to take the lock on resource (with [WithLimit], one of its
+// slots). It returns the lock and its fencing token, or an error wrapping [ErrNotAcquired]
+// when another owner holds it (every slot is taken) or waiters are queued for it (the error
+// also carries the holder's remaining TTL, the earliest lease end of a limited resource's
+// holders; see [RetryAfter]) or when the reply came back too late to trust the lease. Any other error
 // (Redis unreachable, invalid input wrapping [ErrInvalid], a context already done) means
 // nothing is held. A call refused before it reaches Redis (invalid input, a closed Locker, a
 // context already done) sends nothing, and hooks still observe it. Options override the
@@ -116,8 +117,9 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...Option
 	return lock, err
 }
 
-// Acquire takes the lock on resource, waiting while another owner holds it. A waiter that
-// finds the resource busy joins the resource's queue in Redis; the holder's release hands the
+// Acquire takes the lock on resource (with [WithLimit], one of its slots), waiting while
+// another owner holds it (every slot is taken). A waiter that finds the resource busy joins
+// the resource's queue in Redis; the holder's release hands the
 // lock to the longest-waiting waiter (of any Locker) in the same round trip, with a new token
 // and a lease of the TTL or 3s, whichever is shorter, and announces it on the resource's
 // channel, which one pub/sub connection per Locker carries (one per primary on a Cluster; a

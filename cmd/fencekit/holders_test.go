@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -63,4 +64,48 @@ func TestLimitedResource(t *testing.T) {
 			t.Errorf("show: got\n%s", r.stdout)
 		}
 	})
+}
+
+// TestReleaseLimited frees one slot of a resource of limit 3 with release --force: without
+// --token it names the holders and frees nothing; with it, that holder's slot alone goes.
+func TestReleaseLimited(t *testing.T) {
+	tg := sharedTarget(t)
+	l := fencing.New(tg.client, fencing.WithPrefix(tg.prefix), fencing.WithLimit(3))
+	defer l.Close()
+	ctx := t.Context()
+	var locks []*fencing.Lock
+	for range 2 {
+		lock, err := l.TryAcquire(ctx, "tenant-9", fencing.WithTTL(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lock.Release(ctx)
+		locks = append(locks, lock)
+	}
+	r := tg.run(t, exitError, "release", "--force", "--yes", "tenant-9")
+	if !strings.Contains(r.stdout, "tokens 1, 2") {
+		t.Errorf("release without --token: got\n%s", r.stdout)
+	}
+	tg.run(t, exitNotFound, "release", "--force", "--yes", "--token", "7", "tenant-9")
+	r = tg.run(t, exitOK, "release", "--force", "--yes", "--token", "1", "--json", "tenant-9")
+	var out releaseOutput
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		t.Fatalf("%v in\n%s", err, r.stdout)
+	}
+	if !out.Released || out.Token != 1 {
+		t.Errorf("release --token 1: got %+v", out)
+	}
+	if err := locks[0].Extend(ctx, time.Hour); !errors.Is(err, fencing.ErrNotHeld) {
+		t.Errorf("the released holder's Extend: got %v, want ErrNotHeld", err)
+	}
+	if _, err := locks[1].TTL(ctx); err != nil {
+		t.Errorf("the other holder lost its slot: %v", err)
+	}
+	r = tg.run(t, exitOK, "release", "--force", "--yes", "tenant-9") // the only holder left
+	if !strings.Contains(r.stdout, "token 2") {
+		t.Errorf("release of the last holder: got\n%s", r.stdout)
+	}
+	if n := tg.client.Exists(ctx, keysFor(tg.prefix, "tenant-9").lock).Val(); n != 0 {
+		t.Errorf("the lock key outlived its last holder")
+	}
 }

@@ -23,7 +23,11 @@ holder and the next one may both write. Nothing is published: waiters take the l
 about a second through their own polling. The old holder's Extend and Release fail with
 ErrNotHeld.
 
-Exits 4 when no lock is held, 1 when the answer is not "yes" or the lock changed meanwhile.
+A limited resource (fencing.WithLimit) has one slot per holder: release frees one, the
+only holder's or, with several, the one --token names; the other holders keep theirs.
+
+Exits 4 when no lock is held, 1 when the answer is not "yes" or the lock changed meanwhile
+(or a limited resource has several holders and no --token).
 
 Example:
   fencekit release --force order-42
@@ -35,6 +39,11 @@ var releaseLua string
 
 var releaseScript = redis.NewScript(releaseLua)
 
+//go:embed release_slot.lua
+var releaseSlotLua string
+
+var releaseSlotScript = redis.NewScript(releaseSlotLua)
+
 // releaseOutput is what release --json prints.
 type releaseOutput struct {
 	Resource string `json:"resource"`
@@ -42,7 +51,8 @@ type releaseOutput struct {
 	Value    string `json:"value"`
 	Owner    string `json:"owner"`
 	Token    int64  `json:"token"`
-	// Reason says why the lock was not released: "not found", "declined" or "changed".
+	// Reason says why the lock was not released: "not found", "declined", "changed" or
+	// "several holders" (a limited resource, without --token).
 	Reason string `json:"reason,omitempty"`
 }
 
@@ -50,6 +60,7 @@ func (c *cli) release(ctx context.Context, args []string) int {
 	fs, o := c.newFlags("release", "--force [--yes] [flags] RESOURCE", releaseHelp)
 	force := fs.Bool("force", false, "required: take the lock away from its holder")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
+	slot := fs.Int64("token", 0, "for a limited resource with several holders: free the slot of the holder with token `N`")
 	pos, code, ok := c.parse(fs, args)
 	if !ok {
 		return code
@@ -71,10 +82,13 @@ func (c *cli) release(ctx context.Context, args []string) int {
 	out := releaseOutput{Resource: name}
 	pipe := client.Pipeline()
 	get, pttl := pipe.Get(ctx, k.lock), pipe.PTTL(ctx, k.lock)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !strings.Contains(err.Error(), "WRONGTYPE") {
 		return c.fail("release", err)
 	}
 	value, err := get.Result()
+	if err != nil && strings.Contains(err.Error(), "WRONGTYPE") {
+		return c.releaseSlot(ctx, client, o, k, name, *slot, *yes, out)
+	}
 	if errors.Is(err, redis.Nil) {
 		out.Reason = "not found"
 		return c.releaseDone(o, out, exitNotFound, fmt.Sprintf("No lock is held on %s (key %s); nothing to release.", strconv.Quote(name), k.lock))
@@ -134,4 +148,60 @@ func (c *cli) releaseDone(o *common, out releaseOutput, code int, text string) i
 	}
 	fmt.Fprintln(c.stdout, text)
 	return code
+}
+
+// releaseSlot frees one holder's slot of a limited resource, whose lock key k.lock is a hash:
+// the holder with token slot, or the only holder when slot is 0.
+func (c *cli) releaseSlot(ctx context.Context, client redis.UniversalClient, o *common, k resourceKeys, name string, slot int64, yes bool, out releaseOutput) int {
+	pipe := client.Pipeline()
+	clock := pipe.Time(ctx)
+	hash := pipe.HGetAll(ctx, k.lock)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return c.fail("release", fmt.Errorf("read %s: %w", k.lock, err))
+	}
+	limit, holders := parseHolders(hash.Val(), serverNow(clock, c.now()))
+	var pick *holderInfo
+	for i, h := range holders {
+		if h.Token == slot || (slot == 0 && len(holders) == 1) {
+			pick = &holders[i]
+		}
+	}
+	if pick == nil {
+		if slot == 0 && len(holders) > 1 {
+			tokens := make([]string, len(holders))
+			for i, h := range holders {
+				tokens[i] = strconv.FormatInt(h.Token, 10)
+			}
+			out.Reason = "several holders"
+			return c.releaseDone(o, out, exitError, fmt.Sprintf("%s is a limited resource (limit %d) with %d holders, tokens %s; name one with --token.", strconv.Quote(name), limit, len(holders), strings.Join(tokens, ", ")))
+		}
+		out.Reason = "not found"
+		return c.releaseDone(o, out, exitNotFound, fmt.Sprintf("No holder of %s has token %d; nothing to release.", strconv.Quote(name), slot))
+	}
+	out.Owner, out.Token = pick.Owner, pick.Token
+	out.Value = pick.Owner + ":" + strconv.FormatInt(pick.Token, 10)
+	if !o.json {
+		fmt.Fprintf(c.stdout, "Slot of %s (limit %d): token %d, owner %s, lease left %s.\n", strconv.Quote(name), limit, pick.Token, pick.Owner, c.ttl(pick.TTLMs))
+	}
+	if !yes {
+		fmt.Fprintf(c.stderr, "Release it? Its holder is not told and may still be working. Type yes or no: ")
+		line, _ := bufio.NewReader(c.stdin).ReadString('\n')
+		if !strings.EqualFold(strings.TrimSpace(line), "yes") {
+			out.Reason = "declined"
+			return c.releaseDone(o, out, exitError, "Not released.")
+		}
+	}
+	n, err := releaseSlotScript.Run(ctx, client, []string{k.lock}, out.Value).Int64()
+	if err != nil {
+		return c.fail("release", err)
+	}
+	if n == 0 {
+		out.Reason = "not found"
+		return c.releaseDone(o, out, exitNotFound, "The slot was released or expired meanwhile; nothing to release.")
+	}
+	out.Released = true
+	return c.releaseDone(o, out, exitOK, fmt.Sprintf(`Released a slot of %s: its holder had token %d (owner %s). The other holders keep
+theirs. Fence what the holders write, not the resource: the token cannot exclude the other
+holders. Waiters take the slot within about a second through their own polling; nothing was
+published.`, strconv.Quote(name), out.Token, out.Owner))
 }
