@@ -1122,3 +1122,26 @@ func TestLeaveWaitsForPollInFlight(t *testing.T) {
 		t.Fatalf("queue of %d after both waiters left, want it empty", n)
 	}
 }
+
+// TestReleaseSkipsOnlyDeadWaiters releases a lock marked as having waiters when the only
+// element queued is a dead waiter's (its Locker's key gone, nobody subscribed): the release
+// drops it, deletes the lock and reports success.
+func TestReleaseSkipsOnlyDeadWaiters(t *testing.T) {
+	r := redistest.New(t)
+	l := newLocker(t, r)
+	ctx := t.Context()
+	lock := mustAcquire(t, l, "res")
+	lockKey, queueKey := r.Prefix+"{res}:lock", r.Prefix+"{res}:queue"
+	if err := r.Client.RPush(ctx, queueKey, "deadlocker.1.3000").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Client.Append(ctx, lockKey, "+").Err(); err != nil { // the mark of a queue (see grant.lua)
+		t.Fatal(err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatalf("Release: %v, want nil", err)
+	}
+	if n := r.Client.Exists(ctx, lockKey, queueKey).Val(); n != 0 {
+		t.Fatalf("%d of the lock and queue keys left, want none", n)
+	}
+}

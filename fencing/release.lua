@@ -7,7 +7,8 @@
 -- ARGV[3]: optional: the releasing Locker's id, when it has waiters queued for the
 --          resource: a grant to one of them comes back in the reply, unannounced (see
 --          grant_next).
--- Returns 5 when ARGV[1] does not hold the lock; 4 when it deleted the lock; {2, element,
+-- Returns 5 when ARGV[1] does not hold the lock; 4 when it deleted the lock (also after
+-- dropping dead waiters); {2, element,
 -- token} when it handed the lock to the waiter of that queue element with a new token (the
 -- flags of every script, see scripts.go).
 -- The release record <tag>:r:<owner>:<token> (a string, PX 10000; never for "<owner>:")
@@ -53,4 +54,4 @@ if g then
 end
 redis.call('DEL', KEYS[1])
 done('1')
-return 1
+return 4
