@@ -8,9 +8,8 @@
 --          resource: a grant to one of them comes back in the reply, unannounced (see
 --          grant_next).
 -- Returns 5 when ARGV[1] does not hold the lock; 4 when it deleted the lock (also after
--- dropping dead waiters); {2, element,
--- token} when it handed the lock to the waiter of that queue element with a new token (the
--- flags of every script, see scripts.go).
+-- dropping dead waiters); {2, element, token} when it handed the lock to the waiter of that
+-- queue element with a new token (the flags of every script, see scripts.go).
 -- The release record <tag>:r:<owner>:<token> (a string, PX 10000; never for "<owner>:")
 -- keeps the reply for a retried call: go-redis retries after a lost reply, and the retry,
 -- finding the lock gone or handed on, returns what the first run did ("1", or
