@@ -170,14 +170,20 @@ func WithCounterExpiry(d time.Duration) Option {
 	})
 }
 
-// defaultOpts is the scripts' opts when the argument is left out: announce with PUBLISH, no
-// floor, no counter expiry.
-const defaultOpts = "P0"
-
 // opts returns the scripts' opts argument for c (see grant.lua): publish, then '1' when
 // tokens are floored at the server clock ('0' otherwise), then the counter's expiry in
 // milliseconds, if any.
 func (c *config) opts(publish byte) string {
+	if !c.timeFloor && c.expiry == 0 {
+		switch publish { // the usual settings, without building them
+		case 'P':
+			return "P0"
+		case 'S':
+			return "S0"
+		case '-':
+			return "-0"
+		}
+	}
 	b := []byte{publish, '0'}
 	if c.timeFloor {
 		b[1] = '1'

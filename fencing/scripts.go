@@ -2,10 +2,15 @@ package fencing
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -14,7 +19,8 @@ import (
 // that can grant a free lock to the next waiter take the functions of grant.lua where their
 // line "-- #include grant.lua" stands. Scripts run with EVALSHA and fall back to EVAL on
 // NOSCRIPT (redis.Script.Run, or script.run), so they survive SCRIPT FLUSH, restarts and
-// failovers.
+// failovers. Below them, the calls that run the acquire and release scripts and read their
+// replies.
 var (
 	//go:embed grant.lua
 	grantSrc string
@@ -121,4 +127,271 @@ func process(ctx context.Context, c redis.UniversalClient, cmd []any) *redis.Cmd
 	res.SetFirstKeyPos(3)
 	_ = c.Process(ctx, res)
 	return res
+}
+
+// lateReply is attempt's "holder TTL" when the acquire succeeded but its reply came back
+// after the lease could have run out.
+const lateReply time.Duration = -1
+
+// attemptReply is what attempt learnt when it did not take the lock.
+type attemptReply struct {
+	pttl time.Duration // busy: the holder's remaining TTL (lateReply when the lease lapsed in transit)
+	held string        // queued: the lock value the script saw, "" when none
+}
+
+// attempt runs the acquire script once. When elem is set and the resource is busy, the script
+// appends elem to the resource's queue, and writes entry to the Locker's waiter key unless
+// entry is "" (see acquire.lua). It returns the lock, or nil and what the script saw, or an
+// error.
+func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k keys, elem, entry string) (*Lock, attemptReply, error) {
+	owner, err := newOwner()
+	if err != nil {
+		return nil, attemptReply{}, err
+	}
+	ms := millis(cfg.ttl)
+	args := []any{owner, ms, cfg.opts(l.waits.publish)}
+	if elem != "" {
+		args = append(args, elem, entry)
+	}
+	sent := time.Now()
+	res, err := l.runAcquire(ctx, cfg, k, args)
+	if err != nil {
+		// Unless Redis answered with an error (the script failed), it may have run and
+		// left us holding the lock: free it rather than strand it until its TTL.
+		var reply redis.Error
+		if !errors.As(err, &reply) || errors.Is(err, ErrNotReplicated) {
+			l.releaseOwner(ctx, k, owner)
+		}
+		if ctx.Err() != nil {
+			return nil, attemptReply{}, join(ErrNotAcquired, ctx.Err())
+		}
+		return nil, attemptReply{}, opErr("acquire", resource, err)
+	}
+	a, err := parseAcquire(res)
+	if err != nil {
+		return nil, attemptReply{}, opErr("acquire", resource, err)
+	}
+	switch a.flag {
+	case flagBusy:
+		return nil, attemptReply{pttl: time.Duration(a.pttl) * time.Millisecond}, nil
+	case flagQueued:
+		return nil, attemptReply{held: a.held}, nil
+	}
+	lock := &Lock{
+		locker:   l,
+		hooks:    cfg.hooks,
+		resource: resource,
+		keys:     k,
+		value:    owner + ":" + strconv.FormatInt(a.token, 10),
+		token:    a.token,
+		acquired: sent,
+		behind:   time.Duration(a.behind) * time.Microsecond,
+	}
+	lock.setValidUntil(sent, time.Duration(ms)*time.Millisecond)
+	if err := ctx.Err(); err != nil {
+		l.releaseOwner(ctx, k, owner)
+		return nil, attemptReply{}, join(ErrNotAcquired, err)
+	}
+	if !lock.valid() {
+		// The reply came back after the lease could have run out: the lock may already
+		// belong to someone else. Count it as busy; Acquire tries again.
+		l.releaseOwner(ctx, k, owner)
+		return nil, attemptReply{pttl: lateReply}, nil
+	}
+	return lock, attemptReply{}, nil
+}
+
+// runAcquire sends the acquire script with args, followed by WAIT on the same connection when
+// replicas must acknowledge it.
+func (l *Locker) runAcquire(ctx context.Context, cfg *config, k keys, args []any) (any, error) {
+	if cfg.replicas == 0 {
+		return acquireScript.run(ctx, l.client, k, args...).Result()
+	}
+	return l.replicated(ctx, cfg, k, acquireSrc, args, func(res any) bool {
+		a, err := parseAcquire(res)
+		return err == nil && a.flag == flagAcquired
+	})
+}
+
+// replicated runs a script with EVAL on the primary that owns k, followed by WAIT on the same
+// connection, and fails with ErrNotReplicated when the script's reply says it wrote (wrote)
+// and fewer replicas than cfg.replicas acknowledged it.
+func (l *Locker) replicated(ctx context.Context, cfg *config, k keys, src string, args []any, wrote func(any) bool) (any, error) {
+	res, acks, err := l.pipeWait(ctx, cfg, k, src, args)
+	if c, ok := l.client.(*redis.ClusterClient); ok && isMoved(err) {
+		// The slot moved (a failover, resharding): the script did not run. go-redis learns
+		// of it only from its own commands, not from a reply inside this pipeline, so reload
+		// the slot map and send the pipeline to the new owner.
+		clusterRoute{c}.refresh(ctx)
+		res, acks, err = l.pipeWait(ctx, cfg, k, src, args)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if wrote(res) {
+		n, err := acks.Result()
+		if err != nil {
+			return nil, fmt.Errorf("%w: WAIT: %w", ErrNotReplicated, err)
+		}
+		if n < int64(cfg.replicas) {
+			return nil, fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, n, cfg.replicas, cfg.replicaTO)
+		}
+	}
+	return res, nil
+}
+
+// isMoved reports whether err is a Cluster's MOVED reply.
+func isMoved(err error) bool {
+	_, moved := redis.IsMovedError(err)
+	return moved
+}
+
+// pipeWait sends a script with EVAL and WAIT in one pipeline to the primary that owns k.
+func (l *Locker) pipeWait(ctx context.Context, cfg *config, k keys, src string, args []any) (any, *redis.IntCmd, error) {
+	var node redis.Cmdable
+	switch c := l.client.(type) {
+	case *redis.ClusterClient:
+		n, err := c.MasterForKey(ctx, k.lock)
+		if err != nil {
+			return nil, nil, err
+		}
+		node = n
+	case *redis.Client:
+		node = c
+	default:
+		return nil, nil, invalidf("WithReplicas needs a *redis.Client or *redis.ClusterClient, not %T", l.client)
+	}
+	// EVAL, not EVALSHA: a NOSCRIPT reply inside the pipeline would cost a second WAIT.
+	pipe := node.Pipeline()
+	cmd := pipe.Eval(ctx, src, k.script(), args...)
+	acks := redis.NewIntCmd(ctx, "wait", cfg.replicas, cfg.replicaTO.Milliseconds())
+	_ = pipe.Process(ctx, acks)
+	_, _ = pipe.Exec(ctx)
+	res, err := cmd.Result()
+	return res, acks, err
+}
+
+// releaseOwner deletes the lock if owner holds it, whatever its token, with a fresh, short
+// context: the caller's may be done. Errors are ignored; the lease runs out by itself if this
+// fails.
+func (l *Locker) releaseOwner(ctx context.Context, k keys, owner string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_, _ = l.release(rctx, k, owner+":")
+}
+
+// release runs the release script for a lock value, or for "<owner>:" (any token of owner).
+// It reports whether that value held the lock. A grant of the lock to this Locker's own
+// waiters, which the script returns instead of announcing, is delivered to them.
+func (l *Locker) release(ctx context.Context, k keys, value string) (bool, error) {
+	sent := time.Now()
+	res, err := releaseScript.run(ctx, l.client, k, l.releaseArgs(k, value)...).Result()
+	if err != nil {
+		return false, err
+	}
+	return l.releaseReply(k, sent, value, res)
+}
+
+// releaseArgs returns the release script's arguments for a lock value (see release).
+func (l *Locker) releaseArgs(k keys, value string) []any {
+	ws := l.waits
+	args := []any{value, l.cfg.opts(ws.publish)}
+	if ws.queuedOn(k.channel) {
+		args = append(args, ws.id)
+	}
+	return args
+}
+
+// releaseReply decodes the release script's reply to a call sent at sent and delivers a
+// grant to this Locker's own waiters (see release).
+func (l *Locker) releaseReply(k keys, sent time.Time, value string, res any) (bool, error) {
+	var err error
+	var elem string
+	var token int64
+	switch r := res.(type) {
+	case int64:
+		switch r {
+		case flagNotHeld:
+			return false, nil
+		case flagReleased:
+		default:
+			return false, fmt.Errorf("unexpected reply %v", res)
+		}
+	case []any:
+		if len(r) != 3 || r[0] != int64(flagGranted) {
+			return false, fmt.Errorf("unexpected reply %v", res)
+		}
+		elem, _ = r[1].(string)
+		if token, err = parseToken(r[2]); err != nil {
+			return true, err
+		}
+	default:
+		return false, fmt.Errorf("unexpected reply %v", res)
+	}
+	l.waits.released(k, sent, value, elem, token)
+	return true, nil
+}
+
+// releaseTimeout bounds releases made with a fresh context.
+const releaseTimeout = 5 * time.Second
+
+// parseToken decodes a token that a script returned as a string.
+func parseToken(v any) (int64, error) {
+	s, _ := v.(string)
+	token, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || token <= 0 {
+		return 0, fmt.Errorf("bad token %q in reply", s)
+	}
+	return token, nil
+}
+
+// acquireReply is the acquire script's reply.
+type acquireReply struct {
+	flag   int64
+	token  int64  // flagAcquired
+	pttl   int64  // flagBusy
+	held   string // flagQueued
+	behind int64  // flagAcquired: microseconds the server clock is behind the last token
+}
+
+// parseAcquire decodes the acquire script's reply: the token alone when acquired, or an
+// array led by a flag.
+func parseAcquire(res any) (acquireReply, error) {
+	if s, ok := res.(string); ok {
+		token, err := parseToken(s)
+		return acquireReply{flag: flagAcquired, token: token}, err
+	}
+	arr, _ := res.([]any)
+	if len(arr) < 2 {
+		return acquireReply{}, fmt.Errorf("unexpected reply %v", res)
+	}
+	var a acquireReply
+	a.flag, _ = arr[0].(int64)
+	switch a.flag {
+	case flagBusy:
+		a.pttl, _ = arr[1].(int64)
+	case flagQueued:
+		a.held, _ = arr[1].(string)
+	case flagAcquired:
+		token, err := parseToken(arr[1])
+		if err != nil {
+			return acquireReply{}, err
+		}
+		a.token = token
+		if len(arr) > 2 {
+			a.behind, _ = arr[2].(int64)
+		}
+	default:
+		return acquireReply{}, fmt.Errorf("unexpected reply %v", res)
+	}
+	return a, nil
+}
+
+// newOwner returns 16 random bytes as unpadded base64url: 22 characters, never ':'.
+func newOwner() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("fencing: owner value: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
