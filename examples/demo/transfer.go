@@ -114,15 +114,24 @@ func (e *env) httpTransfers(ctx context.Context, cfg config, locker *fencing.Loc
 	for range 16 {
 		wg.Go(func() {
 			for p := range work {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/transfer/"+p[0]+"/"+p[1], nil)
-				resp, err := ts.Client().Do(req)
-				if err != nil {
-					failed.Store(err)
-					continue
-				}
-				_ = resp.Body.Close()
-				if resp.StatusCode != http.StatusNoContent {
-					failed.Store(fmt.Errorf("POST /transfer/%s/%s: %s", p[0], p[1], resp.Status))
+				// 423: the set could not be taken (on miniredis, a paused holder's clock jump
+				// can expire a lock taken while the request waited for the other): send it
+				// again, as a client would.
+				for try := 0; ; try++ {
+					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/transfer/"+p[0]+"/"+p[1], nil)
+					resp, err := ts.Client().Do(req)
+					if err != nil {
+						failed.Store(err)
+						break
+					}
+					_ = resp.Body.Close()
+					if resp.StatusCode == http.StatusLocked && try < 5 {
+						continue
+					}
+					if resp.StatusCode != http.StatusNoContent {
+						failed.Store(fmt.Errorf("POST /transfer/%s/%s: %s", p[0], p[1], resp.Status))
+					}
+					break
 				}
 			}
 		})
