@@ -35,9 +35,8 @@ type transfers struct {
 }
 
 // move is the protected read-modify-write of two accounts: it runs inside DoAll, with both
-// accounts' tokens in ctx, and writes each account with its own token. This ledger writes
-// one row at a time; a SQL store would write both rows in one transaction (see
-// docs/resources.md), so that a refused second row rolls back the first.
+// accounts' tokens in ctx, and writes both rows at once, each with its own account's token
+// (one SQL transaction, see docs/resources.md), so that a refused row rolls back the other.
 func (x *transfers) move(ctx context.Context, from, to string) error {
 	tf, ok1 := fencing.TokenFor(ctx, "account:"+from)
 	tt, ok2 := fencing.TokenFor(ctx, "account:"+to)
@@ -55,12 +54,9 @@ func (x *transfers) move(ctx context.Context, from, to string) error {
 	return x.write(ctx, from, to, bf-1, bt+1, tf, tt)
 }
 
-// write writes both balances of a transfer and, when both went through, counts it.
+// write writes both balances of a transfer at once and, when they went through, counts it.
 func (x *transfers) write(ctx context.Context, from, to string, bf, bt, tf, tt int64) error {
-	if err := x.c.write(ctx, from, bf, tf); err != nil {
-		return err
-	}
-	if err := x.c.write(ctx, to, bt, tt); err != nil {
+	if err := x.c.writeTwo(ctx, two{from, bf, tf}, two{to, bt, tt}); err != nil {
 		return err
 	}
 	x.mu.Lock()
