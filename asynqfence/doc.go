@@ -31,6 +31,12 @@
 // task fails with [asynq.SkipRetry]: the same payload would fail the same way on every retry,
 // so the task is archived at once, where the Inspector and the web UI show it with the error.
 //
+// # Several resources
+//
+// [MiddlewareAll] takes a [ResourcesFunc] that names several resources, such as both accounts
+// of a transfer, and runs the handler under [fencing.Locker.DoAll] of all of them:
+// deadlock-free whatever their order, each with its own token ([fencing.TokenFor]).
+//
 // # When the resource is busy
 //
 // Each attempt tries the lock once (per-call [fencing.WithMaxWait](0)). When another owner

@@ -207,10 +207,13 @@ func (l *Locker) TryAcquireAll(ctx context.Context, resources []string, opts ...
 // held and their leases renewed every third of the TTL. With [WithReplicas], each resource is
 // taken on its own, with its WAIT.
 //
-// When the wait ends (ctx, [WithMaxWait], which bounds the whole call, or a lock already taken
-// that is lost meanwhile), every lock already taken is released before AcquireAll returns an
-// error that names the resource it waited for and wraps its [Acquire] error: it matches
-// [ErrNotAcquired] (and ctx.Err() when the context ended), and [RetryAfter] works on it. Bad
+// When the wait ends (ctx, [WithMaxWait], which bounds the whole call, or [Locker.Close]),
+// every lock already taken is released before AcquireAll returns an error that names the
+// resource it waited for and wraps its [Locker.Acquire] error: it matches [ErrNotAcquired]
+// (and ctx.Err() when the context ended), and [RetryAfter] and [BusyResource] work on it. When
+// a lock already taken is lost while waiting (its renewal finds it gone), the others are
+// released too and the error matches both ErrNotAcquired and [ErrNotHeld], naming the lost
+// resource. Bad
 // input returns an error wrapping [ErrInvalid] as for [Locker.TryAcquireAll], and sends
 // nothing.
 func (l *Locker) AcquireAll(ctx context.Context, resources []string, opts ...Option) (*LockSet, error) {
@@ -332,7 +335,8 @@ func (l *Locker) takeAll(ctx context.Context, cfg *config, ms []member) (set *Lo
 		}
 		if lose != nil {
 			if cause := context.Cause(wait); err != nil && ctx.Err() == nil && errors.Is(cause, ErrNotHeld) {
-				err, failed = opErr("acquire all", "", cause), ""
+				// The set was not acquired, because a lock already taken was lost.
+				err, failed = opErr("acquire all", "", join(ErrNotAcquired, cause)), ""
 				var op *opError
 				if errors.As(cause, &op) {
 					failed = op.resource

@@ -747,3 +747,35 @@ func TestDoAllLeaseLapsesWhileRenewalsFail(t *testing.T) {
 		t.Fatalf("DoAll: got %v, want ErrNotHeld", err)
 	}
 }
+
+func TestAcquireAllLosesTakenLockWhileWaiting(t *testing.T) {
+	r := redistest.New(t)
+	l := newLocker(t, r)
+	other := newLocker(t, r)
+	ctx := t.Context()
+	holder := mustAcquire(t, other, "b")
+	defer holder.Release(ctx)
+	got := make(chan error, 1)
+	go func() {
+		_, err := l.AcquireAll(ctx, []string{"a", "b"}, fencing.WithTTL(300*time.Millisecond))
+		got <- err
+	}()
+	waitFor(t, 5*time.Second, "the set waiting for b", func() bool { return fencing.Queued(l) == 1 })
+	// Another party takes a over: the next renewal, within 100ms, finds it gone.
+	if err := r.Client.Set(ctx, r.Prefix+"{a}:lock", "intruder:9", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	select {
+	case err = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("AcquireAll still waiting after losing a")
+	}
+	if !errors.Is(err, fencing.ErrNotAcquired) || !errors.Is(err, fencing.ErrNotHeld) || !strings.Contains(err.Error(), `"a"`) {
+		t.Fatalf("got %v, want ErrNotAcquired and ErrNotHeld naming a", err)
+	}
+	waitFor(t, 5*time.Second, "the waiter to leave b's queue", func() bool { return fencing.Waiters(l) == 0 })
+	if v := r.Client.Get(ctx, r.Prefix+"{a}:lock").Val(); v != "intruder:9" {
+		t.Fatalf("a's lock: got %q, want the intruder's untouched", v)
+	}
+}

@@ -28,6 +28,11 @@
 //  6. releases the lock when the handler returns, returns an error, or panics, and when
 //     the client goes away.
 //
+// With [Config.KeysExtractor], a request names several keys, such as both accounts of a
+// transfer: the middleware locks all their resources together with [fencing.Locker.DoAll],
+// deadlock-free whatever their order, each with its own token ([fencing.TokenFor]; the Echo
+// context then holds a map[string]int64 under [Config.ContextKey]).
+//
 // # Responses
 //
 //	Situation                                  Status                     Handler

@@ -18,7 +18,17 @@ type ledger interface {
 	// has accepted for id with an error matching store.ErrStaleToken; an unfenced one
 	// writes whatever it is given.
 	write(ctx context.Context, id string, balance, token int64) error
+	// writeTwo stores the balances of two accounts at once, each with its own token: a
+	// fenced ledger writes both or, when either token is stale, neither (one SQL
+	// transaction), so that a transfer never moves money half-way.
+	writeTwo(ctx context.Context, a two, b two) error
 	reset(ctx context.Context, ids []string) error
+}
+
+// two is one account's part of writeTwo.
+type two struct {
+	id             string
+	balance, token int64
 }
 
 // memLedger keeps balances in memory; its fenced form checks tokens with store.Memory.
@@ -48,6 +58,23 @@ func (m *memLedger) write(_ context.Context, id string, balance, token int64) er
 		return set()
 	}
 	return m.guard.Write(id, token, set)
+}
+
+func (m *memLedger) writeTwo(_ context.Context, a, b two) error {
+	set := func() error {
+		m.mu.Lock()
+		m.bal[a.id], m.bal[b.id] = a.balance, b.balance
+		m.mu.Unlock()
+		return nil
+	}
+	if !m.fenced {
+		return set()
+	}
+	if b.id < a.id { // store.Memory locks each record while it checks: one order for all
+		a, b = b, a
+	}
+	// The inner write runs inside the outer one's check: both marks move, or neither.
+	return m.guard.Write(a.id, a.token, func() error { return m.guard.Write(b.id, b.token, set) })
 }
 
 func (m *memLedger) reset(_ context.Context, ids []string) error {
@@ -98,6 +125,25 @@ func (s *sqlLedger) write(ctx context.Context, id string, balance, token int64) 
 	return nil
 }
 
+func (s *sqlLedger) writeTwo(ctx context.Context, a, b two) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }() // a no-op after Commit
+	for _, w := range []two{a, b} {
+		if s.fenced {
+			err = s.table.Update(ctx, tx, w.id, w.token, "balance = $1", w.balance)
+		} else {
+			_, err = tx.ExecContext(ctx, "UPDATE "+s.name+" SET balance = $1 WHERE id = $2", w.balance, w.id)
+		}
+		if err != nil {
+			return err // rolled back: a stale token on either row writes neither
+		}
+	}
+	return tx.Commit()
+}
+
 func (s *sqlLedger) reset(ctx context.Context, ids []string) error {
 	stmts := []string{
 		"DROP TABLE IF EXISTS " + s.name,
@@ -126,6 +172,27 @@ type counted struct {
 	accepted int64 // writes that went through
 	stale    int64 // stale writes that went through
 	rejected int64 // writes refused with ErrStaleToken
+}
+
+// writeTwo counts each of the two rows as write does.
+func (c *counted) writeTwo(ctx context.Context, a, b two) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	err := c.ledger.writeTwo(ctx, a, b)
+	switch {
+	case errors.Is(err, store.ErrStaleToken):
+		c.rejected += 2
+	case err != nil:
+	default:
+		for _, w := range []two{a, b} {
+			c.accepted++
+			if w.token < c.top[w.id] {
+				c.stale++
+			}
+			c.top[w.id] = max(c.top[w.id], w.token)
+		}
+	}
+	return err
 }
 
 func (c *counted) write(ctx context.Context, id string, balance, token int64) error {

@@ -1,12 +1,17 @@
 package faults_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/redisproc"
@@ -118,4 +123,87 @@ func TestSetWithReplicas(t *testing.T) {
 		t.Fatalf("AcquireAll with 2 replicas of 1: got %v, want ErrNotReplicated", err)
 	}
 	noLocksLeft(t, c, "replicated:")
+}
+
+// TestSetLostRepliesOnCluster loses, on a 3-primary Cluster, the reply to the multi-acquire
+// script of the third slot of a set (its first slots taken already) and the reply to a
+// set's release, with go-redis retrying and without: no resource is left held by nobody, and
+// no token is issued twice.
+func TestSetLostRepliesOnCluster(t *testing.T) {
+	redisproc.Require(t)
+	cl := redisproc.StartCluster(t, 3)
+	ctx := t.Context()
+	admin := cl.Client(t)
+	var resources []string
+	for i := range 6 {
+		resources = append(resources, fmt.Sprintf("lost-%d", i))
+	}
+	// The nth request that match accepts, counted from arming.
+	nth := func(n int32, match func([]byte) bool) func([]byte) bool {
+		var seen atomic.Int32
+		return func(p []byte) bool { return match(p) && seen.Add(1) == n }
+	}
+	// One resource per slot: the set script on 3 keys with its 3 arguments (TryAcquireAll
+	// alone sends such requests here), and the set release on 1 key.
+	acquire := func(p []byte) bool { return bytes.HasPrefix(p, []byte("*9\r\n$7\r\nevalsha\r\n")) }
+	release := func(p []byte) bool { return bytes.HasPrefix(p, []byte("*5\r\n$7\r\nevalsha\r\n")) }
+	counter := func(res string) int64 {
+		n, _ := admin.Get(ctx, "lost:{"+res+"}:fence").Int64()
+		return n
+	}
+	for _, tc := range []struct {
+		name    string
+		retries int
+		match   func([]byte) bool
+		ok      bool // the call succeeds
+	}{
+		{"acquire/retried", 3, nth(3, acquire), true},
+		{"acquire/not-retried", -1, nth(3, acquire), false},
+		{"release/retried", 3, nth(1, release), true},
+		{"release/not-retried", -1, nth(1, release), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &replyDropper{match: tc.match}
+			// A ClusterClient also retries a failed command under MaxRedirects.
+			c := cl.Client(t, func(o *redis.ClusterOptions) { o.Dialer, o.MaxRetries, o.MaxRedirects = d.dial, tc.retries, tc.retries })
+			l := newLocker(t, c, fencing.WithPrefix("lost:"))
+			before := map[string]int64{}
+			for _, res := range resources {
+				before[res] = counter(res)
+			}
+			if strings.HasPrefix(tc.name, "release") {
+				set, err := l.TryAcquireAll(ctx, resources)
+				if err != nil {
+					t.Fatal(err)
+				}
+				d.armed.Store(true)
+				if err := set.Release(ctx); err != nil {
+					t.Fatalf("Release: %v, want nil: the first run released", err)
+				}
+			} else {
+				d.armed.Store(true)
+				set, err := l.TryAcquireAll(ctx, resources)
+				switch {
+				case tc.ok && err != nil:
+					t.Fatalf("TryAcquireAll: %v, want the set", err)
+				case !tc.ok && err == nil:
+					_ = set.Release(ctx)
+					t.Fatal("TryAcquireAll: got the set, want the connection's error")
+				case tc.ok:
+					for _, res := range resources {
+						if set.Token(res) != before[res]+1 || counter(res) != before[res]+1 {
+							t.Fatalf("%s: token %d, counter %d, want %d: a token issued twice", res, set.Token(res), counter(res), before[res]+1)
+						}
+					}
+					if err := set.Release(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if d.dropped.Load() != 1 {
+				t.Fatalf("%d replies dropped, want 1", d.dropped.Load())
+			}
+			noLocksLeft(t, admin, "lost:")
+		})
+	}
 }
