@@ -314,7 +314,7 @@ func (s *Scheduler) enqueue(ctx context.Context, e *entry, tick time.Time) {
 			h(ectx, ev)
 		}
 	}
-	if ev.Err != nil && s.cfg.onError != nil {
+	if ev.Err != nil && ectx.Err() == nil && s.cfg.onError != nil {
 		s.cfg.onError(e.task, opts, err)
 	}
 }

@@ -86,8 +86,10 @@ func WithLeaderOptions(opts ...fencing.Option) SchedulerOption {
 
 // WithEnqueueErrorHandler sets a function called, on the Run goroutine, when enqueueing a
 // tick fails, with the task, the options it was enqueued with (the task ID and retention
-// included) and the error; a tick whose task ID conflicts is not a failure. The tick is not
-// retried. Default: none.
+// included) and the error; a tick whose task ID conflicts is not a failure, nor is an enqueue
+// cut short because the leadership or Run's context ended (the next leader enqueues that tick
+// within the catch-up bound; the hooks still see its error). The tick is not retried.
+// Default: none.
 func WithEnqueueErrorHandler(h func(task *asynq.Task, opts []asynq.Option, err error)) SchedulerOption {
 	return schedulerOptionFunc(func(c *schedulerConfig) { c.onError = h })
 }

@@ -52,8 +52,7 @@ func (d *demo) schedule(ctx context.Context, out io.Writer) ([]string, error) {
 	var enqueued, duplicates, failed atomic.Int64
 	counts := asynqfence.SchedulerHooks{End: func(_ context.Context, e asynqfence.EnqueueEvent) {
 		switch {
-		case e.Err != nil:
-			failed.Add(1)
+		case e.Err != nil: // counted by the error handler, unless a replica was stopping
 		case e.Duplicate:
 			duplicates.Add(1)
 		default:
@@ -79,6 +78,7 @@ func (d *demo) schedule(ctx context.Context, out io.Writer) ([]string, error) {
 			asynqfence.WithLeaderOptions(fencing.WithTTL(2*time.Second), fencing.WithHooks(terms)),
 			asynqfence.WithSchedulerHooks(counts),
 			asynqfence.WithEnqueueErrorHandler(func(_ *asynq.Task, _ []asynq.Option, err error) {
+				failed.Add(1)
 				fmt.Fprintf(out, "   replica %d: enqueue failed: %v\n", rp.n, err)
 			}))
 		// Every replica registers the same entries and so derives the same entry IDs, which
