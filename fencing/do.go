@@ -76,12 +76,14 @@ func (l *Locker) hold(ctx context.Context, cfg *config, lock *Lock, fn func(ctx 
 // errLeaseLapsed is the cause when no renewal succeeded before the lease's local end.
 var errLeaseLapsed = fmt.Errorf("%w: lease ran out before a renewal succeeded", ErrNotHeld)
 
-// renewer renews a lease from a timer: no goroutine runs between renewals.
+// renewer renews leases from a timer: no goroutine runs between renewals. It keeps one lock
+// (Do) or the locks of a set (DoAll, renewed together); losing any of them cancels the work.
 type renewer struct {
-	lock     *Lock
+	locks    []*Lock
+	extend   func(ctx context.Context, ttl time.Duration) []error // renews every lock, one error each
+	cancelOf func(k *Lock) context.CancelCauseFunc                // cancels the work for the loss of k
 	work     context.Context
 	cfg      *config
-	cancel   context.CancelCauseFunc
 	ttl      time.Duration
 	interval time.Duration // between successful renewals: a third of the TTL
 	retry    time.Duration // after a transient error
@@ -89,7 +91,7 @@ type renewer struct {
 	mu      sync.Mutex
 	stopped bool
 	timer   *time.Timer
-	lapse   *time.Timer    // fires at the lease's local end, even while a renewal is stuck
+	lapse   *time.Timer    // fires at the earliest local end of a lease, even while a renewal is stuck
 	running sync.WaitGroup // a renewal or lapse check in progress
 	lost    atomic.Bool    // the work was cancelled
 }
@@ -97,20 +99,41 @@ type renewer struct {
 // keepAlive starts renewing the lease every ttl/3 until stop, and cancels the work with an
 // ErrNotHeld cause when the lock is lost or its validity runs out.
 func (k *Lock) keepAlive(work context.Context, cfg *config, cancel context.CancelCauseFunc) *renewer {
+	extend := func(ctx context.Context, ttl time.Duration) []error { return []error{k.extend(ctx, ttl, OpRenew)} }
+	return startRenewer(work, cfg, []*Lock{k}, extend, func(*Lock) context.CancelCauseFunc { return cancel })
+}
+
+// startRenewer starts renewing locks every ttl/3 with extend until stop.
+func startRenewer(work context.Context, cfg *config, locks []*Lock, extend func(context.Context, time.Duration) []error, cancelOf func(*Lock) context.CancelCauseFunc) *renewer {
 	ttl := time.Duration(millis(cfg.ttl)) * time.Millisecond
 	r := &renewer{
-		lock: k, work: work, cfg: cfg, cancel: cancel, ttl: ttl,
+		locks: locks, extend: extend, cancelOf: cancelOf, work: work, cfg: cfg, ttl: ttl,
 		interval: max(ttl/3, time.Millisecond),
 		retry:    max(ttl/20, time.Millisecond),
 	}
-	k.stopLater() // the renewals extend a grant's short lease
+	for _, k := range locks {
+		k.stopLater() // the renewals extend a grant's short lease
+	}
 	r.mu.Lock()
 	// A lock granted from the queue may start with a lease shorter than the TTL (see
 	// grantLease): the first renewal comes within a third of what is left of it.
-	r.timer = time.AfterFunc(min(r.interval, time.Until(k.deadline())/3), r.run)
-	r.lapse = time.AfterFunc(time.Until(k.deadline()), r.lapsed)
+	first, _ := r.earliest()
+	r.timer = time.AfterFunc(min(r.interval, time.Until(first)/3), r.run)
+	r.lapse = time.AfterFunc(time.Until(first), r.lapsed)
 	r.mu.Unlock()
 	return r
+}
+
+// earliest returns the earliest local end of the leases, and its lock.
+func (r *renewer) earliest() (time.Time, *Lock) {
+	var first time.Time
+	var which *Lock
+	for _, k := range r.locks {
+		if d := k.deadline(); which == nil || d.Before(first) {
+			first, which = d, k
+		}
+	}
+	return first, which
 }
 
 // stop ends the renewals and waits for one in progress.
@@ -123,83 +146,95 @@ func (r *renewer) stop() {
 	r.running.Wait()
 }
 
-// run is one renewal; it schedules the next unless the lock is lost.
-func (r *renewer) run() {
+// begin reports whether a timer's callback may run (the renewer is not stopped), and then
+// counts it as running.
+func (r *renewer) begin() bool {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.stopped {
-		r.mu.Unlock()
-		return
+		return false
 	}
 	r.running.Add(1)
-	r.mu.Unlock()
-	defer r.running.Done()
+	return true
+}
 
+// reset sets t to fire after d unless the renewer is stopped.
+func (r *renewer) reset(t *time.Timer, d time.Duration) {
+	r.mu.Lock()
+	if !r.stopped {
+		t.Reset(d)
+	}
+	r.mu.Unlock()
+}
+
+// run is one renewal; it schedules the next unless a lock is lost.
+func (r *renewer) run() {
+	if !r.begin() {
+		return
+	}
+	defer r.running.Done()
 	next, ok := r.renew()
 	if !ok || r.lost.Load() {
 		return
 	}
-	r.mu.Lock()
-	if !r.stopped {
-		r.timer.Reset(next)
-	}
-	r.mu.Unlock()
+	r.reset(r.timer, next)
 }
 
-// lapsed runs at the lease's local end: unless a renewal moved the end meanwhile, it
+// lapsed runs at the earliest lease's local end: unless a renewal moved the end meanwhile, it
 // cancels the work, without waiting for a renewal that an unresponsive server holds up
 // (go-redis bounds socket reads by ReadTimeout, not by the context, unless
 // ContextTimeoutEnabled is set).
 func (r *renewer) lapsed() {
-	r.mu.Lock()
-	if r.stopped {
-		r.mu.Unlock()
+	if !r.begin() {
 		return
 	}
-	r.running.Add(1)
-	r.mu.Unlock()
 	defer r.running.Done()
-	if wait := time.Until(r.lock.deadline()); wait > 0 {
-		r.mu.Lock()
-		if !r.stopped {
-			r.lapse.Reset(wait)
-		}
-		r.mu.Unlock()
+	first, k := r.earliest()
+	if wait := time.Until(first); wait > 0 {
+		r.reset(r.lapse, wait)
 		return
 	}
-	r.lose(errLeaseLapsed)
+	r.lose(k, errLeaseLapsed)
 }
 
-// lose cancels the work once.
-func (r *renewer) lose(cause error) {
+// lose cancels the work once, for the loss of k.
+func (r *renewer) lose(k *Lock, cause error) {
 	if r.lost.CompareAndSwap(false, true) {
-		r.lock.lose(r.work, r.cfg, r.cancel, cause)
+		k.lose(r.work, r.cfg, r.cancelOf(k), cause)
 	}
 }
 
-// renew extends the lease once and returns when to renew next, or false when the work was
-// cancelled because the lock is lost.
+// renew extends every lease once and returns when to renew next, or false when the work was
+// cancelled because a lock is lost.
 func (r *renewer) renew() (time.Duration, bool) {
-	k := r.lock
-	deadline := k.deadline()
-	if !time.Now().Before(deadline) {
-		r.lose(errLeaseLapsed)
+	first, k := r.earliest()
+	if !time.Now().Before(first) {
+		r.lose(k, errLeaseLapsed)
 		return 0, false
 	}
-	// The renewal may take no longer than the lease has left.
-	rctx, rcancel := context.WithDeadline(context.WithoutCancel(r.work), deadline)
-	err := k.extend(rctx, r.ttl, OpRenew)
+	// The renewal may take no longer than the earliest lease has left.
+	rctx, rcancel := context.WithDeadline(context.WithoutCancel(r.work), first)
+	errs := r.extend(rctx, r.ttl)
 	rcancel()
-	switch {
-	case err == nil:
-		return r.interval, true
-	case errors.Is(err, ErrNotHeld):
-		r.lose(fmt.Errorf("%w: %w", ErrNotHeld, errors.New("renewal found the lock taken or expired")))
-		return 0, false
+	transient := false
+	for i, err := range errs {
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrNotHeld):
+			r.lose(r.locks[i], fmt.Errorf("%w: %w", ErrNotHeld, errors.New("renewal found the lock taken or expired")))
+			return 0, false
+		default:
+			transient = true
+		}
 	}
-	// Transient: retry soon while the lease lasts.
-	wait := time.Until(k.deadline())
+	if !transient {
+		return r.interval, true
+	}
+	// Transient: retry soon while the earliest lease lasts.
+	first, k = r.earliest()
+	wait := time.Until(first)
 	if wait <= 0 {
-		r.lose(errLeaseLapsed)
+		r.lose(k, errLeaseLapsed)
 		return 0, false
 	}
 	return min(r.retry, wait), true

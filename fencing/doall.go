@@ -3,9 +3,6 @@ package fencing
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -97,146 +94,13 @@ func nonNil(errs []error) []error {
 	return out
 }
 
-// setRenewer renews the leases of a set together, in one pipeline (one round trip per server)
-// every third of the TTL, from a timer, as renewer does for one lock: no goroutine runs between
-// renewals. Losing any lock cancels the work with a cause that names it.
-type setRenewer struct {
-	set      *LockSet
-	work     context.Context
-	cfg      *config
-	cancel   context.CancelCauseFunc
-	ttl      time.Duration
-	interval time.Duration
-	retry    time.Duration
-
-	mu      sync.Mutex
-	stopped bool
-	timer   *time.Timer
-	lapse   *time.Timer // fires at the earliest local end of a lease
-	running sync.WaitGroup
-	lost    atomic.Bool
-}
-
-// keepAll starts renewing the set's leases until stop.
-func (s *LockSet) keepAll(work context.Context, cfg *config, cancel context.CancelCauseFunc) *setRenewer {
-	ttl := time.Duration(millis(cfg.ttl)) * time.Millisecond
-	r := &setRenewer{
-		set: s, work: work, cfg: cfg, cancel: cancel, ttl: ttl,
-		interval: max(ttl/3, time.Millisecond),
-		retry:    max(ttl/20, time.Millisecond),
+// keepAll starts renewing the set's leases together until stop: every third of the TTL, in
+// one pipeline (one round trip per server), from a timer, as Do renews its one. Losing any
+// lock cancels the work with a cause that names it.
+func (s *LockSet) keepAll(work context.Context, cfg *config, cancel context.CancelCauseFunc) *renewer {
+	extend := func(ctx context.Context, ttl time.Duration) []error {
+		errs, _ := s.extendAll(ctx, ttl, OpRenew) // ttl is valid: the set was taken with it
+		return errs
 	}
-	for _, k := range s.locks {
-		k.stopLater() // the renewals extend a grant's short lease
-	}
-	r.mu.Lock()
-	first, _ := r.earliest()
-	r.timer = time.AfterFunc(min(r.interval, time.Until(first)/3), r.run)
-	r.lapse = time.AfterFunc(time.Until(first), r.lapsed)
-	r.mu.Unlock()
-	return r
-}
-
-// earliest returns the earliest local end of the set's leases and its lock.
-func (r *setRenewer) earliest() (time.Time, *Lock) {
-	var first time.Time
-	var which *Lock
-	for _, k := range r.set.locks {
-		if d := k.deadline(); which == nil || d.Before(first) {
-			first, which = d, k
-		}
-	}
-	return first, which
-}
-
-func (r *setRenewer) stop() {
-	r.mu.Lock()
-	r.stopped = true
-	r.timer.Stop()
-	r.lapse.Stop()
-	r.mu.Unlock()
-	r.running.Wait()
-}
-
-func (r *setRenewer) run() {
-	r.mu.Lock()
-	if r.stopped {
-		r.mu.Unlock()
-		return
-	}
-	r.running.Add(1)
-	r.mu.Unlock()
-	defer r.running.Done()
-	next, ok := r.renew()
-	if !ok || r.lost.Load() {
-		return
-	}
-	r.mu.Lock()
-	if !r.stopped {
-		r.timer.Reset(next)
-	}
-	r.mu.Unlock()
-}
-
-func (r *setRenewer) lapsed() {
-	r.mu.Lock()
-	if r.stopped {
-		r.mu.Unlock()
-		return
-	}
-	r.running.Add(1)
-	r.mu.Unlock()
-	defer r.running.Done()
-	first, k := r.earliest()
-	if wait := time.Until(first); wait > 0 {
-		r.mu.Lock()
-		if !r.stopped {
-			r.lapse.Reset(wait)
-		}
-		r.mu.Unlock()
-		return
-	}
-	r.lose(k, errLeaseLapsed)
-}
-
-// lose reports the loss of k to the hooks and cancels the work, once.
-func (r *setRenewer) lose(k *Lock, cause error) {
-	if r.lost.CompareAndSwap(false, true) {
-		k.lose(r.work, r.cfg, named(r.cancel, k.resource), cause)
-	}
-}
-
-// renew extends every lease once, in one pipeline, and returns when to renew next, or false
-// when the work was cancelled because a lock is lost.
-func (r *setRenewer) renew() (time.Duration, bool) {
-	first, k := r.earliest()
-	if !time.Now().Before(first) {
-		r.lose(k, errLeaseLapsed)
-		return 0, false
-	}
-	// The renewal may take no longer than the earliest lease has left.
-	rctx, rcancel := context.WithDeadline(context.WithoutCancel(r.work), first)
-	errs, _ := r.set.extendAll(rctx, r.ttl, OpRenew) // r.ttl is valid: the set was taken with it
-	rcancel()
-	transient := false
-	for i, err := range errs {
-		switch {
-		case err == nil:
-		case errors.Is(err, ErrNotHeld):
-			r.lose(r.set.locks[i], fmt.Errorf("%w: %w", ErrNotHeld, errors.New("renewal found the lock taken or expired")))
-			return 0, false
-		default:
-			transient = true
-		}
-	}
-	if !transient {
-		return r.interval, true
-	}
-	// Transient: retry soon while the earliest lease lasts.
-	first, k = r.earliest()
-	wait := time.Until(first)
-	if wait <= 0 {
-		r.lose(k, errLeaseLapsed)
-		return 0, false
-	}
-	return min(r.retry, wait), true
+	return startRenewer(work, cfg, s.locks, extend, func(k *Lock) context.CancelCauseFunc { return named(cancel, k.resource) })
 }
