@@ -5,31 +5,9 @@ import (
 	"testing"
 )
 
-// keySlot is Redis Cluster's HASH_SLOT: CRC16 (XMODEM) of the hash tag, or of the whole key
-// when it has no non-empty {…} section, modulo 16384.
-func keySlot(key string) uint16 {
-	if s := strings.IndexByte(key, '{'); s >= 0 {
-		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
-			key = key[s+1 : s+1+e]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc % 16384
-}
-
 func TestKeySlotVector(t *testing.T) {
 	// The cluster specification's test vector: CRC16("123456789") = 0x31C3.
-	if got := keySlot("123456789"); got != 0x31C3%16384 {
+	if got := slot("123456789"); got != 0x31C3%16384 {
 		t.Fatalf("got %d, want %d", got, 0x31C3%16384)
 	}
 }
@@ -59,8 +37,8 @@ func checkKeys(t *testing.T, prefix, name string) keys {
 			t.Fatalf("%q: key %q lacks the prefix", name, key)
 		}
 	}
-	if s := keySlot(k.lock); keySlot(k.fence) != s || keySlot(k.queue) != s || keySlot(k.channel) != s || keySlot(k.queue+":w:x") != s {
-		t.Fatalf("%q: keys in slots %d, %d, %d, %d: a script would fail with CROSSSLOT", name, s, keySlot(k.fence), keySlot(k.queue), keySlot(k.channel))
+	if s := slot(k.lock); slot(k.fence) != s || slot(k.queue) != s || slot(k.channel) != s || slot(k.queue+":w:x") != s {
+		t.Fatalf("%q: keys in slots %d, %d, %d, %d: a script would fail with CROSSSLOT", name, s, slot(k.fence), slot(k.queue), slot(k.channel))
 	}
 	if !strings.ContainsAny(name, "{}") && k.lock != prefix+"{"+name+"}:lock" {
 		t.Fatalf("%q: plain name not used as it is: %q", name, k.lock)

@@ -661,8 +661,8 @@ func (l *Locker) pipeScripts(ctx context.Context, s *script, calls []scriptCall)
 	return cmds
 }
 
-// slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash tag, modulo
-// 16384.
+// slot returns the Redis Cluster hash slot of key (HASH_SLOT): CRC16 (XMODEM) of its hash
+// tag, or of the whole key when it has no non-empty {…} section, modulo 16384.
 func slot(key string) uint16 {
 	if s := strings.IndexByte(key, '{'); s >= 0 {
 		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
