@@ -327,9 +327,11 @@ func (ln *line) give(token int64) {
 
 // leaseSeen records that the lock of ln had left of its lease when a reply came back at
 // replied: the front waiter checks with Redis as soon as it ends (a holder that died sends no
-// announcement), unless its next poll comes first.
+// announcement), unless its next poll comes first. A left of 0 is a lease ending within the
+// millisecond (PTTL clamps a lease that ran out after the script's start to 0): check again
+// at once rather than at the next poll. A negative left (no lease) arms nothing.
 func (ln *line) leaseSeen(replied time.Time, left time.Duration) {
-	if left <= 0 {
+	if left < 0 {
 		return
 	}
 	ln.mu.Lock()
