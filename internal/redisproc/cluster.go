@@ -260,9 +260,9 @@ func (c *Cluster) RestartNode(node *Server) {
 // WaitOK waits until every node reports cluster_state:ok with all 16384 slots assigned
 // and ok, knows every other node, sees every node connected and not failing, and agrees
 // with the others on which node is a primary, which slots it serves and whose replica
-// each replica is; and until every replica has an up link to its primary and is done
-// syncing. Use it after restarting a node. On timeout it fails the test with the nodes'
-// logs.
+// each replica is, and groups each replica in its primary's shard (see shardsSplit); and
+// until every replica has an up link to its primary and is done syncing. Use it after
+// restarting a node. On timeout it fails the test with the nodes' logs.
 func (c *Cluster) WaitOK() {
 	c.tb.Helper()
 	deadline := time.Now().Add(c.timeout)
@@ -325,6 +325,9 @@ func (c *Cluster) nodeOK(node *Server, deadline time.Time) (view, why string) {
 		if n.hasFlag("myself") {
 			replica = !n.primary()
 		}
+	}
+	if why := node.shardsSplit(ctx); why != "" {
+		return "", why
 	}
 	if replica {
 		r, err := node.info(remaining(deadline), "replication")

@@ -361,8 +361,27 @@ func TestClusterReplicasFailover(t *testing.T) {
 			t.Fatalf("ReplicasOf(%s): got %v, want [%s]", p.Addr(), addrs(got), replicas[i].Addr())
 		}
 	}
-	client := cl.Client(t)
 	c := ctx(t)
+	// StartCluster returns once the shard ids have settled: every node groups each replica
+	// with its primary (a node killed before that cannot restart: see shardsSplit).
+	for _, node := range cl.AllNodes() {
+		shards, err := node.Client(t).ClusterShards(c).Result()
+		if err != nil {
+			if strings.Contains(strings.ToLower(err.Error()), "unknown subcommand") {
+				break // before Redis 7.0: no shard ids
+			}
+			t.Fatalf("CLUSTER SHARDS on %s: %v", node.Addr(), err)
+		}
+		if len(shards) != 3 {
+			t.Errorf("%s sees %d shards, want 3", node.Addr(), len(shards))
+		}
+		for _, sh := range shards {
+			if len(sh.Nodes) != 2 || sh.Nodes[0].Role == sh.Nodes[1].Role {
+				t.Errorf("%s sees a shard of %+v, want a primary and its replica", node.Addr(), sh.Nodes)
+			}
+		}
+	}
+	client := cl.Client(t)
 	if err := client.Set(c, "k", "v", 0).Err(); err != nil {
 		t.Fatalf("SET: %v", err)
 	}

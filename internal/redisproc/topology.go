@@ -62,6 +62,41 @@ func parseNodes(text string) ([]nodeLine, error) {
 	return nodes, nil
 }
 
+// shardsSplit returns why the server's view of the shards is not settled, or "": a shard
+// (a primary and its replicas, grouped by shard id) with no primary or with two, as CLUSTER
+// SHARDS shows while a replica's shard id still differs from its primary's. A node killed
+// then cannot start again: it finds its nodes.conf corrupted (redis/redis#13468,
+// valkey-io/valkey#774; seen with Redis 7.4.1 here), so WaitOK waits until the ids agree. A
+// server without the command (before Redis 7.0) has no shard ids: "".
+func (s *Server) shardsSplit(ctx context.Context) string {
+	s.mu.Lock()
+	admin := s.admin
+	s.mu.Unlock()
+	if admin == nil {
+		return fmt.Sprintf("server %s is not running", s.Addr())
+	}
+	shards, err := admin.ClusterShards(ctx).Result()
+	if err != nil {
+		if strings.Contains(strings.ToLower(err.Error()), "unknown subcommand") {
+			return ""
+		}
+		return fmt.Sprintf("CLUSTER SHARDS on %s: %v", s.Addr(), err)
+	}
+	for _, sh := range shards {
+		primaries, ids := 0, make([]string, 0, len(sh.Nodes))
+		for _, n := range sh.Nodes {
+			ids = append(ids, n.ID)
+			if n.Role == "master" {
+				primaries++
+			}
+		}
+		if primaries != 1 {
+			return fmt.Sprintf("node %s sees a shard of %d primaries (nodes %v): the shard ids have not settled", s.Addr(), primaries, ids)
+		}
+	}
+	return ""
+}
+
 // clusterNodes runs CLUSTER NODES on the server and parses the reply.
 func (s *Server) clusterNodes(ctx context.Context) ([]nodeLine, error) {
 	text, err := s.Do(ctx, "CLUSTER", "NODES").Text()
