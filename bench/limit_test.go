@@ -32,7 +32,11 @@ const benchLimit = 4
 //   - cmds/section: commands the primaries processed per section (scripts' inner commands
 //     count);
 //
-//   - p50-wait-ms, p99-wait-ms, max-wait-ms: how long a goroutine waited for its slot.
+//   - p50-wait-ms, p99-wait-ms, max-wait-ms: how long a goroutine waited for its slot;
+//
+//   - gap-ms: the median time a slot stood free between two holds (slotGap), and the
+//     row's floors measured before its sections as BenchmarkProcesses measures them:
+//     ping-ms, pub-ms, handoff-ms, and gap/handoff.
 //
 // The limit=1 row runs the same workers on the exclusive lock, for a reference taken in the
 // same run (its of-ideal is over 1 times the ideal): on a loaded machine both fall.
@@ -67,8 +71,10 @@ func limitRow(b *testing.B, t *target, processes, goroutines, limit int) {
 		lockers[i] = fencing.New(client, fencing.WithPrefix(t.prefix), fencing.WithLimit(limit))
 		defer lockers[i].Close()
 	}
+	ping, pub, handoff := floors(b, ctx, t, resource)
 	workers := processes * goroutines
 	waits := make([][]time.Duration, workers)
+	spans := make([][]span, workers) // one hold per section, per worker
 	var done, held atomic.Int64
 	var inside, most, over atomic.Int32
 	commands := t.commandCounter(b)
@@ -94,7 +100,9 @@ func limitRow(b *testing.B, t *target, processes, goroutines, limit int) {
 				}
 				h0 := time.Now()
 				time.Sleep(holdTime)
-				held.Add(int64(time.Since(h0)))
+				h1 := time.Now()
+				held.Add(int64(h1.Sub(h0)))
+				spans[w] = append(spans[w], span{h0, h1})
 				inside.Add(-1)
 				if err := lock.Release(ctx); err != nil {
 					b.Errorf("Release: %v", err)
@@ -126,4 +134,47 @@ func limitRow(b *testing.B, t *target, processes, goroutines, limit int) {
 	b.ReportMetric(ms(all[len(all)*99/100]), "p99-wait-ms")
 	b.ReportMetric(ms(all[len(all)-1]), "max-wait-ms")
 	b.ReportMetric(ms(meanHold), "hold-ms")
+	gap := slotGap(slices.Concat(spans...), limit)
+	b.ReportMetric(ms(gap), "gap-ms")
+	b.ReportMetric(ms(ping), "ping-ms")
+	b.ReportMetric(ms(pub), "pub-ms")
+	b.ReportMetric(ms(handoff), "handoff-ms")
+	b.ReportMetric(float64(gap)/float64(handoff), "gap/handoff")
+}
+
+// slotGap returns the median time a slot stood free: with the slots all in use, the k-th
+// hold to end frees the slot that the (k+limit)-th hold to start takes.
+func slotGap(holds []span, limit int) time.Duration {
+	starts := make([]time.Time, len(holds))
+	ends := make([]time.Time, len(holds))
+	for i, h := range holds {
+		starts[i], ends[i] = h.start, h.end
+	}
+	slices.SortFunc(starts, time.Time.Compare)
+	slices.SortFunc(ends, time.Time.Compare)
+	var gaps []time.Duration
+	for k := 0; k+limit < len(starts); k++ {
+		gaps = append(gaps, starts[k+limit].Sub(ends[k]))
+	}
+	if len(gaps) == 0 {
+		return 0
+	}
+	slices.Sort(gaps)
+	return gaps[len(gaps)/2]
+}
+
+// TestSlotGap checks slotGap on holds of two slots whose every slot stands free for 3 ms.
+func TestSlotGap(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond) }
+	holds := []span{
+		{at(0), at(10)}, {at(1), at(11)}, // the two slots taken
+		{at(13), at(20)}, {at(14), at(21)}, // each 3 ms after one ended
+		{at(23), at(30)}, {at(24), at(31)},
+	}
+	if got := slotGap(holds, 2); got != 3*time.Millisecond {
+		t.Errorf("slotGap: %v, want 3ms", got)
+	}
+	if got := slotGap(holds[:2], 2); got != 0 {
+		t.Errorf("slotGap of holds that never waited for a slot: %v, want 0", got)
+	}
 }

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 const (
@@ -57,7 +59,14 @@ var rows = []struct {
 //   - ping-ms, pub-ms: the row's floors, measured with its own clients just before its
 //     sections: the median PING round trip sent after a 1 ms sleep, and the median time
 //     from sending a PUBLISH after a 1 ms sleep to another client's receiving it;
-//   - gap/ping, gap/pub: gap-ms over each floor.
+//   - handoff-ms: a third floor, measured likewise: the median round trip of the least a
+//     fenced queue's hand-off does in Redis, as a bare script sent after a 1 ms sleep
+//     (handoffScript: check the holder, take the next waiter, move the counter, set the
+//     lock, record the release for a retried call: five commands, no branches);
+//   - gap/ping, gap/pub, gap/handoff: gap-ms over each floor;
+//   - script-ms/section: the time the Redis primaries spent running scripts (EVALSHA and
+//     EVAL, INFO commandstats; the commands inside them included), per section: the part of
+//     a hand-off that is the server's own work, which neither floor has.
 //
 // See README.md for the commands.
 func BenchmarkProcesses(b *testing.B) {
@@ -99,7 +108,7 @@ func contend(b *testing.B, t *target, c contender, processes, goroutines int) {
 		defer procs[i].close()
 	}
 
-	ping, pub := floors(b, ctx, t, resource)
+	ping, pub, script := floors(b, ctx, t, resource)
 
 	workers := processes * goroutines
 	waits := make([][]time.Duration, workers) // one wait per section, per worker
@@ -107,6 +116,7 @@ func contend(b *testing.B, t *target, c contender, processes, goroutines int) {
 	var done, held atomic.Int64               // sections started; total hold, ns
 	var inside atomic.Int32                   // holders right now
 	commands := t.commandCounter(b)
+	scripts := scriptTime(b, t)
 	b.ResetTimer()
 	begin := time.Now()
 	var wg sync.WaitGroup
@@ -138,6 +148,7 @@ func contend(b *testing.B, t *target, c contender, processes, goroutines int) {
 	elapsed := time.Since(begin)
 	b.StopTimer()
 	cmds := commands()
+	_, scriptUsec := scripts()
 
 	all := slices.Concat(waits...)
 	if len(all) == 0 {
@@ -168,6 +179,9 @@ func contend(b *testing.B, t *target, c contender, processes, goroutines int) {
 	b.ReportMetric(ms(pub), "pub-ms")
 	b.ReportMetric(float64(gap)/float64(ping), "gap/ping")
 	b.ReportMetric(float64(gap)/float64(pub), "gap/pub")
+	b.ReportMetric(float64(scriptUsec)/1000/n, "script-ms/section")
+	b.ReportMetric(ms(script), "handoff-ms")
+	b.ReportMetric(float64(gap)/float64(script), "gap/handoff")
 }
 
 // medianGap returns the median time from the end of one hold to the start of the next.
@@ -187,11 +201,25 @@ func medianGap(holds []span) time.Duration {
 // floorSamples is how many times floors measures each floor.
 const floorSamples = 200
 
-// floors measures a row's two floors on t with fresh clients, before its sections are
-// counted: the median PING round trip after a 1 ms sleep, and the median time from sending
-// a PUBLISH after a 1 ms sleep to another client's receiving it (on channel, named after
-// the row's resource so that on a cluster it has the resource's slot).
-func floors(b *testing.B, ctx context.Context, t *target, resource string) (ping, pub time.Duration) {
+// handoffScript is the least work a hand-off of a fenced lock to the next queued waiter
+// does in Redis, whoever implements it, as one script of five commands: read the lock to
+// check its holder, pop the next waiter, move the fencing counter, set the lock to the
+// waiter with its lease, and record the release for a retried call. KEYS: the lock, the
+// queue, the counter and the record.
+var handoffScript = redis.NewScript(`local held = redis.call('GET', KEYS[1])
+local next = redis.call('LPOP', KEYS[2])
+local token = redis.call('INCR', KEYS[3])
+redis.call('SET', KEYS[1], next .. ':' .. token .. '+', 'PX', 3000)
+redis.call('SET', KEYS[4], '2:' .. next .. ':' .. token, 'PX', 10000)
+return {2, next, token}`)
+
+// floors measures a row's three floors on t with fresh clients, before its sections are
+// counted: the median PING round trip after a 1 ms sleep; the median time from sending a
+// PUBLISH after a 1 ms sleep to another client's receiving it (on channel, named after the
+// row's resource so that on a cluster it has the resource's slot); and the median round
+// trip of handoffScript after a 1 ms sleep, on keys of the resource's slot, with a waiter
+// queued before each sleep.
+func floors(b *testing.B, ctx context.Context, t *target, resource string) (ping, pub, handoff time.Duration) {
 	sender, receiver := t.newClient(nil), t.newClient(nil)
 	defer sender.Close()
 	defer receiver.Close()
@@ -235,9 +263,28 @@ func floors(b *testing.B, ctx context.Context, t *target, resource string) (ping
 	_ = sub.Close()
 	for range received {
 	}
+	tag := t.prefix + "floor:{" + resource + "}:"
+	keys := []string{tag + "lock", tag + "queue", tag + "fence", tag + "record"}
+	defer sender.Del(context.WithoutCancel(ctx), keys[1], keys[2], keys[3], keys[0]) // one slot
+	if err := handoffScript.Load(ctx, sender).Err(); err != nil {
+		b.Fatalf("SCRIPT LOAD: %v", err)
+	}
+	handoffs := make([]time.Duration, floorSamples)
+	for i := range handoffs {
+		if err := sender.RPush(ctx, keys[1], "waiter."+strconv.Itoa(i)+".3000").Err(); err != nil {
+			b.Fatalf("RPUSH: %v", err)
+		}
+		time.Sleep(time.Millisecond)
+		t0 := time.Now()
+		if err := handoffScript.EvalSha(ctx, sender, keys).Err(); err != nil {
+			b.Fatalf("hand-off script: %v", err)
+		}
+		handoffs[i] = time.Since(t0)
+	}
 	slices.Sort(pings)
 	slices.Sort(pubs)
-	return pings[len(pings)/2], pubs[len(pubs)/2]
+	slices.Sort(handoffs)
+	return pings[len(pings)/2], pubs[len(pubs)/2], handoffs[len(handoffs)/2]
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -135,32 +135,16 @@ func loop(b *testing.B, g int, f func(w, i int, resource string) error) {
 	b.StopTimer()
 }
 
-// scriptTime reads INFO commandstats of the first primary now and returns a function that
-// returns the EVALSHA and EVAL calls since, and the microseconds the server spent in them.
+// scriptTime reads INFO commandstats of every primary now and returns a function that
+// returns the EVALSHA and EVAL calls since, and the microseconds the servers spent in them.
 func scriptTime(b *testing.B, t *target) func() (calls, usec int64) {
 	b.Helper()
 	read := func() (calls, usec int64) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		info, err := t.primaries[0].Info(ctx, "commandstats").Result()
-		if err != nil {
-			b.Fatalf("INFO commandstats: %v", err)
-		}
-		for line := range strings.Lines(info) {
-			name, stat, ok := strings.Cut(strings.TrimSpace(line), ":")
-			if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
-				continue
-			}
-			for kv := range strings.SplitSeq(stat, ",") {
-				k, v, _ := strings.Cut(kv, "=")
-				n, _ := strconv.ParseInt(v, 10, 64)
-				switch k {
-				case "calls":
-					calls += n
-				case "usec":
-					usec += n
-				}
-			}
+		for _, p := range t.primaries {
+			c, u := scriptStats(b, ctx, p)
+			calls, usec = calls+c, usec+u
 		}
 		return calls, usec
 	}
@@ -169,4 +153,31 @@ func scriptTime(b *testing.B, t *target) func() (calls, usec int64) {
 		c1, u1 := read()
 		return c1 - c0, u1 - u0
 	}
+}
+
+// scriptStats returns the calls of EVALSHA and EVAL that the server p has run, and the time
+// it spent in them, in microseconds (INFO commandstats).
+func scriptStats(b *testing.B, ctx context.Context, p *redis.Client) (calls, usec int64) {
+	b.Helper()
+	info, err := p.Info(ctx, "commandstats").Result()
+	if err != nil {
+		b.Fatalf("INFO commandstats: %v", err)
+	}
+	for line := range strings.Lines(info) {
+		name, stat, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		for kv := range strings.SplitSeq(stat, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				calls += n
+			case "usec":
+				usec += n
+			}
+		}
+	}
+	return calls, usec
 }

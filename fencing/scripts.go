@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -422,6 +423,9 @@ func (l *Locker) releaseReply(k keys, sent time.Time, value string, res any) (bo
 		return false, fmt.Errorf("unexpected reply %v", res)
 	}
 	l.waits.released(k, sent, value, elem, token)
+	if elem != "" {
+		runtime.Gosched()
+	}
 	return true, nil
 }
 
