@@ -36,7 +36,9 @@ const benchLimit = 4
 //
 //   - gap-ms: the median time a slot stood free between two holds (slotGap), and the
 //     row's floors measured before its sections as BenchmarkProcesses measures them:
-//     ping-ms, pub-ms, handoff-ms, and gap/handoff.
+//     ping-ms, pub-ms, handoff-ms, and gap/handoff;
+//
+//   - script-ms/section: the primaries' time in scripts per section (as BenchmarkProcesses).
 //
 // The limit=1 row runs the same workers on the exclusive lock, for a reference taken in the
 // same run (its of-ideal is over 1 times the ideal): on a loaded machine both fall.
@@ -78,6 +80,7 @@ func limitRow(b *testing.B, t *target, processes, goroutines, limit int) {
 	var done, held atomic.Int64
 	var inside, most, over atomic.Int32
 	commands := t.commandCounter(b)
+	scripts := scriptTime(b, t)
 	b.ResetTimer()
 	begin := time.Now()
 	var wg sync.WaitGroup
@@ -115,6 +118,7 @@ func limitRow(b *testing.B, t *target, processes, goroutines, limit int) {
 	elapsed := time.Since(begin)
 	b.StopTimer()
 	cmds := commands()
+	_, scriptUsec := scripts()
 	if n := over.Load(); n > 0 {
 		b.Errorf("%d sections began with more than %d holders inside", n, limit)
 	}
@@ -140,6 +144,7 @@ func limitRow(b *testing.B, t *target, processes, goroutines, limit int) {
 	b.ReportMetric(ms(pub), "pub-ms")
 	b.ReportMetric(ms(handoff), "handoff-ms")
 	b.ReportMetric(float64(gap)/float64(handoff), "gap/handoff")
+	b.ReportMetric(float64(scriptUsec)/1000/n, "script-ms/section")
 }
 
 // slotGap returns the median time a slot stood free: with the slots all in use, the k-th
