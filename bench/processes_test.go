@@ -150,38 +150,54 @@ func contend(b *testing.B, t *target, c contender, processes, goroutines int) {
 	cmds := commands()
 	_, scriptUsec := scripts()
 
-	all := slices.Concat(waits...)
+	served := make([]int, processes)
+	for w, ws := range waits {
+		served[w/goroutines] += len(ws)
+	}
+	reportRow(b, rowFigures{
+		waits: slices.Concat(waits...), spans: slices.Concat(spans...), served: served,
+		elapsed: elapsed, held: time.Duration(held.Load()), cmds: cmds, scriptUsec: scriptUsec,
+		ping: ping, pub: pub, handoff: script,
+	})
+}
+
+// rowFigures is what one row of sections on one resource measured, for reportRow.
+type rowFigures struct {
+	waits              []time.Duration // how long each section waited for the lock
+	spans              []span          // each section's hold
+	served             []int           // the sections of each process
+	elapsed            time.Duration   // from the first section's start to the last one's end
+	held               time.Duration   // the holds' total
+	cmds, scriptUsec   int64           // the primaries' commands and time in scripts
+	ping, pub, handoff time.Duration   // the row's floors (see floors)
+}
+
+// reportRow reports a row's figures (see BenchmarkProcesses).
+func reportRow(b *testing.B, f rowFigures) {
+	all := f.waits
 	if len(all) == 0 {
 		return
 	}
 	slices.Sort(all)
 	n := float64(len(all))
-	least := len(all)
-	for p := range processes {
-		served := 0
-		for _, ws := range waits[p*goroutines : (p+1)*goroutines] {
-			served += len(ws)
-		}
-		least = min(least, served)
-	}
-	meanHold := time.Duration(held.Load() / int64(len(all)))
+	meanHold := f.held / time.Duration(len(all))
 	ideal := 1 / meanHold.Seconds() // sections per second with the lock held back to back
-	b.ReportMetric(n/elapsed.Seconds()/ideal, "of-ideal")
+	b.ReportMetric(n/f.elapsed.Seconds()/ideal, "of-ideal")
 	b.ReportMetric(ms(all[len(all)/2]), "p50-wait-ms")
 	b.ReportMetric(ms(all[len(all)*99/100]), "p99-wait-ms")
 	b.ReportMetric(ms(all[len(all)-1]), "max-wait-ms")
-	b.ReportMetric(float64(least)/(n/float64(processes)), "least-share")
-	b.ReportMetric(float64(cmds)/n, "cmds/section")
+	b.ReportMetric(float64(slices.Min(f.served))/(n/float64(len(f.served))), "least-share")
+	b.ReportMetric(float64(f.cmds)/n, "cmds/section")
 	b.ReportMetric(ms(meanHold), "hold-ms")
-	gap := medianGap(slices.Concat(spans...))
+	gap := medianGap(f.spans)
 	b.ReportMetric(ms(gap), "gap-ms")
-	b.ReportMetric(ms(ping), "ping-ms")
-	b.ReportMetric(ms(pub), "pub-ms")
-	b.ReportMetric(float64(gap)/float64(ping), "gap/ping")
-	b.ReportMetric(float64(gap)/float64(pub), "gap/pub")
-	b.ReportMetric(float64(scriptUsec)/1000/n, "script-ms/section")
-	b.ReportMetric(ms(script), "handoff-ms")
-	b.ReportMetric(float64(gap)/float64(script), "gap/handoff")
+	b.ReportMetric(ms(f.ping), "ping-ms")
+	b.ReportMetric(ms(f.pub), "pub-ms")
+	b.ReportMetric(float64(gap)/float64(f.ping), "gap/ping")
+	b.ReportMetric(float64(gap)/float64(f.pub), "gap/pub")
+	b.ReportMetric(float64(f.scriptUsec)/1000/n, "script-ms/section")
+	b.ReportMetric(ms(f.handoff), "handoff-ms")
+	b.ReportMetric(float64(gap)/float64(f.handoff), "gap/handoff")
 }
 
 // medianGap returns the median time from the end of one hold to the start of the next.
