@@ -268,7 +268,20 @@ func (e *env) httpDeposits(ctx context.Context, cfg config, locker *fencing.Lock
 
 // jobDeposits runs cfg.jobs deposits as Asynq tasks, locked per account by asynqfence.
 func (e *env) jobDeposits(ctx context.Context, cfg config, locker *fencing.Locker, ids []string, run string, deposit func(context.Context, string) error) error {
-	queue := e.queue(run)
+	mw := asynqfence.Middleware(locker, func(t *asynq.Task) (string, error) {
+		return "account:" + string(t.Payload()), nil
+	}, asynqfence.WithLockOptions(fencing.WithMaxWait(waitLimit)))
+	payloads := make([]string, cfg.jobs)
+	for i := range payloads {
+		payloads[i] = ids[i%len(ids)]
+	}
+	return e.runTasks(ctx, e.queue(run), mw, "deposit", payloads, deposit)
+}
+
+// runTasks runs one Asynq task of type kind per payload on queue, through mw, handle doing
+// each task's work (its error fails the task without a retry), and returns once every task
+// has run, with an error when some failed.
+func (e *env) runTasks(ctx context.Context, queue string, mw asynq.MiddlewareFunc, kind string, payloads []string, handle func(context.Context, string) error) error {
 	conn := asynq.RedisClientOpt{Addr: e.opt.Addr, DB: e.opt.DB}
 	var done, failed atomic.Int64
 	srv := asynq.NewServer(conn, asynqfence.ServerConfig(asynq.Config{
@@ -279,11 +292,9 @@ func (e *env) jobDeposits(ctx context.Context, cfg config, locker *fencing.Locke
 		LogLevel:          asynq.FatalLevel,
 	}))
 	mux := asynq.NewServeMux()
-	mux.Use(asynqfence.Middleware(locker, func(t *asynq.Task) (string, error) {
-		return "account:" + string(t.Payload()), nil
-	}, asynqfence.WithLockOptions(fencing.WithMaxWait(waitLimit))))
-	mux.HandleFunc("deposit", func(ctx context.Context, t *asynq.Task) error {
-		if err := deposit(ctx, string(t.Payload())); err != nil {
+	mux.Use(mw)
+	mux.HandleFunc(kind, func(ctx context.Context, t *asynq.Task) error {
+		if err := handle(ctx, string(t.Payload())); err != nil {
 			failed.Add(1)
 			return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 		}
@@ -296,20 +307,26 @@ func (e *env) jobDeposits(ctx context.Context, cfg config, locker *fencing.Locke
 	defer srv.Shutdown()
 	client := asynq.NewClient(conn)
 	defer client.Close()
-	for i := range cfg.jobs {
-		if _, err := client.EnqueueContext(ctx, asynq.NewTask("deposit", []byte(ids[i%len(ids)])), asynq.Queue(queue), asynq.MaxRetry(3)); err != nil {
+	for _, p := range payloads {
+		if _, err := client.EnqueueContext(ctx, asynq.NewTask(kind, []byte(p)), asynq.Queue(queue), asynq.MaxRetry(3)); err != nil {
 			return err
 		}
 	}
+	return awaitTasks(&done, &failed, len(payloads), kind+" tasks")
+}
+
+// awaitTasks waits until done and failed count n tasks, for at most waitLimit, and returns an
+// error naming what (jobs, transfers) when some failed or are still running.
+func awaitTasks(done, failed *atomic.Int64, n int, what string) error {
 	deadline := time.Now().Add(waitLimit)
-	for done.Load()+failed.Load() < int64(cfg.jobs) {
+	for done.Load()+failed.Load() < int64(n) {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("asynq: %d of %d jobs done after %v", done.Load(), cfg.jobs, waitLimit)
+			return fmt.Errorf("asynq: %d of %d %s done after %v", done.Load(), n, what, waitLimit)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n := failed.Load(); n > 0 {
-		return fmt.Errorf("asynq: %d jobs failed", n)
+	if k := failed.Load(); k > 0 {
+		return fmt.Errorf("asynq: %d %s failed", k, what)
 	}
 	return nil
 }

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/labstack/echo/v4"
@@ -147,57 +146,23 @@ func (e *env) httpTransfers(ctx context.Context, cfg config, locker *fencing.Loc
 // jobTransfers runs cfg.transferJobs transfers as Asynq tasks "transfer" with the payload
 // "<from>,<to>", locked with asynqfence.MiddlewareAll.
 func (e *env) jobTransfers(ctx context.Context, cfg config, locker *fencing.Locker, ids []string, run string, x *transfers) error {
-	queue := e.queue(run) + "-transfers"
-	conn := asynq.RedisClientOpt{Addr: e.opt.Addr, DB: e.opt.DB}
-	var done, failed atomic.Int64
-	srv := asynq.NewServer(conn, asynqfence.ServerConfig(asynq.Config{
-		Concurrency:       8,
-		Queues:            map[string]int{queue: 1},
-		TaskCheckInterval: 20 * time.Millisecond,
-		Logger:            quiet{},
-		LogLevel:          asynq.FatalLevel,
-	}))
-	mux := asynq.NewServeMux()
-	mux.Use(asynqfence.MiddlewareAll(locker, func(t *asynq.Task) ([]string, error) {
+	mw := asynqfence.MiddlewareAll(locker, func(t *asynq.Task) ([]string, error) {
 		from, to, ok := strings.Cut(string(t.Payload()), ",")
 		if !ok {
 			return nil, fmt.Errorf("payload %q: want <from>,<to>", t.Payload())
 		}
 		return []string{"account:" + from, "account:" + to}, nil
-	}, asynqfence.WithLockOptions(fencing.WithMaxWait(waitLimit))))
-	mux.HandleFunc("transfer", func(ctx context.Context, t *asynq.Task) error {
-		from, to, _ := strings.Cut(string(t.Payload()), ",")
-		if err := x.move(ctx, from, to); err != nil {
-			failed.Add(1)
-			return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
-		}
-		done.Add(1)
-		return nil
-	})
-	if err := srv.Start(mux); err != nil {
-		return err
-	}
-	defer srv.Shutdown()
-	client := asynq.NewClient(conn)
-	defer client.Close()
+	}, asynqfence.WithLockOptions(fencing.WithMaxWait(waitLimit)))
 	rng := rand.New(rand.NewPCG(3, 4))
-	for range cfg.transferJobs {
+	payloads := make([]string, cfg.transferJobs)
+	for i := range payloads {
 		from, to := pair(rng, ids)
-		if _, err := client.EnqueueContext(ctx, asynq.NewTask("transfer", []byte(from+","+to)), asynq.Queue(queue), asynq.MaxRetry(3)); err != nil {
-			return err
-		}
+		payloads[i] = from + "," + to
 	}
-	deadline := time.Now().Add(waitLimit)
-	for done.Load()+failed.Load() < int64(cfg.transferJobs) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("asynq: %d of %d transfers done after %v", done.Load(), cfg.transferJobs, waitLimit)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := failed.Load(); n > 0 {
-		return fmt.Errorf("asynq: %d transfers failed", n)
-	}
-	return nil
+	return e.runTasks(ctx, e.queue(run)+"-transfers", mw, "transfer", payloads, func(ctx context.Context, payload string) error {
+		from, to, _ := strings.Cut(payload, ",")
+		return x.move(ctx, from, to)
+	})
 }
 
 // pausedTransfers plays the paused holder with two accounts, cfg.pauses times per pair of
