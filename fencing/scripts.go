@@ -424,6 +424,9 @@ func (l *Locker) releaseReply(k keys, sent time.Time, value string, res any) (bo
 	}
 	l.waits.released(k, sent, value, elem, token)
 	if elem != "" {
+		// The grant went to a waiter of this Locker, now runnable: let it run before this
+		// goroutine goes on, which would otherwise delay the next holder's start by its own
+		// work until it blocks (docs/benchmarks.md, "The hand-off's own floor").
 		runtime.Gosched()
 	}
 	return true, nil
