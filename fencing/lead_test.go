@@ -276,7 +276,14 @@ func TestLeadPausedLeaderFenced(t *testing.T) {
 	old, next := newLocker(t, r, fencing.WithTTL(ttl)), newLocker(t, r, fencing.WithTTL(ttl))
 	var st store.Memory
 	pause, resumed := make(chan struct{}), make(chan error, 1)
+	var terms atomic.Int32
 	oldDone := leadAsync(t.Context(), old, "leader", func(ctx context.Context) error {
+		if terms.Add(1) > 1 {
+			// Its second term: Lead campaigned again after the first failed unled, and won
+			// once the new leader resigned. It leads until the test ends.
+			<-ctx.Done()
+			return context.Cause(ctx)
+		}
 		token, _ := fencing.TokenFromContext(ctx)
 		if err := st.Write("ledger", token, func() error { return nil }); err != nil {
 			t.Errorf("old leader's first write: %v", err)
@@ -308,14 +315,25 @@ func TestLeadPausedLeaderFenced(t *testing.T) {
 	if !errors.As(err, &stale) || stale.Token != 1 || stale.Mark != nextToken.Load() {
 		t.Fatalf("old leader's late write: got %v, want refused with token 1 below mark %d", err, nextToken.Load())
 	}
-	// The old leader's fn failed after its leadership was lost: Lead campaigns again, and waits.
+	// The old leader's fn failed after its leadership was lost: Lead campaigns again (in the
+	// queue behind the new leader), and leads again once the new leader resigns.
 	cancel()
 	if err := waitErr(t, nextDone, 5*time.Second); !errors.Is(err, context.Canceled) {
 		t.Fatalf("new leader's Lead: got %v", err)
 	}
+	for deadline := time.Now().Add(5 * time.Second); terms.Load() < 2; time.Sleep(5 * time.Millisecond) {
+		select {
+		case err := <-oldDone:
+			t.Fatalf("old leader's Lead returned %v; want it campaigning again", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the old leader did not lead again after the new leader resigned")
+		}
+	}
 	select {
 	case err := <-oldDone:
-		t.Fatalf("old leader's Lead returned %v; want it campaigning again", err)
+		t.Fatalf("old leader's Lead returned %v during its second term", err)
 	default:
 	}
 }
