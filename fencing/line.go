@@ -398,25 +398,3 @@ func later(a, b time.Time) time.Time {
 	}
 	return b
 }
-
-// isDone reports whether done is closed.
-func isDone(done <-chan struct{}) bool {
-	select {
-	case <-done:
-		return true
-	default:
-		return false
-	}
-}
-
-// splitValue splits a lock value "<owner>:<token>", with or without the mark '+' of a lock
-// with waiters queued (see grant.lua).
-func splitValue(v string) (owner string, token int64, ok bool) {
-	v = strings.TrimSuffix(v, "+")
-	i := strings.LastIndexByte(v, ':')
-	if i < 0 {
-		return "", 0, false
-	}
-	token, err := strconv.ParseInt(v[i+1:], 10, 64)
-	return v[:i], token, err == nil && token > 0
-}

@@ -435,6 +435,18 @@ func (l *Locker) releaseReply(k keys, sent time.Time, value string, res any) (bo
 // releaseTimeout bounds releases made with a fresh context.
 const releaseTimeout = 5 * time.Second
 
+// splitValue splits a lock value "<owner>:<token>", with or without the mark '+' of a lock
+// with waiters queued (see grant.lua).
+func splitValue(v string) (owner string, token int64, ok bool) {
+	v = strings.TrimSuffix(v, "+")
+	i := strings.LastIndexByte(v, ':')
+	if i < 0 {
+		return "", 0, false
+	}
+	token, err := strconv.ParseInt(v[i+1:], 10, 64)
+	return v[:i], token, err == nil && token > 0
+}
+
 // parseToken decodes a token that a script returned as a string.
 func parseToken(v any) (int64, error) {
 	s, _ := v.(string)
