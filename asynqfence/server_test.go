@@ -288,7 +288,10 @@ func TestServerParallelAcrossResources(t *testing.T) {
 	}
 }
 
-// holdLock holds resource through Locker.Do, renewing a 1s lease, until release is closed.
+// holdLock holds resource through Locker.Do, renewing a 3s lease, until release is called (or
+// the test ends). A busy task is retried after the holder's remaining lease, so the lease is
+// short enough for a few retries within a test, and long enough that renewals missed on a
+// loaded machine (-race, parallel tests) do not let the lock go (with 1s, CI saw it go).
 func holdLock(t *testing.T, l *fencing.Locker, resource string) (release func()) {
 	t.Helper()
 	held := make(chan struct{})
@@ -299,7 +302,7 @@ func holdLock(t *testing.T, l *fencing.Locker, resource string) (release func())
 			close(held)
 			<-stop
 			return nil
-		}, fencing.WithTTL(time.Second))
+		}, fencing.WithTTL(3*time.Second))
 	}()
 	select {
 	case <-held:
@@ -357,13 +360,14 @@ func TestServerBusyKeepsRetryBudget(t *testing.T) {
 		return nil
 	})
 	h.serve(t, asynqfence.Wrap(work, h.locker, accountOf), asynq.Config{ErrorHandler: errs})
-	// With one retry, a second counted failure would archive the task.
+	// With one retry, a second counted failure would archive the task: two busy attempts
+	// that left it neither archived nor retried show that neither counted.
 	id := h.enqueue(t, "deposit", "acct|1", asynq.MaxRetry(1))
 
-	waitFor(t, "three busy attempts", func() bool { return errs.busy.Load() >= 3 })
+	waitFor(t, "two busy attempts", func() bool { return errs.busy.Load() >= 2 })
 	info := h.task(t, id)
 	if info == nil || info.State == asynq.TaskStateArchived || info.Retried != 0 {
-		t.Fatalf("after 3 busy attempts got task %+v, want it not archived, retried 0", info)
+		t.Fatalf("after 2 busy attempts got task %+v, want it not archived, retried 0", info)
 	}
 	h.checkStats(t, 0, 0)
 
