@@ -189,7 +189,7 @@ func reportRow(b *testing.B, f rowFigures) {
 	b.ReportMetric(float64(slices.Min(f.served))/(n/float64(len(f.served))), "least-share")
 	b.ReportMetric(float64(f.cmds)/n, "cmds/section")
 	b.ReportMetric(ms(meanHold), "hold-ms")
-	gap := medianGap(f.spans)
+	gap := slotGap(f.spans, 1) // one holder at a time: from the end of a hold to the next start
 	b.ReportMetric(ms(gap), "gap-ms")
 	b.ReportMetric(ms(f.ping), "ping-ms")
 	b.ReportMetric(ms(f.pub), "pub-ms")
@@ -198,20 +198,6 @@ func reportRow(b *testing.B, f rowFigures) {
 	b.ReportMetric(float64(f.scriptUsec)/1000/n, "script-ms/section")
 	b.ReportMetric(ms(f.handoff), "handoff-ms")
 	b.ReportMetric(float64(gap)/float64(f.handoff), "gap/handoff")
-}
-
-// medianGap returns the median time from the end of one hold to the start of the next.
-func medianGap(holds []span) time.Duration {
-	slices.SortFunc(holds, func(a, b span) int { return a.start.Compare(b.start) })
-	gaps := make([]time.Duration, 0, len(holds))
-	for i := 1; i < len(holds); i++ {
-		gaps = append(gaps, holds[i].start.Sub(holds[i-1].end))
-	}
-	if len(gaps) == 0 {
-		return 0
-	}
-	slices.Sort(gaps)
-	return gaps[len(gaps)/2]
 }
 
 // floorSamples is how many times floors measures each floor.
