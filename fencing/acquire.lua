@@ -15,6 +15,14 @@
 -- mark '+', see grant.lua). A free lock goes to the first live waiter, if any: a newcomer never
 -- jumps the queue (it is then busy, or queues behind that waiter). The counter moves before
 -- the lock is set, so a failing INCR (at the int64 maximum) leaves no lock.
+-- KEYS[4]: optional: a guard key in the same slot (package internal/seam). When it exists,
+-- the script takes nothing and returns {7, its value}.
+if KEYS[4] then
+  local guard = redis.call('GET', KEYS[4])
+  if guard then
+    return {7, guard}
+  end
+end
 local opts = ARGV[3] or 'P0'
 -- EXISTS of the lock and the queue first: when neither exists (no contention), that is all
 -- the script reads. With the usual settings, that path runs before the functions of grant.lua

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fencekit/fencekit/internal/seam"
 )
 
 // Do takes the lock on resource (waiting as [Locker.Acquire] does), runs fn while holding
@@ -31,6 +33,13 @@ func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Co
 		return invalidf("nil function")
 	}
 	cfg := l.cfg.with(opts)
+	if call := seam.CallFrom(ctx); call != nil {
+		k := cfg.keys(resource)
+		call.LockKey, call.FenceKey, call.GuardKey = k.lock, k.fence, ""
+		if call.Guard != "" {
+			call.GuardKey = k.beside(call.Guard)
+		}
+	}
 	lock, err := l.acquire(ctx, cfg, resource)
 	if err != nil {
 		return err
@@ -40,7 +49,11 @@ func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Co
 
 // hold is Do once the lock is taken: it runs fn under lock, renewing it, and releases it.
 func (l *Locker) hold(ctx context.Context, cfg *config, lock *Lock, fn func(ctx context.Context) error) (err error) {
+	call := seam.CallFrom(ctx)
 	work, cancel := context.WithCancelCause(withHeld(context.WithValue(ctx, leaseKey{}, lock), lock))
+	if call != nil {
+		work = seam.WithCall(work, nil) // a Do nested in the work is a plain one
+	}
 	r := lock.keepAlive(work, cfg, cancel)
 
 	returned := false
@@ -53,7 +66,12 @@ func (l *Locker) hold(ctx context.Context, cfg *config, lock *Lock, fn func(ctx 
 			lost = nil
 		}
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), min(cfg.ttl, releaseTimeout))
-		rerr := lock.Release(rctx)
+		var rerr error
+		if call != nil && call.BeforeRelease != nil {
+			rerr = lock.releaseWith(rctx, call.BeforeRelease)
+		} else {
+			rerr = lock.Release(rctx)
+		}
 		rcancel()
 		if !returned {
 			return

@@ -64,6 +64,12 @@ func channelKeys(ch string) keys {
 	return keys{lock: base + "lock", fence: base + "fence", queue: base + "queue", channel: ch}
 }
 
+// beside returns the name of a key of k's resource with the given suffix, "<prefix>{R}:<suffix>",
+// in the lock's Cluster slot.
+func (k keys) beside(suffix string) string {
+	return strings.TrimSuffix(k.lock, "lock") + suffix
+}
+
 // grants returns the channel on which grants of k's resource to the waiters of the Locker
 // with id are announced (grant.lua builds the same name).
 func (k keys) grants(id string) string { return k.channel + ":" + id }

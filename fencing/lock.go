@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // A Lock is one acquisition of a resource's lock, with its fencing token. Its methods are
@@ -57,6 +59,12 @@ func (k *Lock) Resource() string {
 // the outcome for 10 s, see docs/design.md), ErrNotHeld only when the lock had passed on
 // before it.
 func (k *Lock) Release(ctx context.Context) error {
+	return k.releaseWith(ctx, nil)
+}
+
+// releaseWith is Release, with the commands that before adds sent in the same pipeline, just
+// before the release script (see seam.Call).
+func (k *Lock) releaseWith(ctx context.Context, before func(redis.Pipeliner)) error {
 	if k == nil {
 		return opErr("release", "", ErrNotHeld)
 	}
@@ -67,7 +75,7 @@ func (k *Lock) Release(ctx context.Context) error {
 	if !k.released.Load() {
 		// Once released, the record in Redis would answer a new release as it answers a
 		// retry: nil. It is not a retry, and the lock is not this acquisition's.
-		released, err = k.locker.release(ctx, k.keys, k.value)
+		released, err = k.locker.release(ctx, k.keys, k.value, before)
 	}
 	switch {
 	case err != nil:

@@ -297,7 +297,7 @@ func (l *Locker) leave(w *waiter) int {
 		if n, err := rem.Result(); err == nil && n == 0 {
 			// The element was popped: granted to w (the announcement is on its way) or
 			// dropped as dead. Free such a grant now.
-			_, _ = l.release(ctx, ln.k, w.elem+":")
+			_, _ = l.release(ctx, ln.k, w.elem+":", nil)
 		}
 	}
 	return ahead
@@ -348,7 +348,7 @@ func (l *Locker) take(ctx context.Context, cfg *config, resource string, k keys,
 func (l *Locker) passOn(k keys, value string) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	_, _ = l.release(ctx, k, value)
+	_, _ = l.release(ctx, k, value, nil)
 }
 
 // element returns a waiter's queue element: "<Locker id>.<n>.<lease ms>", followed by 'f'

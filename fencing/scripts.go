@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/internal/seam"
 )
 
 // The Lua scripts. Each .lua file opens with a comment naming its KEYS and ARGV; the scripts
@@ -96,6 +98,7 @@ const (
 	flagReleased = 4 // the lock was deleted
 	flagNotHeld  = 5 // this acquisition does not hold the lock
 	flagMismatch = 6 // the resource's live holders use another limit: {6, limit}, or 6 alone
+	flagGuarded  = 7 // the guard key of a seam.Call exists: {7, its value}
 )
 
 // grantInclude is the line of a script that grant.lua's text replaces.
@@ -196,7 +199,12 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 		args = append(args, elem, entry)
 	}
 	sent := time.Now()
-	res, err := l.runAcquire(ctx, cfg, k, args)
+	var res any
+	if call := seam.CallFrom(ctx); call != nil && call.GuardKey != "" {
+		res, err = l.runGuarded(ctx, cfg, k, call.GuardKey, args)
+	} else {
+		res, err = l.runAcquire(ctx, cfg, k, args)
+	}
 	if err != nil {
 		// Unless Redis answered with an error (the script failed), it may have run and
 		// left us holding the lock: free it rather than strand it until its TTL.
@@ -223,6 +231,9 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k ke
 		return nil, attemptReply{held: a.held}, nil
 	case flagMismatch:
 		return nil, attemptReply{}, opErr("acquire", resource, mismatchError(a.held, k.limit))
+	case flagGuarded:
+		seam.CallFrom(ctx).Guarded = a.held
+		return nil, attemptReply{}, opErr("acquire", resource, join(ErrNotAcquired, seam.ErrGuarded))
 	}
 	lock := &Lock{
 		locker:   l,
@@ -284,6 +295,14 @@ func (l *Locker) runAcquire(ctx context.Context, cfg *config, k keys, args []any
 		a, err := parseAcquire(res)
 		return err == nil && a.flag == flagAcquired
 	})
+}
+
+// runGuarded sends the acquire script with a guard key (see seam.Call) as its fourth key.
+func (l *Locker) runGuarded(ctx context.Context, cfg *config, k keys, guard string, args []any) (any, error) {
+	if k.limit > 1 || cfg.replicas > 0 {
+		return nil, invalidf("a guard key works with the exclusive lock without WithReplicas")
+	}
+	return acquireScript.runKeys(ctx, l.client, []string{k.lock, k.fence, k.queue, guard}, args...).Result()
 }
 
 // replicated runs a script with EVAL on the primary that owns k, followed by WAIT on the same
@@ -350,13 +369,13 @@ func (l *Locker) pipeWait(ctx context.Context, cfg *config, k keys, src string, 
 func (l *Locker) releaseOwner(ctx context.Context, k keys, owner string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	_, _ = l.release(rctx, k, owner+":")
+	_, _ = l.release(rctx, k, owner+":", nil)
 }
 
 // release runs the release script for a lock value, or for "<owner>:" (any token of owner).
 // It reports whether that value held the lock. A grant of the lock to this Locker's own
 // waiters, which the script returns instead of announcing, is delivered to them.
-func (l *Locker) release(ctx context.Context, k keys, value string) (bool, error) {
+func (l *Locker) release(ctx context.Context, k keys, value string, before func(redis.Pipeliner)) (bool, error) {
 	sent := time.Now()
 	args := l.releaseArgs(k, value)
 	limited := k.limit > 1
@@ -364,7 +383,13 @@ func (l *Locker) release(ctx context.Context, k keys, value string) (bool, error
 	if limited {
 		script = limitReleaseScript
 	}
-	res, err := script.run(ctx, l.client, k, args...).Result()
+	var res any
+	var err error
+	if before != nil {
+		res, err = l.pipeRelease(ctx, script, k, args, before)
+	} else {
+		res, err = script.run(ctx, l.client, k, args...).Result()
+	}
 	// The other kind of lock holds the key (a grant passed on by a Locker that does not know
 	// the resource's limit, or a call of another limit): try its script.
 	switch {
@@ -384,6 +409,21 @@ func (l *Locker) release(ctx context.Context, k keys, value string) (bool, error
 		value = ""
 	}
 	return l.releaseReply(k, sent, value, res)
+}
+
+// pipeRelease sends the commands of before and the release script in one pipeline, and the
+// script again with EVAL when Redis did not know it.
+func (l *Locker) pipeRelease(ctx context.Context, s *script, k keys, args []any, before func(redis.Pipeliner)) (any, error) {
+	pipe := l.client.Pipeline()
+	before(pipe)
+	cmd := redis.NewCmd(ctx, append([]any{"evalsha", s.sha, 3, k.lock, k.fence, k.queue}, args...)...)
+	cmd.SetFirstKeyPos(3)
+	_ = pipe.Process(ctx, cmd)
+	_, _ = pipe.Exec(ctx)
+	if err := cmd.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
+		return s.run(ctx, l.client, k, args...).Result()
+	}
+	return cmd.Result()
 }
 
 // releaseArgs returns the release script's arguments for a lock value (see release).
@@ -482,7 +522,7 @@ func parseAcquire(res any) (acquireReply, error) {
 	switch a.flag {
 	case flagBusy:
 		a.pttl, _ = arr[1].(int64)
-	case flagQueued, flagMismatch:
+	case flagQueued, flagMismatch, flagGuarded:
 		a.held, _ = arr[1].(string)
 	case flagAcquired:
 		token, err := parseToken(arr[1])
