@@ -25,9 +25,9 @@ type config struct {
 	ttl      time.Duration // 0: the Locker's TTL
 	limit    int           // 0: the Locker's limit
 	drop     bool
-	lockOpts []fencing.Option
-	opts     []fencing.Option // the per-call options of every acquisition
-	err      error            // the first invalid option or argument, or the Locker's Err
+	lockOpts []fencing.CallOption
+	opts     []fencing.CallOption // the per-call options of every acquisition
+	err      error                // the first invalid option or argument, or the Locker's Err
 }
 
 // WithTTL sets the lease length of every acquisition; the lease is renewed every third of it
@@ -79,7 +79,7 @@ func WithDropDuplicates() Option {
 // override them. For example, fencing.WithMaxWait(2*time.Second) waits up to two
 // seconds for a busy resource before reporting it busy, and fencing.WithHooks observes the
 // acquisitions. Several WithLockOptions add up. Default: none.
-func WithLockOptions(opts ...fencing.Option) Option {
+func WithLockOptions(opts ...fencing.CallOption) Option {
 	return optionFunc(func(c *config) { c.lockOpts = append(c.lockOpts, opts...) })
 }
 
@@ -89,8 +89,8 @@ var tryOnce = fencing.WithMaxWait(0)
 // lockOptions returns the per-call options of every acquisition: a single attempt, the
 // TTL of [WithTTL] and the limit of [WithLimit] if they were given (otherwise none, so the
 // Locker's own apply), then the options of [WithLockOptions].
-func (c *config) lockOptions() []fencing.Option {
-	opts := make([]fencing.Option, 0, 3+len(c.lockOpts))
+func (c *config) lockOptions() []fencing.CallOption {
+	opts := make([]fencing.CallOption, 0, 3+len(c.lockOpts))
 	opts = append(opts, tryOnce)
 	if c.ttl > 0 {
 		opts = append(opts, fencing.WithTTL(c.ttl))

@@ -24,7 +24,7 @@ type schedulerConfig struct {
 	loc        *time.Location
 	catchUp    time.Duration // < 0: one period
 	retention  time.Duration // 0: from the period
-	leaderOpts []fencing.Option
+	leaderOpts []fencing.CallOption
 	onError    func(task *asynq.Task, opts []asynq.Option, err error)
 	hooks      []SchedulerHooks
 	err        error // the first invalid option, returned by Run
@@ -80,7 +80,7 @@ func WithRetention(d time.Duration) SchedulerOption {
 // as [fencing.WithTTL] (the lease: how long a dead leader's ticks wait for a successor) and
 // [fencing.WithHooks] (spans of each campaign and term with package tracing). Several add up.
 // Default: none; the Locker's settings apply.
-func WithLeaderOptions(opts ...fencing.Option) SchedulerOption {
+func WithLeaderOptions(opts ...fencing.CallOption) SchedulerOption {
 	return schedulerOptionFunc(func(c *schedulerConfig) { c.leaderOpts = append(c.leaderOpts, opts...) })
 }
 

@@ -113,8 +113,9 @@ func peerKey(prefix, library, resource string) string {
 }
 
 // fencekitTake returns the contender name that takes the lock with take, the Locker method
-// named op, and gives it back with Lock.Release: one Locker per process.
-func fencekitTake(name, op string, take func(*fencing.Locker, context.Context, string, ...fencing.Option) (*fencing.Lock, error)) contender {
+// named op, and gives it back with Lock.Release: one Locker per process. O is the type of
+// take's options (generic, so that the benchmarks build against earlier releases too).
+func fencekitTake[O any](name, op string, take func(*fencing.Locker, context.Context, string, ...O) (*fencing.Lock, error)) contender {
 	return contender{name, func(client redis.UniversalClient, prefix string) process {
 		l := fencing.New(client, fencing.WithPrefix(prefix))
 		return process{

@@ -2,9 +2,22 @@ package fencing
 
 import "time"
 
+// The back-offs other than the queued waiter's polls (WithRetryBackoff), each a constant.
+const (
+	// retryFirst and retryMost bound the retries of an extension that failed with an error
+	// that can pass (a grant's confirmation, Acquire's deferred extension), while the lease
+	// lasts.
+	retryFirst = 10 * time.Millisecond
+	retryMost  = 250 * time.Millisecond
+	// campaignFirst and campaignMost bound the pause of Lead between two campaigns that
+	// failed (see Locker.Lead).
+	campaignFirst = 50 * time.Millisecond
+	campaignMost  = time.Second
+)
+
 // backoff is the delay between attempts that fail, or between polls while no announcement can
-// come: it starts at first and doubles up to most. Waiting, Acquire's deferred extension and
-// the notifier share it.
+// come: it starts at first and doubles up to most. Waiting, the retries above and the
+// notifier share it.
 type backoff struct {
 	next, first, most time.Duration
 }

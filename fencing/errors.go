@@ -2,10 +2,12 @@ package fencing
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -13,10 +15,11 @@ import (
 // Sentinel errors. Match them with [errors.Is]: the errors returned by this package wrap them,
 // and an error that ends a wait also matches the context's error.
 var (
-	// ErrNotAcquired means the resource is held by another owner. Acquire returns it, joined
-	// with ctx.Err(), when its context ends before the lock could be taken. TryAcquire also
-	// returns it when Redis granted the lock but the reply came back after the lease could
-	// have run out: the lock is then freed, as it may already belong to someone else.
+	// ErrNotAcquired means the resource is busy: held by others, or waiters are queued ahead.
+	// The error is then a [*BusyError], which says more. Acquire returns it, joined with
+	// ctx.Err(), when its context ends before the lock could be taken. TryAcquire also returns
+	// it when Redis granted the lock but the reply came back after the lease could have run
+	// out: the lock is then freed, as it may already belong to someone else.
 	ErrNotAcquired = errors.New("fencing: not acquired")
 
 	// ErrNotHeld means this acquisition no longer owns the lock: it was released, it expired,
@@ -25,7 +28,9 @@ var (
 	ErrNotHeld = errors.New("fencing: not held")
 
 	// ErrInvalid means an argument or option is unusable: an empty or oversized resource name,
-	// a TTL out of range, a nil client, a prefix containing '{' or '}'. Nothing was sent to Redis.
+	// a TTL out of range, a nil client, a prefix containing '{' or '}', options that do not go
+	// together. Nothing was sent to Redis, except for a call of a kind that the resource's live
+	// holders cannot admit (see [WithLimit], [Shared]), which changed nothing.
 	ErrInvalid = errors.New("fencing: invalid argument")
 
 	// ErrClosed means the Locker was closed; Release and Extend still work on its locks.
@@ -34,12 +39,79 @@ var (
 	// ErrNotReplicated means fewer replicas than required by [WithReplicas] acknowledged an
 	// acquisition in time. The lock was released before the error was returned.
 	ErrNotReplicated = errors.New("fencing: acquisition not replicated")
-
-	// ErrUnsafeServer means a Redis server's settings let it lose a resource's fence counter
-	// and lock keys at any time: its maxmemory-policy is one of the allkeys-* policies, which
-	// may evict keys that have no TTL once memory is full. [Locker.CheckServer] returns it.
-	ErrUnsafeServer = errors.New("fencing: unsafe server settings")
 )
+
+// A BusyError is the error of an acquisition that found its resource busy: held by others (an
+// exclusive holder, shared holders for an exclusive call, every slot of a limit) or waiters
+// queued ahead of it. It matches [ErrNotAcquired] with [errors.Is]; use [errors.As] to read
+// it. TryAcquire and the set calls return it as it is; Acquire and Do when [WithMaxWait] runs
+// out, and joined with the context's error when the context ends the wait (and with the last
+// Redis error, when the waiter's checks were failing).
+type BusyError struct {
+	// Resource is the busy resource; for a set of resources, the one waited for.
+	Resource string
+	// RetryAfter is how long the holders' lease had left when Redis last answered: the
+	// exclusive holder's, shared holders' latest, a limit's earliest. 0 when unknown.
+	RetryAfter time.Duration
+	// Waited is how long the call waited in the resource's queue; 0 for a single attempt.
+	Waited time.Duration
+	// Ahead is how many waiters were ahead in the queue when the wait ended, or -1 when
+	// unknown (and for a single attempt).
+	Ahead int
+
+	late bool // Redis granted the lock, but the reply came after the lease could have run out
+}
+
+func (e *BusyError) Error() string {
+	if e.late {
+		return fmt.Sprintf("fencing: not acquired: %q: Redis replied after the lease could have run out", e.Resource)
+	}
+	msg := fmt.Sprintf("fencing: not acquired: %q is held by another owner", e.Resource)
+	if e.Waited <= 0 {
+		return msg
+	}
+	msg += fmt.Sprintf(" after waiting %v", e.Waited.Round(time.Millisecond))
+	switch {
+	case e.Ahead == 0:
+		msg += ", first in the queue"
+	case e.Ahead == 1:
+		msg += ", 1 waiter ahead"
+	case e.Ahead > 1:
+		msg += fmt.Sprintf(", %d waiters ahead", e.Ahead)
+	}
+	return msg
+}
+
+// Is reports whether target is ErrNotAcquired.
+func (e *BusyError) Is(target error) bool { return target == ErrNotAcquired }
+
+// busyWith returns the BusyError of a single attempt on resource, whose holders had left
+// milliseconds of lease.
+func busyWith(resource string, left int64) *BusyError {
+	return &BusyError{Resource: resource, RetryAfter: max(time.Duration(left)*time.Millisecond, 0), Ahead: -1}
+}
+
+// RetryAfter reports how long the holders' lease had left when an acquisition failed because
+// the resource was busy: [BusyError.RetryAfter]. The second result is false when err carries
+// no such figure.
+func RetryAfter(err error) (time.Duration, bool) {
+	var b *BusyError
+	if errors.As(err, &b) && b.RetryAfter > 0 {
+		return b.RetryAfter, true
+	}
+	return 0, false
+}
+
+// BusyResource returns the resource that was busy when an acquisition failed because of it:
+// [BusyError.Resource], for the set calls the one waited for. The second result is false when
+// err carries none.
+func BusyResource(err error) (string, bool) {
+	var b *BusyError
+	if errors.As(err, &b) {
+		return b.Resource, true
+	}
+	return "", false
+}
 
 // opError is an operation's error: its text has one "fencing: " prefix and one line, such as
 // `fencing: release "r": not held`, while errors.Is and errors.As still see err.

@@ -89,12 +89,12 @@ func TestCounterExpiryOptions(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opts []fencing.Option
-		call []fencing.Option
+		call []fencing.CallOption
 	}{
 		{"below the minimum", []fencing.Option{fencing.WithCounterExpiry(500 * time.Millisecond)}, nil},
 		{"zero", []fencing.Option{fencing.WithCounterExpiry(0)}, nil},
 		{"shorter than the lease", []fencing.Option{fencing.WithCounterExpiry(time.Second), fencing.WithTTL(2 * time.Second)}, nil},
-		{"shorter than a call's lease", []fencing.Option{fencing.WithCounterExpiry(time.Minute)}, []fencing.Option{fencing.WithTTL(2 * time.Minute)}},
+		{"shorter than a call's lease", []fencing.Option{fencing.WithCounterExpiry(time.Minute)}, []fencing.CallOption{fencing.WithTTL(2 * time.Minute)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLocker(t, r, tc.opts...)

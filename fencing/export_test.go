@@ -43,10 +43,10 @@ func Granted(l *Locker) int {
 // LoadScripts loads the acquire and poll scripts into c's server and returns their SHA1
 // digests, for tests that spot their EVALSHA.
 func LoadScripts(ctx context.Context, c redis.Scripter) (acquire, poll string, err error) {
-	if err := acquireScript.Load(ctx, c).Err(); err != nil {
+	if err := c.ScriptLoad(ctx, acquireScript.src).Err(); err != nil {
 		return "", "", err
 	}
-	return acquireScript.Hash(), pollScript.Hash(), pollScript.Load(ctx, c).Err()
+	return acquireScript.hash(), pollScript.hash(), c.ScriptLoad(ctx, pollScript.src).Err()
 }
 
 // Listening reports whether l's subscription for resource's grants is confirmed, for tests.
@@ -59,4 +59,12 @@ func Listening(l *Locker, resource string) bool {
 func SetOutageWait(l *Locker, d time.Duration) { l.waits.outage = d }
 
 // ExtendSHA returns the SHA1 digest of the extend script, for tests that spot its EVALSHA.
-func ExtendSHA() string { return extendScript.Hash() }
+func ExtendSHA() string { return extendScript.hash() }
+
+// Pending reports whether k's deferred extension of a grant's short lease is pending, for
+// tests.
+func Pending(k *Lock) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.later != nil
+}

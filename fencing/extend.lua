@@ -1,14 +1,29 @@
--- Reset a lock's TTL if this acquisition still holds it.
--- KEYS[1]: the lock key.
--- ARGV[1]: the lock value of this acquisition, "<owner>:<token>".
--- ARGV[2]: the new lease length in milliseconds (a positive integer; never 0, since
+-- Reset the lease of one holder of a resource if this acquisition still holds it (see lib.lua
+-- for the lock's shapes).
+-- KEYS[1]: the resource's lock key.
+-- ARGV[1]: value: the lock value of this acquisition, "<owner>:<token>".
+-- ARGV[2]: lease: the new lease length in milliseconds (a positive integer; never 0, since
 --          PEXPIRE 0 would delete the key).
--- Returns 1 when extended (still held), 5 when another owner (or nobody) holds the lock (the
--- flags of every script, see scripts.go). The value may
--- carry the mark '+' (waiters queued, see grant.lua).
-local held = redis.call('GET', KEYS[1])
-if held == ARGV[1] or held == ARGV[1] .. '+' then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
+-- ARGV[3]: kind: 'x' (exclusive, the default), 'shared' or a limit n > 1.
+-- Returns 1 when extended (still held), 5 when this acquisition no longer holds the resource:
+-- another owner (or nobody, or another kind) holds it (the flags of every script, see
+-- scripts.go). An exclusive lock's value may carry the mark '+' (waiters queued).
+if (ARGV[3] or 'x') == 'x' then
+  local held = redis.pcall('GET', KEYS[1]) -- a hash there is not this acquisition's
+  if held == ARGV[1] or held == ARGV[1] .. '+' then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return 1
+  end
+  return 5
 end
-return 5
+-- #include lib.lua
+local now = clock()
+local ending = redis.pcall('HGET', KEYS[1], ARGV[1])
+if type(ending) ~= 'string' or tonumber(ending) <= now then
+  return 5
+end
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', now + tonumber(ARGV[2])))
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 1

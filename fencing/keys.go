@@ -13,9 +13,8 @@ const MaxResourceLen = 4096
 type keys struct {
 	lock    string // "<owner>:<token>", with the lease as its TTL
 	fence   string // the token counter
-	queue   string // the waiting Lockers' ids, in order (see grant.lua)
+	queue   string // the waiting Lockers' ids, in order (see lib.lua)
 	channel string // grants to a Locker's waiters are announced on channel + ":<Locker id>"
-	limit   int    // the holders the resource admits at once (WithLimit); 0 or 1: the lock is a string
 }
 
 // resourceKeys returns the keys of resource under prefix.
@@ -51,13 +50,6 @@ func resourceKeys(prefix, resource string) keys {
 	return keys{lock: s[:ends[0]], fence: s[ends[0]:ends[1]], queue: s[ends[1]:ends[2]], channel: s[ends[2]:]}
 }
 
-// keys returns the keys of resource under the call's prefix, for its limit.
-func (c *config) keys(resource string) keys {
-	k := resourceKeys(c.prefix, resource)
-	k.limit = c.limit
-	return k
-}
-
 // channelKeys returns the keys of the resource whose channel is ch.
 func channelKeys(ch string) keys {
 	base := strings.TrimSuffix(ch, "grant")
@@ -71,7 +63,7 @@ func (k keys) beside(suffix string) string {
 }
 
 // grants returns the channel on which grants of k's resource to the waiters of the Locker
-// with id are announced (grant.lua builds the same name).
+// with id are announced (lib.lua builds the same name).
 func (k keys) grants(id string) string { return k.channel + ":" + id }
 
 // grantsOf returns the keys of the resource whose grants to the Locker with id are announced
@@ -81,8 +73,8 @@ func grantsOf(ch, id string) (keys, bool) {
 	return channelKeys(base), ok
 }
 
-// script returns the keys the scripts take: KEYS[1], KEYS[2] and KEYS[3] of grant.lua.
-func (k keys) script() []string {
+// triple returns the keys of one resource as the scripts take them (see lib.lua's resource).
+func (k keys) triple() []string {
 	return []string{k.lock, k.fence, k.queue}
 }
 

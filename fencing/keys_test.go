@@ -1,13 +1,15 @@
 package fencing
 
 import (
+	"github.com/fencekit/fencekit/internal/topology"
+
 	"strings"
 	"testing"
 )
 
 func TestKeySlotVector(t *testing.T) {
 	// The cluster specification's test vector: CRC16("123456789") = 0x31C3.
-	if got := slot("123456789"); got != 0x31C3%16384 {
+	if got := topology.Slot("123456789"); got != 0x31C3%16384 {
 		t.Fatalf("got %d, want %d", got, 0x31C3%16384)
 	}
 }
@@ -37,8 +39,8 @@ func checkKeys(t *testing.T, prefix, name string) keys {
 			t.Fatalf("%q: key %q lacks the prefix", name, key)
 		}
 	}
-	if s := slot(k.lock); slot(k.fence) != s || slot(k.queue) != s || slot(k.channel) != s || slot(k.queue+":w:x") != s {
-		t.Fatalf("%q: keys in slots %d, %d, %d, %d: a script would fail with CROSSSLOT", name, s, slot(k.fence), slot(k.queue), slot(k.channel))
+	if s := topology.Slot(k.lock); topology.Slot(k.fence) != s || topology.Slot(k.queue) != s || topology.Slot(k.channel) != s || topology.Slot(k.queue+":w:x") != s {
+		t.Fatalf("%q: keys in slots %d, %d, %d, %d: a script would fail with CROSSSLOT", name, s, topology.Slot(k.fence), topology.Slot(k.queue), topology.Slot(k.channel))
 	}
 	if !strings.ContainsAny(name, "{}") && k.lock != prefix+"{"+name+"}:lock" {
 		t.Fatalf("%q: plain name not used as it is: %q", name, k.lock)

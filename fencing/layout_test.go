@@ -27,7 +27,9 @@ type layoutRow struct {
 
 // layoutPlaceholders are the patterns the table's placeholders stand for.
 var layoutPlaceholders = strings.NewReplacer(
-	`<owner>`, `(?:[A-Za-z0-9_-]{22}|[A-Za-z0-9_-]*\.[0-9]+\.[1-9][0-9]*f?)`,
+	`<owner>`, `(?:[A-Za-z0-9_-]{22}|[A-Za-z0-9_-]*\.[0-9]+\.[1-9][0-9]*`+layoutRules+`)`,
+	`<element>`, `[A-Za-z0-9_-]*\.[0-9]+\.[1-9][0-9]*`+layoutRules,
+	`<rules>`, layoutRules,
 	`<token>`, `[1-9][0-9]*`,
 	`<id>`, `[A-Za-z0-9_-]*`,
 	`<n>`, `[0-9]+`,
@@ -36,8 +38,10 @@ var layoutPlaceholders = strings.NewReplacer(
 	`<since ms>`, `[0-9]+`,
 	`<deadline ms>`, `[1-9][0-9]*`,
 	`\[\+\]`, `\+?`, // [+], quoted
-	`\[f\]`, `f?`,
 )
+
+// layoutRules is the pattern of a queue element's rules (see the table's queue row).
+const layoutRules = `(?:f|e[1-9][0-9]*)?(?:s|l[1-9][0-9]*)?`
 
 // readLayout parses the key layout table of docs/design.md for a resource whose keys
 // start with base ("<prefix>{R}").

@@ -33,21 +33,25 @@ import (
 // error); or with an error wrapping [ErrInvalid] (an empty or oversized name, a nil fn, an
 // invalid option) or [ErrClosed], before campaigning. Other errors of a campaign (Redis
 // unreachable, [ErrNotReplicated], [ErrNotAcquired] under [WithMaxWait]) are retried after a
-// back-off that starts at the retry back-off's minimum and doubles to its maximum
-// ([WithRetryBackoff]; 50ms to 1s by default), and the back-off starts again after a term.
+// back-off that starts at 50ms and doubles to 1s, and starts again after a term.
 //
-// Options apply to every campaign and term, as they do to one call of Do. [Hooks] observe
+// Options apply to every campaign and term, as they do to one call of Do; [Shared] and
+// [WithLimit] above 1 are errors wrapping ErrInvalid (a leader leads alone). [Hooks] observe
 // each campaign (OpCampaign) and each term (OpLead); see Hooks. No goroutine started by
 // Lead outlives it.
-func (l *Locker) Lead(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
+func (l *Locker) Lead(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...CallOption) error {
 	if fn == nil {
 		return opErr("lead", name, invalidf("nil function"))
 	}
 	cfg := l.cfg.with(opts)
-	if err := l.check(context.WithoutCancel(ctx), cfg, name); err != nil {
+	err := l.check(context.WithoutCancel(ctx), cfg, name)
+	if err == nil && !cfg.mode.exclusive() {
+		err = invalidf("%s: a leader leads alone", cfg.mode)
+	}
+	if err != nil {
 		return opErr("lead", name, err)
 	}
-	retry := newBackoff(cfg.retryMin, cfg.retryMax)
+	retry := newBackoff(campaignFirst, campaignMost)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -72,7 +76,7 @@ func (l *Locker) Lead(ctx context.Context, name string, fn func(ctx context.Cont
 			}
 			continue
 		}
-		retry = newBackoff(cfg.retryMin, cfg.retryMax)
+		retry = newBackoff(campaignFirst, campaignMost)
 		lost, err := l.term(ctx, cfg, lock, fn)
 		switch {
 		case ctx.Err() != nil:
@@ -103,7 +107,7 @@ func (l *Locker) campaign(ctx context.Context, cfg *config, name string) (*Lock,
 // ended because leadership was lost.
 func (l *Locker) term(ctx context.Context, cfg *config, lock *Lock, fn func(ctx context.Context) error) (lost bool, err error) {
 	tctx := cfg.hooks.start(ctx, OpLead, lock.resource)
-	err = l.hold(tctx, cfg, lock, fn)
+	err = l.hold(tctx, cfg, []*Lock{lock}, nil, fn)
 	lost = errors.Is(err, ErrNotHeld)
 	ev := Event{Op: OpLead, Resource: lock.resource, Token: lock.token, Outcome: OutcomeResigned, Held: time.Since(lock.acquired)}
 	switch {

@@ -22,7 +22,7 @@ import (
 )
 
 // leadAsync runs Lead in a goroutine and returns its result.
-func leadAsync(ctx context.Context, l *fencing.Locker, name string, fn func(context.Context) error, opts ...fencing.Option) <-chan error {
+func leadAsync(ctx context.Context, l *fencing.Locker, name string, fn func(context.Context) error, opts ...fencing.CallOption) <-chan error {
 	done := make(chan error, 1)
 	go func() { done <- l.Lead(ctx, name, fn, opts...) }()
 	return done
@@ -65,12 +65,14 @@ func TestLeadBadInput(t *testing.T) {
 		l      *fencing.Locker
 		leader string
 		fn     func(context.Context) error
-		opts   []fencing.Option
+		opts   []fencing.CallOption
 		want   error
 	}{
 		{"empty name", l, "", fn, nil, fencing.ErrInvalid},
 		{"nil fn", l, "leader", nil, nil, fencing.ErrInvalid},
-		{"bad ttl", l, "leader", fn, []fencing.Option{fencing.WithTTL(-time.Second)}, fencing.ErrInvalid},
+		{"bad ttl", l, "leader", fn, []fencing.CallOption{fencing.WithTTL(-time.Second)}, fencing.ErrInvalid},
+		{"shared", l, "leader", fn, []fencing.CallOption{fencing.Shared()}, fencing.ErrInvalid},
+		{"limit", l, "leader", fn, []fencing.CallOption{fencing.WithLimit(2)}, fencing.ErrInvalid},
 		{"oversized name", l, strings.Repeat("x", fencing.MaxResourceLen+1), fn, nil, fencing.ErrInvalid},
 		{"closed locker", closed, "leader", fn, nil, fencing.ErrClosed},
 		{"nil client", fencing.New(nil), "leader", fn, nil, fencing.ErrInvalid},

@@ -361,8 +361,8 @@ func TestLimitLostReplies(t *testing.T) {
 	ctx := t.Context()
 	limit := fencing.WithLimit(2)
 	isAcquire := func(p []byte) bool {
-		// EVALSHA (or EVAL), the digest, three keys and four arguments: a limited attempt.
-		return strings.HasPrefix(string(p), "*10\r\n$7\r\nevalsha\r\n") || strings.HasPrefix(string(p), "*10\r\n$4\r\neval\r\n")
+		// EVALSHA (or EVAL), the digest, three keys and six arguments: a limited attempt.
+		return strings.HasPrefix(string(p), "*12\r\n$7\r\nevalsha\r\n") || strings.HasPrefix(string(p), "*12\r\n$4\r\neval\r\n")
 	}
 	slots := func(resource string) int {
 		h := holders(t, r, resource)

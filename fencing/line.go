@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/internal/topology"
 )
 
 // A Locker's local waiters (see docs/waiting.md): one line per resource it waits on, the
@@ -20,15 +22,14 @@ import (
 // waiting is a Locker's lines of waiters, by resource, and the notifier that brings their
 // grants. It is the notifier's listener.
 type waiting struct {
-	id      string                     // random; the Locker's id in the queues
-	publish byte                       // how the scripts announce: 'P' (PUBLISH), 'S' (SPUBLISH), '-' (none: Ring polls)
-	outage  time.Duration              // outageWait; shorter in tests
-	notes   *notifier                  // nil when waiters poll
-	passOn  func(k keys, value string) // releases a grant that no waiter takes
-	done    <-chan struct{}            // the Locker's, closed by Close
-	seq     atomic.Uint64              // numbers the elements
+	id     string                             // random; the Locker's id in the queues
+	outage time.Duration                      // outageWait; shorter in tests
+	notes  *notifier                          // nil when waiters poll
+	passOn func(k keys, value string, m mode) // releases a grant that no waiter takes
+	done   <-chan struct{}                    // the Locker's, closed by Close
+	seq    atomic.Uint64                      // numbers the elements
 
-	mu    sync.Mutex       // guards lines, and each line's users and linger
+	mu    sync.Mutex       // guards lines
 	lines map[string]*line // by channel
 }
 
@@ -39,22 +40,21 @@ type line struct {
 	ready chan struct{} // closed once the server confirms the subscription
 	io    sync.Mutex    // orders polls and removals of elements
 
-	users  int         // waiting calls that use the line (waiting.mu)
-	linger *time.Timer // drops the line once idle for entryTTL (waiting.mu)
-
 	mu      sync.Mutex          // guards the fields below and the line's waiters
+	users   int                 // waiting calls that use the line
+	linger  *time.Timer         // drops the line once idle for entryTTL
+	limit   int                 // the limit of the calls that use the line; 0: exclusive or shared
 	waiters []*waiter           // in arrival order
-	floor   bool                // a waiter asked for tokens floored at the server clock
 	renewBy time.Time           // the waiter key needs no write before then
-	due     time.Time           // the holder's lease, as last seen, ends by then: the front waiter checks
-	last    int64               // the highest token delivered: an older or repeated one is not
-	given   map[int64]time.Time // a limited resource's: the tokens delivered lately, and when
+	due     time.Time           // the holders' leases, as last seen, end by then: the front waiter checks
+	given   map[int64]time.Time // the tokens delivered lately, and when
 	seen    time.Time           // the latest call whose reply showed seenOf, another's token, held:
 	seenOf  int64               // any later token was granted after seen
 }
 
 type waiter struct {
 	ln     *line
+	mode   mode          // of its acquisition
 	elem   string        // its queue element (see element)
 	lease  time.Duration // of a grant to it: its TTL, at most grantLease
 	sent   time.Time     // when its element was first sent to Redis: any grant to it came later
@@ -72,18 +72,17 @@ type grant struct {
 	start time.Time // the lease began after this
 }
 
-func newWaiting(client redis.UniversalClient, usable bool, passOn func(keys, string), done <-chan struct{}) *waiting {
+func newWaiting(client redis.UniversalClient, topo topology.Topology, usable bool, passOn func(keys, string, mode), done <-chan struct{}) *waiting {
 	id, _ := newOwner() // on a broken random source, "" still works within one Locker
-	ws := &waiting{id: id, publish: '-', outage: outageWait, passOn: passOn, done: done, lines: map[string]*line{}}
+	ws := &waiting{id: id, outage: outageWait, passOn: passOn, done: done, lines: map[string]*line{}}
 	if !usable {
 		return ws
 	}
-	switch c := client.(type) {
-	case *redis.Ring:
-	case *redis.ClusterClient:
-		ws.publish, ws.notes = 'S', newNotifier(clusterRoute{c}, ws)
-	default:
-		ws.publish, ws.notes = 'P', newNotifier(serverRoute{c}, ws)
+	switch topo.Kind {
+	case topology.Cluster:
+		ws.notes = newNotifier(clusterRoute{topo}, ws)
+	case topology.Server:
+		ws.notes = newNotifier(serverRoute{client}, ws)
 	}
 	return ws
 }
@@ -96,9 +95,13 @@ func (ws *waiting) line(ch string) *line {
 }
 
 // enter returns the line for k, creating it and subscribing to its channel when it is new,
-// and waits up to patience for the subscription to be confirmed. A line no call uses takes
-// k's limit; one in use with another limit is an error wrapping ErrInvalid.
-func (ws *waiting) enter(ctx context.Context, k keys, patience time.Duration) (*line, error) {
+// and waits up to patience for the subscription to be confirmed. Exclusive and shared calls
+// share a line; a line in use by calls of another limit is an error wrapping ErrInvalid.
+func (ws *waiting) enter(ctx context.Context, k keys, m mode, patience time.Duration) (*line, error) {
+	limit := 0
+	if m.limit > 1 && !m.shared {
+		limit = m.limit
+	}
 	ws.mu.Lock()
 	if isDone(ws.done) {
 		ws.mu.Unlock()
@@ -106,26 +109,28 @@ func (ws *waiting) enter(ctx context.Context, k keys, patience time.Duration) (*
 	}
 	ln := ws.lines[k.channel]
 	if ln == nil {
-		ln = &line{k: k, ready: make(chan struct{}), since: time.Now().UnixMilli()}
+		ln = &line{k: k, ready: make(chan struct{}), since: time.Now().UnixMilli(), limit: limit}
 		ws.lines[k.channel] = ln
 		if ws.notes != nil {
 			ws.notes.listen(k.grants(ws.id), true)
 		}
 	}
-	if limit := max(k.limit, 1); limit != max(ln.k.limit, 1) {
+	ln.mu.Lock()
+	if limit != ln.limit {
 		if ln.users > 0 {
+			have := mode{limit: ln.limit}
+			ln.mu.Unlock()
 			ws.mu.Unlock()
-			return nil, invalidf("this Locker waits for the resource with limit %d, this call limit %d", max(ln.k.limit, 1), limit)
+			return nil, invalidf("this Locker waits for the resource as %s, this call %s", have, m)
 		}
-		ln.mu.Lock() // deliver reads the limit
-		ln.k.limit = k.limit
-		ln.mu.Unlock()
+		ln.limit = limit
 	}
 	ln.users++
 	if ln.linger != nil {
 		ln.linger.Stop()
 		ln.linger = nil
 	}
+	ln.mu.Unlock()
 	ws.mu.Unlock()
 	if ws.notes != nil {
 		select {
@@ -141,21 +146,27 @@ func (ws *waiting) enter(ctx context.Context, k keys, patience time.Duration) (*
 // exit ends a call's use of ln; the last one out lets it linger for entryTTL, so a Locker
 // that waits on the resource again soon keeps its subscription and fresh waiter key.
 func (ws *waiting) exit(ln *line) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
 	if ln.users--; ln.users > 0 || isDone(ws.done) {
 		return
 	}
-	ln.linger = time.AfterFunc(entryTTL, func() {
-		ws.mu.Lock()
-		defer ws.mu.Unlock()
-		if ln.users == 0 && ws.lines[ln.k.channel] == ln && !isDone(ws.done) {
-			delete(ws.lines, ln.k.channel)
-			if ws.notes != nil {
-				ws.notes.listen(ln.k.grants(ws.id), false)
-			}
+	ln.linger = time.AfterFunc(entryTTL, func() { ws.drop(ln) })
+}
+
+// drop forgets ln and its subscription, unless a call uses it again.
+func (ws *waiting) drop(ln *line) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ln.mu.Lock()
+	idle := ln.users == 0
+	ln.mu.Unlock()
+	if idle && ws.lines[ln.k.channel] == ln && !isDone(ws.done) {
+		delete(ws.lines, ln.k.channel)
+		if ws.notes != nil {
+			ws.notes.listen(ln.k.grants(ws.id), false)
 		}
-	})
+	}
 }
 
 // close ends the subscriptions and waits for the notifier's goroutines; the Locker has
@@ -163,9 +174,11 @@ func (ws *waiting) exit(ln *line) {
 func (ws *waiting) close() {
 	ws.mu.Lock()
 	for _, ln := range ws.lines {
+		ln.mu.Lock()
 		if ln.linger != nil {
 			ln.linger.Stop()
 		}
+		ln.mu.Unlock()
 	}
 	ws.mu.Unlock()
 	if ws.notes != nil {
@@ -204,7 +217,7 @@ func (ws *waiting) subscribed(ch string) {
 // waiter, or passes it on when none takes it.
 func (ws *waiting) granted(k keys, elem string, token int64, after time.Time) {
 	if !ws.deliver(k, elem, token, after) {
-		ws.passOn(k, elem+":"+strconv.FormatInt(token, 10))
+		ws.passOn(k, elem+":"+strconv.FormatInt(token, 10), elementMode(elem))
 	}
 }
 
@@ -223,13 +236,10 @@ func (ws *waiting) deliver(k keys, elem string, token int64, after time.Time) bo
 	}
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
-	if ln.k.limit > 1 {
-		// Grants of several slots reach this Locker in any order: the announcements and
-		// the replies that reveal them are matched by token.
-		if _, ok := ln.given[token]; ok {
-			return true // delivered already
-		}
-	} else if token <= ln.last {
+	// Grants reach this Locker in any order (the announcements, and the replies that reveal
+	// them; several at once for shared waiters and the slots of a limit): they are matched
+	// by token.
+	if _, ok := ln.given[token]; ok {
 		return true // delivered already
 	}
 	i := slices.IndexFunc(ln.waiters, func(w *waiter) bool { return w.elem == elem })
@@ -237,10 +247,8 @@ func (ws *waiting) deliver(k keys, elem string, token int64, after time.Time) bo
 		return false
 	}
 	w := ln.waiters[i]
-	ln.last, w.got = max(ln.last, token), true
-	if ln.k.limit > 1 {
-		ln.give(token)
-	}
+	w.got = true
+	ln.give(token)
 	start := later(after, w.sent)
 	if ln.seenOf < token {
 		start = later(start, ln.seen)
@@ -264,16 +272,6 @@ func (ws *waiting) saw(k keys, sent time.Time, held string) {
 			ln.seen, ln.seenOf = sent, token
 		}
 		ln.mu.Unlock()
-	}
-}
-
-// released records what a release sent at sent learnt: the lock value it found held, and a
-// grant to one of this Locker's waiters, which the script returns instead of announcing (elem
-// is "" when there is none).
-func (ws *waiting) released(k keys, sent time.Time, value, elem string, token int64) {
-	ws.saw(k, sent, value)
-	if elem != "" {
-		ws.granted(k, elem, token, sent)
 	}
 }
 
@@ -305,8 +303,8 @@ func (ln *line) subscribed() bool {
 	}
 }
 
-// givenFor is how long a line of a limited resource remembers a token it delivered: longer
-// than an announcement or a reply that reveals the grant can take to arrive.
+// givenFor is how long a line remembers a token it delivered: longer than an announcement or
+// a reply that reveals the grant can take to arrive.
 const givenFor = 4 * (grantLease + entryTTL)
 
 // give records that token was delivered. The caller holds ln.mu.
@@ -378,14 +376,10 @@ func (ln *line) wakeFront() {
 	}
 }
 
-// entry returns the content of this Locker's waiter key for ln (see grant.lua). The caller
-// holds ln.mu.
+// entry returns the content of this Locker's waiter key for ln (see lib.lua): the longest
+// lease of its grants, 0 (its queue elements carry their own rules) and since when it waits.
 func (ln *line) entry() string {
-	floor := "0:"
-	if ln.floor {
-		floor = "1:"
-	}
-	return strconv.FormatInt(grantLease.Milliseconds(), 10) + ":" + floor + strconv.FormatInt(ln.since, 10)
+	return strconv.FormatInt(grantLease.Milliseconds(), 10) + ":0:" + strconv.FormatInt(ln.since, 10)
 }
 
 // queued reports whether w's element is in the Redis queue.

@@ -11,16 +11,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A Lock is one acquisition of a resource's lock, with its fencing token. Its methods are
-// safe for concurrent use; Release and Extend take effect in the order Redis runs them, and
-// once the lock is released or lost every later call returns [ErrNotHeld]. The methods of a
-// nil *Lock return ErrNotHeld, so `defer lock.Release(ctx)` is safe after a failed acquire.
+// A Lock is one acquisition of a resource, with its fencing token. Its methods are safe for
+// concurrent use; Release and Extend take effect in the order Redis runs them, and once the
+// lock is released or lost every later call returns [ErrNotHeld]. The methods of a nil *Lock
+// return ErrNotHeld, so `defer lock.Release(ctx)` is safe after a failed acquire.
 type Lock struct {
 	locker   *Locker
 	hooks    hookList
 	resource string
 	keys     keys
-	value    string // the lock key's value while this acquisition holds it: "<owner>:<token>"
+	mode     mode
+	value    string // the holder's value while this acquisition holds the resource: "<owner>:<token>"
 	token    int64
 	acquired time.Time     // when the acquire script was sent, or the grant taken (monotonic)
 	behind   time.Duration // how far the server clock was behind the last token (see Event)
@@ -28,8 +29,8 @@ type Lock struct {
 	validUntil atomic.Int64 // local lease deadline: nanoseconds since acquired
 	released   atomic.Bool  // a Release returned nil: later ones answer ErrNotHeld locally
 
-	mu    sync.Mutex
-	later *time.Timer // extends a grant's short lease to the TTL (see extendLater); nil once done
+	mu    sync.Mutex  // orders the deferred extension with Extend and Release
+	later *time.Timer // the deferred extension of a grant's short lease (see extendLater); nil once done
 }
 
 // Token returns the fencing token issued with this acquisition: a positive integer that is
@@ -50,14 +51,18 @@ func (k *Lock) Resource() string {
 	return k.resource
 }
 
-// Release frees the lock if this acquisition still holds it. When waiters are queued for the
-// resource, the lock goes straight to the longest-waiting one, with a new token, in the same
-// round trip. It returns an error wrapping [ErrNotHeld] and changes nothing when the lock has
-// expired or belongs to a newer acquisition. Other errors come from Redis; the lock then
-// stays held until its TTL runs out. A release that go-redis retries after losing the
-// reply returns what its first run did: nil when that run released the lock (Redis keeps
-// the outcome for 10 s, see docs/design.md), ErrNotHeld only when the lock had passed on
-// before it.
+// Shared reports whether the acquisition is shared ([Shared]); false for a nil *Lock.
+func (k *Lock) Shared() bool {
+	return k != nil && k.mode.shared
+}
+
+// Release frees the resource if this acquisition still holds it. When waiters are queued for
+// the resource, it goes straight to the longest-waiting ones that it now admits, with new
+// tokens, in the same round trip. It returns an error wrapping [ErrNotHeld] and changes
+// nothing when the lease has run out or the resource belongs to a newer acquisition. Other
+// errors come from Redis; the resource then stays held until the lease runs out. A release
+// that go-redis retries after losing the reply returns what its first run did: nil when that
+// run released the lock, ErrNotHeld only when the lock had passed on before it.
 func (k *Lock) Release(ctx context.Context) error {
 	return k.releaseWith(ctx, nil)
 }
@@ -75,47 +80,62 @@ func (k *Lock) releaseWith(ctx context.Context, before func(redis.Pipeliner)) er
 	if !k.released.Load() {
 		// Once released, the record in Redis would answer a new release as it answers a
 		// retry: nil. It is not a retry, and the lock is not this acquisition's.
-		released, err = k.locker.release(ctx, k.keys, k.value, before)
+		released, err = k.locker.releaseOne(ctx, k.keys, k.value, k.mode, before)
 	}
-	switch {
-	case err != nil:
-		err = opErr("release", k.resource, err)
-	case !released:
-		err = opErr("release", k.resource, ErrNotHeld)
-	default:
-		k.released.Store(true)
-		k.validUntil.Store(0)
-	}
+	err = k.releasedAs(released, err)
 	k.hooks.end(ctx, k.event(OpRelease, begin, err))
 	return err
 }
 
-// Extend resets the lock's TTL to ttl, counted from now, if this acquisition still holds
-// it. It returns an error wrapping [ErrNotHeld] and changes nothing when the lock has
-// expired or belongs to a newer acquisition; it never takes a free lock again. A ttl outside
-// [MinTTL, MaxTTL] returns an error wrapping [ErrInvalid] and sends nothing.
-func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	k.stopLater()
-	return k.extend(ctx, ttl, OpExtend)
+// releasedAs records the outcome of a release of k and returns its error.
+func (k *Lock) releasedAs(released bool, err error) error {
+	switch {
+	case err != nil:
+		return opErr("release", k.resource, err)
+	case !released:
+		return opErr("release", k.resource, ErrNotHeld)
+	}
+	k.released.Store(true)
+	k.validUntil.Store(0)
+	return nil
 }
 
-// extendLater extends a lock that Acquire took from the queue, whose grant's lease is shorter
-// than the TTL, to ttl: once, a third of the way into the lease, so that the hand-off does not
-// wait for it and a lock released sooner never needs it. An error that can pass is tried again
-// while the lease lasts. Release and Extend cancel it.
-func (k *Lock) extendLater(cfg *config, ttl time.Duration) {
-	retry := newBackoff(cfg.retryMin, cfg.retryMax)
+// Extend resets the lease to ttl, counted from now, if this acquisition still holds the
+// resource. It returns an error wrapping [ErrNotHeld] and changes nothing when the lease has
+// run out or the resource belongs to a newer acquisition; it never takes a free resource
+// again. A ttl outside [MinTTL, MaxTTL] returns an error wrapping [ErrInvalid], sends nothing
+// and changes nothing. A lock taken from the queue of a resource keeps its pending extension
+// to the TTL (see [Locker.Acquire]) until an extension has taken effect.
+func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if k == nil {
+		return opErr("extend", "", ErrNotHeld)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	err := k.extend(ctx, ttl, OpExtend)
+	if err == nil || errors.Is(err, ErrNotHeld) {
+		k.dropLater()
+	}
+	return err
+}
+
+// extendLater extends a lock taken from the queue, whose grant's lease is shorter than the
+// TTL, to ttl: once, a third of the way into the lease, so that the hand-off does not wait
+// for it and a lock released sooner never needs it. An error that can pass is tried again
+// while the lease lasts. An extension that takes effect, Release and Do's renewals cancel it.
+func (k *Lock) extendLater(ttl time.Duration) {
+	retry := newBackoff(retryFirst, retryMost)
 	var run func()
 	run = func() {
-		ctx, cancel := context.WithDeadline(context.Background(), k.deadline())
-		err := k.extend(ctx, ttl, OpRenew)
-		cancel()
 		k.mu.Lock()
 		defer k.mu.Unlock()
 		if k.later == nil {
 			return // cancelled meanwhile
 		}
-		if passing(err) && !errors.Is(err, ErrNotHeld) && time.Until(k.deadline()) > retry.peek() {
+		ctx, cancel := context.WithDeadline(context.Background(), k.deadline())
+		err := k.extend(ctx, ttl, OpRenew)
+		cancel()
+		if passing(err) && time.Until(k.deadline()) > retry.peek() {
 			k.later.Reset(retry.step())
 			return
 		}
@@ -126,23 +146,36 @@ func (k *Lock) extendLater(cfg *config, ttl time.Duration) {
 	k.mu.Unlock()
 }
 
+// keepUp makes sure a lock that a wait took (a grant's short lease, or a lease renewed while
+// other resources were waited for) goes on to ttl, as a single Acquire's does: unless an
+// extension is pending, one is scheduled when less than half of ttl is left.
+func (k *Lock) keepUp(ttl time.Duration) {
+	k.mu.Lock()
+	pending := k.later != nil
+	k.mu.Unlock()
+	if !pending && time.Until(k.deadline()) < ttl/2 {
+		k.extendLater(ttl)
+	}
+}
+
 // stopLater cancels extendLater's extension, if any.
 func (k *Lock) stopLater() {
-	if k == nil {
-		return
-	}
 	k.mu.Lock()
+	k.dropLater()
+	k.mu.Unlock()
+}
+
+// dropLater cancels extendLater's extension; the caller holds k.mu.
+func (k *Lock) dropLater() {
 	if k.later != nil {
 		k.later.Stop()
 		k.later = nil
 	}
-	k.mu.Unlock()
 }
 
+// extend resets the lease to ttl as op for the hooks; a ttl out of range is refused before
+// anything is sent.
 func (k *Lock) extend(ctx context.Context, ttl time.Duration, op Op) error {
-	if k == nil {
-		return opErr("extend", "", ErrNotHeld)
-	}
 	ctx = k.hooks.start(ctx, op, k.resource)
 	begin := time.Now()
 	if err := validTTL(ttl); err != nil {
@@ -150,26 +183,34 @@ func (k *Lock) extend(ctx context.Context, ttl time.Duration, op Op) error {
 		return err
 	}
 	ms := millis(ttl)
-	script := extendScript
-	if k.keys.limit > 1 {
-		script = limitExtendScript
-	}
-	n, err := script.Run(ctx, k.locker.client, []string{k.keys.lock}, k.value, ms).Int64()
-	switch {
-	case isWrongType(err):
-		// The other kind of lock holds the key: this acquisition's lease ran out.
-		err = opErr("extend", k.resource, ErrNotHeld)
-	case err != nil:
-		err = opErr("extend", k.resource, err)
-	case n == flagNotHeld:
-		err = opErr("extend", k.resource, ErrNotHeld)
-	case n != flagAcquired:
-		err = opErr("extend", k.resource, fmt.Errorf("unexpected reply %d", n))
-	default:
-		k.setValidUntil(begin, time.Duration(ms)*time.Millisecond)
-	}
+	res, err := extendScript.run(ctx, k.locker.client, []string{k.keys.lock}, k.extendArgs(ms)...).Result()
+	err = k.extended(begin, ms, res, err)
 	k.hooks.end(ctx, k.event(op, begin, err))
 	return err
+}
+
+// extendArgs returns extend.lua's arguments for a lease of ms.
+func (k *Lock) extendArgs(ms int64) []any {
+	if k.mode.exclusive() {
+		return []any{k.value, ms}
+	}
+	return []any{k.value, ms, k.mode.arg()}
+}
+
+// extended reads extend.lua's reply to an extension to ms sent at begin, and records the new
+// validity when it took effect.
+func (k *Lock) extended(begin time.Time, ms int64, res any, err error) error {
+	n, _ := res.(int64)
+	switch {
+	case err != nil:
+		return opErr("extend", k.resource, err)
+	case n == flagNotHeld:
+		return opErr("extend", k.resource, ErrNotHeld)
+	case n != flagAcquired:
+		return opErr("extend", k.resource, fmt.Errorf("unexpected reply %v", res))
+	}
+	k.setValidUntil(begin, time.Duration(ms)*time.Millisecond)
+	return nil
 }
 
 // confirm resets a lock granted from the queue to the lease cfg asks for, and with
@@ -177,42 +218,31 @@ func (k *Lock) extend(ctx context.Context, ttl time.Duration, op Op) error {
 // connection's, so it also covers the grant that came before.
 func (l *Locker) confirm(ctx context.Context, cfg *config, k *Lock) error {
 	if cfg.replicas == 0 {
-		return k.extend(ctx, cfg.ttl, OpExtend)
+		return k.Extend(ctx, cfg.ttl)
 	}
 	ms := millis(cfg.ttl)
 	begin := time.Now()
-	src := extendSrc
-	if k.keys.limit > 1 {
-		src = limitExtendSrc
-	}
-	res, err := l.replicated(ctx, cfg, k.keys, src, []any{k.value, ms}, func(res any) bool {
-		n, _ := res.(int64)
-		return n == flagAcquired
+	res, err := l.replicated(ctx, cfg, []string{k.keys.lock}, extendScript, k.extendArgs(ms), func(res any) bool {
+		return res == int64(flagAcquired)
 	})
 	if err != nil {
 		return err
 	}
-	if n, _ := res.(int64); n != flagAcquired {
-		return ErrNotHeld
-	}
-	k.setValidUntil(begin, time.Duration(ms)*time.Millisecond)
-	return nil
+	return k.extended(begin, ms, res, nil)
 }
 
-// TTL returns the lock's remaining lease as Redis counts it, or an error wrapping
-// [ErrNotHeld] when this acquisition no longer holds the lock.
+// TTL returns the remaining lease as Redis counts it, or an error wrapping [ErrNotHeld] when
+// this acquisition no longer holds the resource.
 func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if k == nil {
 		return 0, opErr("ttl", "", ErrNotHeld)
 	}
-	script := ttlScript
-	if k.keys.limit > 1 {
-		script = limitTTLScript
+	args := []any{k.value}
+	if !k.mode.exclusive() {
+		args = append(args, k.mode.arg())
 	}
-	ms, err := script.Run(ctx, k.locker.client, []string{k.keys.lock}, k.value).Int64()
+	ms, err := ttlScript.run(ctx, k.locker.client, []string{k.keys.lock}, args...).Int64()
 	switch {
-	case isWrongType(err):
-		return 0, opErr("ttl", k.resource, ErrNotHeld)
 	case err != nil:
 		return 0, opErr("ttl", k.resource, err)
 	case ms < 0:

@@ -3,12 +3,13 @@ package fencing
 import (
 	"context"
 	"errors"
-	"fmt"
 	"reflect"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/internal/topology"
 )
 
 // A Locker takes fenced locks on a Redis server. It is safe for concurrent use by many
@@ -16,6 +17,7 @@ import (
 // subscription that wakes waiters.
 type Locker struct {
 	client redis.UniversalClient
+	topo   topology.Topology
 	cfg    config
 	waits  *waiting
 
@@ -25,27 +27,63 @@ type Locker struct {
 
 // New returns a Locker that keeps its locks on client: a *redis.Client (also from
 // redis.NewFailoverClient), a *redis.ClusterClient (also from redis.NewFailoverClusterClient)
-// or a *redis.Ring. New does not talk to Redis. An invalid option or a nil client does not
-// panic: every call on the Locker then returns an error wrapping [ErrInvalid].
+// or a *redis.Ring. A client of any other type, such as one that wraps a *redis.Client, is
+// taken for a single server: its pub/sub connection carries every resource's announcements,
+// one script takes a whole set of resources, and WithReplicas sends its WAIT through it. Wrap
+// a Cluster's or a Ring's client and those assumptions fail: give New the client itself.
+// New does not talk to Redis. An invalid option or a nil client does not panic: every call
+// on the Locker then returns an error wrapping [ErrInvalid].
 //
 // A Ring spreads resources over independent servers; adding or removing a shard moves a
 // resource to a server whose counter is lower, so tokens stop increasing. Prefer a Client or
-// a ClusterClient. On a Ring, waiters poll instead of subscribing.
+// a ClusterClient. On a Ring, waiters poll instead of subscribing, and WithReplicas is an
+// error.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
-	l := &Locker{client: client, cfg: defaultConfig(), done: make(chan struct{})}
+	l := &Locker{client: client, topo: topology.Of(client), cfg: defaultConfig(), done: make(chan struct{})}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&l.cfg)
 		}
 	}
-	if isNil(client) && l.cfg.err == nil {
+	switch {
+	case l.cfg.err != nil:
+	case isNil(client):
 		l.cfg.err = invalidf("nil redis client")
-	}
-	if l.cfg.err == nil {
+	case l.cfg.mode.shared:
+		l.cfg.err = invalidf("Shared applies to one call, not to a Locker")
+	default:
 		l.cfg.err = l.cfg.conflict()
 	}
-	l.waits = newWaiting(client, l.cfg.err == nil, l.passOn, l.done)
+	l.waits = newWaiting(client, l.topo, l.cfg.err == nil, l.passOn, l.done)
 	return l
+}
+
+// Client returns the Redis client the Locker was created with.
+func (l *Locker) Client() redis.UniversalClient { return l.client }
+
+// Settings are a Locker's own settings, as [New] resolved them: the defaults of every call,
+// and the settings that are the Locker's alone. [Locker.Settings] returns them.
+type Settings struct {
+	TTL             time.Duration // WithTTL
+	Prefix          string        // WithPrefix
+	MaxWait         time.Duration // WithMaxWait; -1: until the context ends
+	Limit           int           // WithLimit; 1: exclusive
+	Replicas        int           // WithReplicas: the replicas that must acknowledge an acquisition
+	ReplicaTimeout  time.Duration // WithReplicas
+	ServerTimeFloor bool          // WithServerTimeFloor, or implied by WithCounterExpiry
+	CounterExpiry   time.Duration // WithCounterExpiry; 0: counters never expire
+	RetryMin        time.Duration // WithRetryBackoff
+	RetryMax        time.Duration // WithRetryBackoff
+}
+
+// Settings returns the Locker's settings, for diagnostics (package servercheck uses them).
+func (l *Locker) Settings() Settings {
+	c := &l.cfg
+	return Settings{
+		TTL: c.ttl, Prefix: c.prefix, MaxWait: c.maxWait, Limit: max(c.mode.limit, 1),
+		Replicas: c.replicas, ReplicaTimeout: c.replicaTO, ServerTimeFloor: c.timeFloor,
+		CounterExpiry: c.expiry, RetryMin: c.pollMin, RetryMax: c.pollMax,
+	}
 }
 
 func isNil(c redis.UniversalClient) bool {
@@ -91,25 +129,34 @@ func (l *Locker) Close() error {
 // nothing is held. A call refused before it reaches Redis (invalid input, a closed Locker, a
 // context already done) sends nothing, and hooks still observe it. Options override the
 // Locker's settings for this call, such as [WithTTL].
-func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...Option) (*Lock, error) {
+func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...CallOption) (*Lock, error) {
 	cfg := l.cfg.with(opts)
 	ctx = cfg.hooks.start(ctx, OpTryAcquire, resource)
 	begin := time.Now()
 	var lock *Lock
-	var r attemptReply
+	var busy *BusyError
 	attempts := 0
 	err := l.check(ctx, cfg, resource)
 	if err == nil {
 		attempts = 1
-		lock, r, err = l.attempt(ctx, cfg, resource, cfg.keys(resource), "", "")
+		var locks []*Lock
+		var r attemptReply
+		locks, r, err = l.attempt(ctx, cfg, []member{{name: resource, keys: resourceKeys(cfg.prefix, resource)}}, "", "")
+		switch {
+		case err != nil:
+			err = opErr("acquire", resource, err)
+		case len(locks) > 0:
+			lock = locks[0]
+		default:
+			busy, err = r.busy, r.busy
+		}
 	}
 	ev := Event{Op: OpTryAcquire, Resource: resource, Attempts: attempts, Elapsed: time.Since(begin)}
 	switch {
+	case busy != nil:
+		ev.Outcome = OutcomeBusy
 	case err != nil:
 		ev.Outcome, ev.Err = outcomeOf(err), err
-	case lock == nil:
-		ev.Outcome = OutcomeBusy
-		err = &busyError{resource: resource, retryAfter: r.pttl}
 	default:
 		ev.Outcome, ev.Token, ev.ClockBehind = OutcomeAcquired, lock.token, lock.behind
 	}
@@ -138,7 +185,7 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...Option
 // connection, a timeout, LOADING, READONLY, CLUSTERDOWN, MASTERDOWN, TRYAGAIN, BUSY: a restart
 // or a failover) and checks again with a back-off, for up to 30s of them in a row; the
 // error that ends the wait then also matches the last of them. Any other error ends it at once.
-func (l *Locker) Acquire(ctx context.Context, resource string, opts ...Option) (*Lock, error) {
+func (l *Locker) Acquire(ctx context.Context, resource string, opts ...CallOption) (*Lock, error) {
 	return l.acquire(ctx, l.cfg.with(opts), resource)
 }
 
@@ -193,48 +240,6 @@ func outcomeOf(err error) Outcome {
 		return OutcomeBusy
 	}
 	return OutcomeError
-}
-
-// busyError is TryAcquire's error when another owner holds the lock, and Acquire's when its
-// wait ended.
-type busyError struct {
-	resource   string
-	retryAfter time.Duration
-	waited     time.Duration // Acquire: how long it waited; 0 for a single attempt
-	ahead      int           // with waited: waiters ahead in the queue when it left, -1 unknown
-}
-
-func (e *busyError) Error() string {
-	if e.retryAfter == lateReply {
-		return fmt.Sprintf("fencing: not acquired: %q: Redis replied after the lease could have run out", e.resource)
-	}
-	msg := fmt.Sprintf("fencing: not acquired: %q is held by another owner", e.resource)
-	if e.waited <= 0 {
-		return msg
-	}
-	msg += fmt.Sprintf(" after waiting %v", e.waited.Round(time.Millisecond))
-	switch {
-	case e.ahead == 0:
-		msg += ", first in the queue"
-	case e.ahead == 1:
-		msg += ", 1 waiter ahead"
-	case e.ahead > 1:
-		msg += fmt.Sprintf(", %d waiters ahead", e.ahead)
-	}
-	return msg
-}
-
-func (e *busyError) Is(target error) bool { return target == ErrNotAcquired }
-
-// RetryAfter reports how long the holder's lease had left when an acquisition failed because
-// the resource was busy: the remaining TTL reported by Redis in the same round trip. The
-// second result is false when err carries no such figure.
-func RetryAfter(err error) (time.Duration, bool) {
-	var b *busyError
-	if errors.As(err, &b) && b.retryAfter > 0 {
-		return b.retryAfter, true
-	}
-	return 0, false
 }
 
 // isDone reports whether done is closed.

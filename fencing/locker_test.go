@@ -25,7 +25,7 @@ func newLocker(t *testing.T, r *redistest.Redis, opts ...fencing.Option) *fencin
 	return l
 }
 
-func mustAcquire(t *testing.T, l *fencing.Locker, resource string, opts ...fencing.Option) *fencing.Lock {
+func mustAcquire(t *testing.T, l *fencing.Locker, resource string, opts ...fencing.CallOption) *fencing.Lock {
 	t.Helper()
 	lock, err := l.TryAcquire(t.Context(), resource, opts...)
 	if err != nil {
@@ -165,18 +165,20 @@ func TestInvalidInput(t *testing.T) {
 		name     string
 		locker   *fencing.Locker
 		resource string
-		opts     []fencing.Option
+		opts     []fencing.CallOption
 	}{
 		{"empty resource", l, "", nil},
 		{"oversized resource", l, strings.Repeat("x", fencing.MaxResourceLen+1), nil},
-		{"zero ttl", l, "r", []fencing.Option{fencing.WithTTL(0)}},
-		{"negative ttl", l, "r", []fencing.Option{fencing.WithTTL(-time.Second)}},
-		{"sub-millisecond ttl", l, "r", []fencing.Option{fencing.WithTTL(time.Microsecond)}},
-		{"huge ttl", l, "r", []fencing.Option{fencing.WithTTL(math.MaxInt64)}},
-		{"brace in prefix", l, "r", []fencing.Option{fencing.WithPrefix("a{b")}},
+		{"zero ttl", l, "r", []fencing.CallOption{fencing.WithTTL(0)}},
+		{"negative ttl", l, "r", []fencing.CallOption{fencing.WithTTL(-time.Second)}},
+		{"sub-millisecond ttl", l, "r", []fencing.CallOption{fencing.WithTTL(time.Microsecond)}},
+		{"huge ttl", l, "r", []fencing.CallOption{fencing.WithTTL(math.MaxInt64)}},
+		{"brace in prefix", fencing.New(r.Client, fencing.WithPrefix("a{b")), "r", nil},
 		{"nil client", fencing.New(nil), "r", nil},
 		{"typed nil client", fencing.New((*redis.Client)(nil)), "r", nil},
-		{"bad backoff", l, "r", []fencing.Option{fencing.WithRetryBackoff(time.Second, time.Millisecond)}},
+		{"bad backoff", fencing.New(r.Client, fencing.WithRetryBackoff(time.Second, time.Millisecond)), "r", nil},
+		{"shared with a limit", l, "r", []fencing.CallOption{fencing.Shared(), fencing.WithLimit(2)}},
+		{"shared locker", fencing.New(r.Client, fencing.Shared()), "r", nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -438,8 +440,8 @@ func (h afterAcquireHook) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 func (h afterAcquireHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if name := cmd.Name(); err == nil && (name == "evalsha" || name == "eval") && len(cmd.Args()) == 3+3+3 {
-			h.fn() // three keys and three arguments: the acquire script's single attempt
+		if name := cmd.Name(); err == nil && (name == "evalsha" || name == "eval") && len(cmd.Args()) == 3+3+2 {
+			h.fn() // three keys and two arguments: the acquire script's uncontended attempt
 		}
 		return err
 	}

@@ -5,11 +5,8 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // MaxResources is the most distinct resources one call on a set accepts.
@@ -59,14 +56,19 @@ func (s *LockSet) Release(ctx context.Context) error {
 	if s == nil || len(s.locks) == 0 {
 		return opErr("release", "", ErrNotHeld)
 	}
+	return joinAll(nonNil(s.releaseAll(ctx)))
+}
+
+// releaseAll releases the set's locks, observed by the hooks as one OpReleaseAll, and returns
+// the error of each, nil for those released.
+func (s *LockSet) releaseAll(ctx context.Context) []error {
 	ctx = s.hooks.start(ctx, OpReleaseAll, "")
 	begin := time.Now()
 	errs := s.release(ctx)
-	err := joinAll(nonNil(errs))
-	ev := s.event(OpReleaseAll, begin, err, errs)
+	ev := s.event(OpReleaseAll, begin, joinAll(nonNil(errs)), errs)
 	ev.Held = time.Since(s.locks[0].acquired)
 	s.hooks.end(ctx, ev)
-	return err
+	return errs
 }
 
 // release releases the set's locks and returns the error of each, nil for those released.
@@ -83,18 +85,9 @@ func (s *LockSet) release(ctx context.Context) []error {
 		}
 		ks, values, which = append(ks, k.keys), append(values, k.value), append(which, i)
 	}
-	held, rerrs := s.locker.releaseSet(ctx, ks, values)
+	held, rerrs := s.locker.release(ctx, ks, values, mode{}, nil)
 	for j, i := range which {
-		k := s.locks[i]
-		switch {
-		case rerrs[j] != nil:
-			errs[i] = opErr("release", k.resource, rerrs[j])
-		case !held[j]:
-			errs[i] = opErr("release", k.resource, ErrNotHeld)
-		default:
-			k.released.Store(true)
-			k.validUntil.Store(0)
-		}
+		errs[i] = s.locks[i].releasedAs(held[j], rerrs[j])
 	}
 	return errs
 }
@@ -131,22 +124,13 @@ func (s *LockSet) extendAll(ctx context.Context, ttl time.Duration, op Op) ([]er
 	ms := millis(ttl)
 	calls := make([]scriptCall, len(s.locks))
 	for i, k := range s.locks {
-		calls[i] = scriptCall{keys: []string{k.keys.lock}, args: []any{k.value, ms}}
+		calls[i] = scriptCall{keys: []string{k.keys.lock}, args: k.extendArgs(ms)}
 	}
-	cmds := s.locker.pipeScripts(ctx, extendAllScript, calls)
+	cmds := s.locker.pipeScripts(ctx, extendScript, calls, nil)
 	errs := make([]error, len(s.locks))
 	for i, k := range s.locks {
-		n, err := cmds[i].Int64()
-		switch {
-		case err != nil:
-			errs[i] = opErr("extend", k.resource, err)
-		case n == flagNotHeld:
-			errs[i] = opErr("extend", k.resource, ErrNotHeld)
-		case n != flagAcquired:
-			errs[i] = opErr("extend", k.resource, errors.New("unexpected reply "+strconv.FormatInt(n, 10)))
-		default:
-			k.setValidUntil(begin, time.Duration(ms)*time.Millisecond)
-		}
+		res, err := cmds[i].Result()
+		errs[i] = k.extended(begin, ms, res, err)
 	}
 	s.hooks.end(ctx, s.event(op, begin, joinAll(nonNil(errs)), errs))
 	return errs, nil
@@ -186,7 +170,7 @@ func (s *LockSet) names() []string {
 // more than [MaxResources] distinct ones) returns an error wrapping [ErrInvalid] and sends
 // nothing. Any other error means nothing is held. Options override the Locker's settings for
 // this call.
-func (l *Locker) TryAcquireAll(ctx context.Context, resources []string, opts ...Option) (*LockSet, error) {
+func (l *Locker) TryAcquireAll(ctx context.Context, resources []string, opts ...CallOption) (*LockSet, error) {
 	cfg := *l.cfg.with(opts)
 	cfg.maxWait = 0
 	return l.acquireAll(ctx, &cfg, OpTryAcquireAll, resources)
@@ -216,15 +200,8 @@ func (l *Locker) TryAcquireAll(ctx context.Context, resources []string, opts ...
 // resource. Bad
 // input returns an error wrapping [ErrInvalid] as for [Locker.TryAcquireAll], and sends
 // nothing.
-func (l *Locker) AcquireAll(ctx context.Context, resources []string, opts ...Option) (*LockSet, error) {
+func (l *Locker) AcquireAll(ctx context.Context, resources []string, opts ...CallOption) (*LockSet, error) {
 	return l.acquireAll(ctx, l.cfg.with(opts), OpAcquireAll, resources)
-}
-
-// member is one resource of a set.
-type member struct {
-	name string
-	keys keys
-	slot uint16 // its Cluster hash slot; 0 unless the client is a Cluster's
 }
 
 // acquireAll is TryAcquireAll and AcquireAll with the call's settings resolved.
@@ -262,22 +239,19 @@ func (l *Locker) acquireAll(ctx context.Context, cfg *config, op Op, resources [
 
 // members validates resources and returns them deduplicated, in the canonical order.
 func (l *Locker) members(cfg *config, resources []string) ([]member, error) {
-	if cfg.limit > 1 {
-		return nil, invalidf("WithLimit(%d) applies to one resource, not to a set", cfg.limit)
+	if !cfg.mode.exclusive() {
+		return nil, invalidf("%s applies to one resource, not to a set", cfg.mode)
 	}
 	if len(resources) == 0 {
 		return nil, invalidf("empty set of resources")
 	}
-	_, cluster := l.client.(*redis.ClusterClient)
 	ms := make([]member, len(resources))
 	for i, r := range resources {
 		if err := validResource(r); err != nil {
 			return nil, err
 		}
 		ms[i] = member{name: r, keys: resourceKeys(cfg.prefix, r)}
-		if cluster {
-			ms[i].slot = slot(ms[i].keys.lock)
-		}
+		ms[i].slot = l.topo.Slot(ms[i].keys.lock)
 	}
 	slices.SortFunc(ms, func(a, b member) int {
 		if c := cmp.Compare(a.slot, b.slot); c != 0 {
@@ -292,28 +266,20 @@ func (l *Locker) members(cfg *config, resources []string) ([]member, error) {
 	return ms, nil
 }
 
-// groups splits ms, in order, into the runs that one script can take: all of them on a
-// *redis.Client, those of one slot on a *redis.ClusterClient, one each otherwise (a Ring
-// spreads resources over servers).
-func (l *Locker) groups(ms []member) [][]member {
-	switch l.client.(type) {
-	case *redis.Client:
-		return [][]member{ms}
-	case *redis.ClusterClient:
-		var gs [][]member
-		for start := 0; start < len(ms); {
-			end := start + 1
+// groups splits ms, in order, into the runs that one script can take: all of them on one
+// server, those of one slot on a Cluster, one each on a Ring (which spreads resources over
+// servers), and one each with WithReplicas (each takes its own WAIT).
+func (l *Locker) groups(cfg *config, ms []member) [][]member {
+	var gs [][]member
+	for start := 0; start < len(ms); {
+		end := start + 1
+		if l.topo.OneScript() && cfg.replicas == 0 {
 			for end < len(ms) && ms[end].slot == ms[start].slot {
 				end++
 			}
-			gs = append(gs, ms[start:end])
-			start = end
 		}
-		return gs
-	}
-	gs := make([][]member, len(ms))
-	for i := range ms {
-		gs[i] = ms[i : i+1]
+		gs = append(gs, ms[start:end])
+		start = end
 	}
 	return gs
 }
@@ -329,6 +295,13 @@ func (l *Locker) takeAll(ctx context.Context, cfg *config, ms []member) (set *Lo
 	// While waiting, the locks already taken are renewed; losing one ends the wait.
 	var keep []*renewer
 	wait, lose := ctx, context.CancelCauseFunc(nil)
+	renew := func(k *Lock) {
+		if lose == nil {
+			wait, lose = context.WithCancelCause(ctx)
+		}
+		h := &hold{locks: []*Lock{k}}
+		keep = append(keep, startRenewer(wait, cfg, h.locks, h.extend, func(*Lock) context.CancelCauseFunc { return named(lose, k.resource) }))
+	}
 	defer func() {
 		for _, r := range keep {
 			r.stop()
@@ -351,40 +324,31 @@ func (l *Locker) takeAll(ctx context.Context, cfg *config, ms []member) (set *Lo
 			set = nil
 			return
 		}
-		// A lock renewed while waiting, or granted from a queue with a short lease, goes on
-		// to the TTL as a single Acquire's does.
 		ttl := time.Duration(millis(cfg.ttl)) * time.Millisecond
 		for _, k := range set.locks {
-			k.mu.Lock()
-			pending := k.later != nil
-			k.mu.Unlock()
-			if !pending && time.Until(k.deadline()) < ttl/2 {
-				k.extendLater(cfg, ttl)
-			}
+			k.keepUp(ttl)
 		}
 	}()
-	for _, g := range l.groups(ms) {
-		rest := g
+	for _, g := range l.groups(cfg, ms) {
 		if cfg.replicas == 0 {
 			attempts++
-			locks, busy, err := l.attemptAll(wait, cfg, g)
+			locks, r, err := l.attempt(wait, cfg, g, "", "")
 			set.locks = append(set.locks, locks...)
 			if err != nil {
 				return set, g[len(locks)].name, attempts, opErr("acquire all", "", err)
 			}
-			if busy == nil {
+			if r.busy == nil {
 				continue
 			}
 			if cfg.maxWait == 0 {
-				return set, busy.resource, attempts, opErr("acquire all", "", busy)
+				return set, r.busy.Resource, attempts, opErr("acquire all", "", r.busy)
 			}
-			rest = g[len(locks):]
+			g = g[len(locks):]
 		}
-		for _, m := range rest {
-			if lose == nil && len(set.locks) > 0 {
-				wait, lose = context.WithCancelCause(ctx)
+		for _, m := range g {
+			if lose == nil {
 				for _, k := range set.locks {
-					keep = append(keep, k.keepAlive(wait, cfg, named(lose, k.resource)))
+					renew(k)
 				}
 			}
 			wcfg := *cfg
@@ -397,300 +361,8 @@ func (l *Locker) takeAll(ctx context.Context, cfg *config, ms []member) (set *Lo
 				return set, m.name, attempts, opErr("acquire all", "", err)
 			}
 			set.locks = append(set.locks, lock)
-			if lose == nil {
-				wait, lose = context.WithCancelCause(ctx)
-			}
-			keep = append(keep, lock.keepAlive(wait, cfg, named(lose, lock.resource)))
+			renew(lock)
 		}
 	}
 	return set, "", attempts, nil
-}
-
-// named returns cancel with a cause that names resource, the lock that was lost.
-func named(cancel context.CancelCauseFunc, resource string) context.CancelCauseFunc {
-	return func(cause error) { cancel(opErr("renew", resource, cause)) }
-}
-
-// attemptAll runs the multi-resource acquire script once on g, whose keys one script can
-// take. It returns the locks it took, in order, and when not all, the busy error of the next;
-// on an error, nothing is held.
-func (l *Locker) attemptAll(ctx context.Context, cfg *config, g []member) ([]*Lock, *busyError, error) {
-	owner, err := newOwner()
-	if err != nil {
-		return nil, nil, err
-	}
-	ms := millis(cfg.ttl)
-	ks := make([]string, 0, 3*len(g))
-	for _, m := range g {
-		ks = append(ks, m.keys.lock, m.keys.fence, m.keys.queue)
-	}
-	sent := time.Now()
-	res, err := acquireAllScript.runKeys(ctx, l.client, ks, owner, ms, cfg.opts(l.waits.publish)).Result()
-	if err != nil {
-		// Unless Redis answered with an error, the script may have run: free what it took.
-		var reply redis.Error
-		if !errors.As(err, &reply) {
-			l.releaseOwners(ctx, g, owner)
-		}
-		if ctx.Err() != nil {
-			return nil, nil, join(ErrNotAcquired, ctx.Err())
-		}
-		return nil, nil, err
-	}
-	flag, behind, pttl, tokens, err := parseAcquireAll(res, len(g))
-	if err != nil {
-		l.releaseOwners(ctx, g, owner)
-		return nil, nil, err
-	}
-	locks := make([]*Lock, len(tokens))
-	for i, token := range tokens {
-		k := &Lock{
-			locker:   l,
-			hooks:    cfg.hooks,
-			resource: g[i].name,
-			keys:     g[i].keys,
-			value:    owner + ":" + strconv.FormatInt(token, 10),
-			token:    token,
-			acquired: sent,
-			behind:   time.Duration(behind) * time.Microsecond,
-		}
-		k.setValidUntil(sent, time.Duration(ms)*time.Millisecond)
-		locks[i] = k
-	}
-	if err := ctx.Err(); err != nil {
-		l.releaseOwners(ctx, g, owner)
-		return nil, nil, join(ErrNotAcquired, err)
-	}
-	if len(locks) > 0 && !locks[0].valid() {
-		// The reply came back after the leases could have run out: count it as busy.
-		l.releaseOwners(ctx, g, owner)
-		return nil, &busyError{resource: g[0].name, retryAfter: lateReply}, nil
-	}
-	if flag == flagAcquired {
-		return locks, nil, nil
-	}
-	return locks, &busyError{resource: g[len(locks)].name, retryAfter: time.Duration(pttl) * time.Millisecond}, nil
-}
-
-// parseAcquireAll decodes the reply of acquireall.lua for n resources.
-func parseAcquireAll(res any, n int) (flag, behind, pttl int64, tokens []int64, err error) {
-	arr, _ := res.([]any)
-	if len(arr) < 2 {
-		return 0, 0, 0, nil, errors.New("unexpected reply")
-	}
-	flag, _ = arr[0].(int64)
-	var raw []any
-	switch flag {
-	case flagAcquired:
-		behind, _ = arr[1].(int64)
-		raw = arr[2:]
-		if len(raw) != n {
-			return 0, 0, 0, nil, errors.New("unexpected reply: wrong number of tokens")
-		}
-	case flagBusy:
-		if len(arr) < 3 {
-			return 0, 0, 0, nil, errors.New("unexpected reply")
-		}
-		taken, _ := arr[1].(int64)
-		pttl, _ = arr[2].(int64)
-		raw = arr[3:]
-		if int64(len(raw)) != taken || taken >= int64(n) {
-			return 0, 0, 0, nil, errors.New("unexpected reply: wrong number of tokens")
-		}
-	default:
-		return 0, 0, 0, nil, errors.New("unexpected reply")
-	}
-	tokens = make([]int64, len(raw))
-	for i, v := range raw {
-		if tokens[i], err = parseToken(v); err != nil {
-			return 0, 0, 0, nil, err
-		}
-	}
-	return flag, behind, pttl, tokens, nil
-}
-
-// releaseOwners frees whatever locks of g owner holds, with a fresh, short context. Errors are
-// ignored: the leases run out by themselves.
-func (l *Locker) releaseOwners(ctx context.Context, g []member, owner string) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	ks := make([]keys, len(g))
-	values := make([]string, len(g))
-	for i, m := range g {
-		ks[i], values[i] = m.keys, owner+":"
-	}
-	l.releaseAll(rctx, ks, values)
-}
-
-// releaseAll runs the release script for each lock value (see release) in one pipeline and
-// reports for each whether it held the lock, or its error.
-func (l *Locker) releaseAll(ctx context.Context, ks []keys, values []string) ([]bool, []error) {
-	held, errs := make([]bool, len(ks)), make([]error, len(ks))
-	if len(ks) == 0 {
-		return held, errs
-	}
-	calls := make([]scriptCall, len(ks))
-	for i, k := range ks {
-		calls[i] = scriptCall{keys: k.script(), args: l.releaseArgs(k, values[i])}
-	}
-	sent := time.Now()
-	for i, cmd := range l.pipeScripts(ctx, releaseScript, calls) {
-		res, err := cmd.Result()
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		held[i], errs[i] = l.releaseReply(ks[i], sent, values[i], res)
-	}
-	return held, errs
-}
-
-// releaseSet releases the locks of one acquisition of a set, as releaseAll does, with one
-// script for the locks of each server or Cluster slot (releaseall.lua, all in one pipeline), then
-// the release script for each lock that one left as it was (waiters queued, or not held).
-func (l *Locker) releaseSet(ctx context.Context, ks []keys, values []string) ([]bool, []error) {
-	held, errs := make([]bool, len(ks)), make([]error, len(ks))
-	var runs [][]int // indices of ks, one run per script
-	switch l.client.(type) {
-	case *redis.Client:
-		runs = [][]int{make([]int, len(ks))}
-		for i := range ks {
-			runs[0][i] = i
-		}
-	case *redis.ClusterClient:
-		bySlot := map[uint16]int{}
-		for i, k := range ks {
-			s := slot(k.lock)
-			j, ok := bySlot[s]
-			if !ok {
-				j = len(runs)
-				bySlot[s] = j
-				runs = append(runs, nil)
-			}
-			runs[j] = append(runs[j], i)
-		}
-	default:
-		return l.releaseAll(ctx, ks, values)
-	}
-	calls := make([]scriptCall, len(runs))
-	for j, run := range runs {
-		c := scriptCall{keys: make([]string, len(run)), args: make([]any, len(run))}
-		for n, i := range run {
-			c.keys[n], c.args[n] = ks[i].lock, values[i]
-		}
-		calls[j] = c
-	}
-	sent := time.Now()
-	var left []int // indices of ks for release.lua
-	for j, cmd := range l.pipeScripts(ctx, releaseAllScript, calls) {
-		flags, err := cmd.Slice()
-		if err == nil && len(flags) != len(runs[j]) {
-			err = errors.New("unexpected reply")
-		}
-		for n, i := range runs[j] {
-			switch {
-			case err != nil:
-				left = append(left, i)
-			case flags[n] == int64(flagReleased):
-				held[i] = true
-				l.waits.released(ks[i], sent, values[i], "", 0)
-			default:
-				left = append(left, i)
-			}
-		}
-	}
-	if len(left) == 0 {
-		return held, errs
-	}
-	lks, lvalues := make([]keys, len(left)), make([]string, len(left))
-	for n, i := range left {
-		lks[n], lvalues[n] = ks[i], values[i]
-	}
-	lheld, lerrs := l.releaseAll(ctx, lks, lvalues)
-	for n, i := range left {
-		held[i], errs[i] = lheld[n], lerrs[n]
-	}
-	return held, errs
-}
-
-// scriptCall is one run of a script: its keys and arguments.
-type scriptCall struct {
-	keys []string
-	args []any
-}
-
-// pipeScripts runs s once per call, with EVALSHA in one pipeline (one round trip per server),
-// then the calls that Redis answered with NOSCRIPT again with EVAL, in a second pipeline.
-func (l *Locker) pipeScripts(ctx context.Context, s *script, calls []scriptCall) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(calls))
-	if len(calls) == 1 {
-		cmds[0] = s.runKeys(ctx, l.client, calls[0].keys, calls[0].args...)
-		return cmds
-	}
-	send := func(verb string, body any, which []int) {
-		pipe := l.client.Pipeline()
-		for _, i := range which {
-			c := calls[i]
-			args := make([]any, 0, 3+len(c.keys)+len(c.args))
-			args = append(args, verb, body, len(c.keys))
-			for _, k := range c.keys {
-				args = append(args, k)
-			}
-			args = append(args, c.args...)
-			cmd := redis.NewCmd(ctx, args...)
-			cmd.SetFirstKeyPos(3)
-			_ = pipe.Process(ctx, cmd)
-			cmds[i] = cmd
-		}
-		_, _ = pipe.Exec(ctx)
-	}
-	all := make([]int, len(calls))
-	for i := range all {
-		all[i] = i
-	}
-	send("evalsha", s.sha, all)
-	var unknown []int
-	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
-			unknown = append(unknown, i)
-		}
-	}
-	if len(unknown) > 0 {
-		send("eval", s.src, unknown)
-	}
-	return cmds
-}
-
-// slot returns the Redis Cluster hash slot of key (HASH_SLOT): CRC16 (XMODEM) of its hash
-// tag, or of the whole key when it has no non-empty {…} section, modulo 16384.
-func slot(key string) uint16 {
-	if s := strings.IndexByte(key, '{'); s >= 0 {
-		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
-			key = key[s+1 : s+1+e]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc % 16384
-}
-
-// BusyResource returns the resource that was busy when an acquisition failed because of it:
-// the one named in the error of [Locker.TryAcquireAll], [Locker.AcquireAll] or [Locker.DoAll]
-// (or of a single TryAcquire, Acquire or Do). The second result is false when err carries
-// none.
-func BusyResource(err error) (string, bool) {
-	var b *busyError
-	if errors.As(err, &b) {
-		return b.resource, true
-	}
-	return "", false
 }

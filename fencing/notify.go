@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/internal/topology"
 )
 
 // Notifications (see docs/waiting.md). A Locker's notifier keeps it subscribed to the
@@ -60,10 +62,10 @@ func (serverRoute) refresh(context.Context) {}
 
 // clusterRoute is a Cluster: a channel is heard on the primary that owns its slot, through a
 // PubSub of go-redis's client for that node (which always dials that node's address).
-type clusterRoute struct{ c *redis.ClusterClient }
+type clusterRoute struct{ topo topology.Topology }
 
 func (r clusterRoute) owner(ctx context.Context, ch string) (string, func() *redis.PubSub, error) {
-	node, err := r.c.MasterForKey(ctx, ch)
+	node, err := r.topo.ClusterClient().MasterForKey(ctx, ch)
 	if err != nil {
 		return "", nil, err
 	}
@@ -77,11 +79,8 @@ func (clusterRoute) subscribe(ctx context.Context, ps *redis.PubSub, ch string, 
 	return ps.SUnsubscribe(ctx, ch)
 }
 
-// refresh reloads go-redis's slot map at once: ForEachMaster reloads it before it calls
-// anything (ReloadState only schedules a reload).
-func (r clusterRoute) refresh(ctx context.Context) {
-	_ = r.c.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil })
-}
+// refresh reloads go-redis's slot map at once.
+func (r clusterRoute) refresh(ctx context.Context) { r.topo.Refresh(ctx) }
 
 // A listener is told what a notifier hears. Its methods are called from the connections'
 // reader goroutines and must not block on the notifier.

@@ -26,45 +26,93 @@ const (
 	MaxLimit = 1024
 )
 
-// An Option configures a [Locker] when given to [New], or one call when given to
-// [Locker.TryAcquire], [Locker.Acquire] or [Locker.Do], where it overrides the Locker's
-// setting for that call only.
+// An Option configures a [Locker]: give it to [New]. The settings that every process locking
+// the same resources must agree on ([WithPrefix], [WithServerTimeFloor],
+// [WithCounterExpiry]) and the Locker's own ([WithRetryBackoff]) are Options only. The
+// others are also a [CallOption], a default in New and an override in one call.
 type Option interface {
 	apply(*config)
 }
 
-type optionFunc func(*config)
+// A CallOption configures one call of [Locker.TryAcquire], [Locker.Acquire], [Locker.Do],
+// [Locker.TryAcquireAll], [Locker.AcquireAll], [Locker.DoAll] or [Locker.Lead], where it
+// overrides the Locker's setting for that call only. Every CallOption is also an [Option]:
+// given to [New], it sets the Locker's default (except [Shared], which applies to one call).
+type CallOption interface {
+	Option
+	callOption()
+}
 
-func (f optionFunc) apply(c *config) { f(c) }
+// lockerOption is an Option that only New takes.
+type lockerOption func(*config)
+
+func (f lockerOption) apply(c *config) { f(c) }
+
+// callOption is an Option that New and every call take.
+type callOption func(*config)
+
+func (f callOption) apply(c *config) { f(c) }
+func (callOption) callOption()       {}
 
 // config is a Locker's settings; one call may use a modified copy.
 type config struct {
 	ttl       time.Duration
 	prefix    string
-	retryMin  time.Duration
-	retryMax  time.Duration
+	pollMin   time.Duration // WithRetryBackoff
+	pollMax   time.Duration
 	replicas  int
 	replicaTO time.Duration
 	timeFloor bool
 	expiry    time.Duration // the fence counter's idle expiry; 0: never
 	maxWait   time.Duration // < 0: wait until the context ends
-	limit     int           // holders at once (WithLimit); 0 and 1 mean one
+	mode      mode
 	hooks     hookList
 	err       error // the first invalid option, returned by every call
 }
 
+// mode is the kind of an acquisition (see lib.lua): exclusive, shared, or one of limit slots.
+type mode struct {
+	shared bool
+	limit  int // 0 or 1: one holder at a time (unless shared); n > 1: one of n slots
+}
+
+// arg returns the scripts' kind argument: "x", "shared" or the limit.
+func (m mode) arg() string {
+	switch {
+	case m.shared:
+		return "shared"
+	case m.limit > 1:
+		return strconv.Itoa(m.limit)
+	}
+	return "x"
+}
+
+// exclusive reports whether m is the exclusive lock.
+func (m mode) exclusive() bool { return !m.shared && m.limit <= 1 }
+
+// String names m in errors: "exclusive", "shared" or "limit n".
+func (m mode) String() string {
+	switch {
+	case m.shared:
+		return "shared"
+	case m.limit > 1:
+		return "limit " + strconv.Itoa(m.limit)
+	}
+	return "exclusive"
+}
+
 func defaultConfig() config {
 	return config{
-		ttl:      DefaultTTL,
-		prefix:   DefaultPrefix,
-		retryMin: 50 * time.Millisecond,
-		retryMax: time.Second,
-		maxWait:  -1,
+		ttl:     DefaultTTL,
+		prefix:  DefaultPrefix,
+		pollMin: 50 * time.Millisecond,
+		pollMax: time.Second,
+		maxWait: -1,
 	}
 }
 
-// with returns c with opts applied, or c itself when there are none.
-func (c *config) with(opts []Option) *config {
+// with returns c with a call's opts applied, or c itself when there are none.
+func (c *config) with(opts []CallOption) *config {
 	if len(opts) == 0 {
 		return c
 	}
@@ -81,8 +129,8 @@ func (c *config) with(opts []Option) *config {
 // WithTTL sets the lease length: how long the lock stays held without renewal. Default:
 // [DefaultTTL] (30s). It must be between [MinTTL] and [MaxTTL]; otherwise every call returns
 // an error wrapping [ErrInvalid].
-func WithTTL(d time.Duration) Option {
-	return optionFunc(func(c *config) {
+func WithTTL(d time.Duration) CallOption {
+	return callOption(func(c *config) {
 		if err := validTTL(d); err != nil && c.err == nil {
 			c.err = err
 		}
@@ -94,7 +142,7 @@ func WithTTL(d time.Duration) Option {
 // [DefaultPrefix] ("fencing:"). It must not contain '{' or '}', which would break the keys'
 // hash tag; otherwise every call returns an error wrapping [ErrInvalid].
 func WithPrefix(p string) Option {
-	return optionFunc(func(c *config) {
+	return lockerOption(func(c *config) {
 		if strings.ContainsAny(p, "{}") && c.err == nil {
 			c.err = invalidf("prefix %q contains '{' or '}'", p)
 		}
@@ -112,46 +160,67 @@ func WithPrefix(p string) Option {
 // ahead of them.
 //
 // The limit is recorded in Redis with the holders. A call that asks for another limit than
-// the one the resource's live holders use (limit 1 included) returns an error wrapping
-// [ErrInvalid] that names both, and changes nothing; once no holder is left, the new limit
-// takes effect. Every caller of a resource should use the same limit. n must be between 1
-// and [MaxLimit]; otherwise every call returns an error wrapping [ErrInvalid] and sends
-// nothing.
+// the one the resource's live holders use (limit 1 and [Shared] included) returns an error
+// wrapping [ErrInvalid] that names both, and changes nothing; once no holder is left, the new
+// limit takes effect. Every caller of a resource should use the same limit. n must be between
+// 1 and [MaxLimit]; otherwise every call returns an error wrapping [ErrInvalid] and sends
+// nothing. A limit above 1 with Shared, or with a set of resources, is an error too.
 //
 // A token orders the acquisitions but does not exclude the other n-1 holders: a store check
 // keyed by the resource would reject the older of two live holders. Fence per entity
 // written, or per holder slot (see docs/limits.md).
-func WithLimit(n int) Option {
-	return optionFunc(func(c *config) {
+func WithLimit(n int) CallOption {
+	return callOption(func(c *config) {
 		if (n < 1 || n > MaxLimit) && c.err == nil {
 			c.err = invalidf("limit %d out of range [1, %d]", n, MaxLimit)
 		}
-		c.limit = n
+		c.mode.limit = n
 	})
+}
+
+// Shared makes one acquisition shared: any number of shared holders may hold a resource at
+// once, and no exclusive holder while any does (a read/write lock; without Shared an
+// acquisition is exclusive). It works with [Locker.TryAcquire], [Locker.Acquire] and
+// [Locker.Do]. Waiting is the resource's one queue, first come, first served across both
+// kinds: a shared request that arrives while an exclusive one is queued waits behind it, so a
+// stream of readers never starves a writer, and a release that frees the resource for a run
+// of shared waiters at the head of the queue grants them all at once. Every acquisition, shared
+// or exclusive, takes the next token of the resource's one counter, so a writer's token is
+// above every reader's before it, and a reader's above every writer's before it (see
+// docs/shared.md for the store pattern).
+//
+// Shared with [WithLimit] above 1, with a set of resources ([Locker.DoAll],
+// [Locker.AcquireAll], [Locker.TryAcquireAll]) or with [Locker.Lead], and given to [New], is
+// an error wrapping [ErrInvalid], and nothing is sent. A shared request on a resource that
+// live holders hold with a limit above 1 (or the reverse) returns an error wrapping
+// ErrInvalid that names both, and changes nothing.
+func Shared() CallOption {
+	return callOption(func(c *config) { c.mode.shared = true })
 }
 
 // WithRetryBackoff sets how often a queued [Locker.Acquire] checks with Redis when no
 // announcement of a grant arrives: on a Ring, where nothing is announced, or until the
 // Locker's subscription is confirmed, it starts at min and doubles up to max, with ±20%
 // jitter; once subscribed, it checks every max. Either way it checks at least once a second,
-// which keeps its place in the queue alive (a place not renewed for 3s is dropped).
-// Default: 50ms to 1s. Values below 1ms, or max below min, are rejected with [ErrInvalid].
+// which keeps its place in the queue alive. Default: 50ms to 1s. Values below 1ms, or max
+// below min, are rejected with [ErrInvalid]. It sets nothing else: the retries of a failed
+// renewal or campaign have their own back-off (see [Locker.Do] and [Locker.Lead]).
 func WithRetryBackoff(min, max time.Duration) Option {
-	return optionFunc(func(c *config) {
+	return lockerOption(func(c *config) {
 		if (min < time.Millisecond || max < min) && c.err == nil {
 			c.err = invalidf("retry backoff %v..%v", min, max)
 		}
-		c.retryMin, c.retryMax = min, max
+		c.pollMin, c.pollMax = min, max
 	})
 }
 
 // WithMaxWait bounds how long [Locker.Acquire] and [Locker.Do] wait for a busy resource:
-// after d they give up with an error wrapping [ErrNotAcquired] (and [RetryAfter] reports
-// the holder's remaining TTL). WithMaxWait(0) makes a single attempt, as TryAcquire does.
-// Default: wait until the context ends. A negative d is rejected with [ErrInvalid].
-// It is meant as a per-call option; the Echo middleware and the Asynq adapter use it.
-func WithMaxWait(d time.Duration) Option {
-	return optionFunc(func(c *config) {
+// after d they give up with a [*BusyError] (matching [ErrNotAcquired]) whose RetryAfter is
+// the holder's remaining lease. WithMaxWait(0) makes a single attempt, as TryAcquire does.
+// Default: wait until the context ends. A negative d is rejected with [ErrInvalid]. It is
+// meant as a per-call option; the Echo middleware and the Asynq adapter use it.
+func WithMaxWait(d time.Duration) CallOption {
+	return callOption(func(c *config) {
 		if d < 0 && c.err == nil {
 			c.err = invalidf("max wait %v", d)
 		}
@@ -164,9 +233,9 @@ func WithMaxWait(d time.Duration) Option {
 // acknowledge, the lock is released and the call fails with [ErrNotReplicated]. This narrows,
 // but does not close, the window in which a failover loses a lock or a token (see the
 // README's guarantees). Default: 0 (no wait). timeout must be positive and below the
-// client's ReadTimeout. Not supported on a [redis.Ring].
-func WithReplicas(n int, timeout time.Duration) Option {
-	return optionFunc(func(c *config) {
+// client's ReadTimeout. Not supported on a [redis.Ring] (an error wrapping [ErrInvalid]).
+func WithReplicas(n int, timeout time.Duration) CallOption {
+	return callOption(func(c *config) {
 		if (n < 0 || (n > 0 && timeout <= 0)) && c.err == nil {
 			c.err = invalidf("replicas %d with timeout %v", n, timeout)
 		}
@@ -179,9 +248,10 @@ func WithReplicas(n int, timeout time.Duration) Option {
 // without persistence, a failover before replication, an eviction. It assumes the server
 // clocks do not step back and stay roughly in sync across a failover, and fewer than a million
 // acquisitions per second per resource. Tokens become large (about 1.8e15) but stay exact.
+// A grant from the queue follows the waiting Locker's setting, whichever Locker releases.
 // Default: off (tokens count 1, 2, 3, …).
 func WithServerTimeFloor() Option {
-	return optionFunc(func(c *config) { c.timeFloor = true })
+	return lockerOption(func(c *config) { c.timeFloor = true })
 }
 
 // WithCounterExpiry lets a resource's fence counter expire once no token has been issued for
@@ -189,12 +259,13 @@ func WithServerTimeFloor() Option {
 // [WithServerTimeFloor]: a counter created again starts at the server clock in
 // microseconds, above every token issued before it, as long as the server clock has not
 // stepped back by more than d (see the guarantees in docs/design.md). Every acquisition and
-// every grant from the queue resets the expiry in the same script. d must be at least
+// every grant from the queue resets the expiry in the same script; a grant follows the
+// waiting Locker's setting, whichever Locker releases. d must be at least
 // [MinCounterExpiry] and at least the lease ([WithTTL]); otherwise calls return an error
 // wrapping [ErrInvalid]. Every Locker that locks the same resources must use the same
 // setting. Default: counters never expire.
 func WithCounterExpiry(d time.Duration) Option {
-	return optionFunc(func(c *config) {
+	return lockerOption(func(c *config) {
 		if d < MinCounterExpiry && c.err == nil {
 			c.err = invalidf("counter expiry %v below %v", d, MinCounterExpiry)
 		}
@@ -202,35 +273,12 @@ func WithCounterExpiry(d time.Duration) Option {
 	})
 }
 
-// opts returns the scripts' opts argument for c (see grant.lua): publish, then '1' when
-// tokens are floored at the server clock ('0' otherwise), then the counter's expiry in
-// milliseconds, if any.
-func (c *config) opts(publish byte) string {
-	if !c.timeFloor && c.expiry == 0 {
-		switch publish { // the usual settings, without building them
-		case 'P':
-			return "P0"
-		case 'S':
-			return "S0"
-		case '-':
-			return "-0"
-		}
-	}
-	b := []byte{publish, '0'}
-	if c.timeFloor {
-		b[1] = '1'
-	}
-	if c.expiry > 0 {
-		b = strconv.AppendInt(b, millis(c.expiry), 10)
-	}
-	return string(b)
-}
-
 // WithHooks adds hooks that observe the Locker's operations (see [Hooks]); the tracing
-// package uses this seam. Several WithHooks options add up; hooks run in the order given.
-// Default: none, and then observation costs nothing.
-func WithHooks(h Hooks) Option {
-	return optionFunc(func(c *config) {
+// package uses this seam. Several WithHooks options add up, those of New and of a call
+// alike: hooks run in the order given, so give a set of hooks once. Default: none, and then
+// observation costs nothing.
+func WithHooks(h Hooks) CallOption {
+	return callOption(func(c *config) {
 		if h.Start != nil || h.End != nil || h.Lost != nil {
 			c.hooks = append(c.hooks, h)
 		}
@@ -240,10 +288,28 @@ func WithHooks(h Hooks) Option {
 // conflict returns an error wrapping ErrInvalid when c's options, each valid, cannot be
 // used together.
 func (c *config) conflict() error {
-	if c.expiry > 0 && c.ttl > c.expiry {
+	switch {
+	case c.expiry > 0 && c.ttl > c.expiry:
 		return invalidf("ttl %v exceeds the counter expiry %v", c.ttl, c.expiry)
+	case c.mode.shared && c.mode.limit > 1:
+		return invalidf("Shared with WithLimit(%d): a resource is shared or limited, not both", c.mode.limit)
 	}
 	return nil
+}
+
+// floorArg and expiryArg return the scripts' floor and expiry arguments for c.
+func (c *config) floorArg() string {
+	if c.timeFloor {
+		return "1"
+	}
+	return "0"
+}
+
+func (c *config) expiryArg() string {
+	if c.expiry == 0 {
+		return "0"
+	}
+	return strconv.FormatInt(millis(c.expiry), 10)
 }
 
 // validTTL returns an error wrapping ErrInvalid when d is not a usable lease length.

@@ -1,63 +1,80 @@
--- Keep a Locker's waiters in a resource's queue and find out whether the lock was granted to
--- one of them, for a waiter that heard nothing for a while (a lost announcement, a holder
--- that died).
--- KEYS[1], KEYS[2], KEYS[3]: the lock, fence and queue keys (see grant.lua).
--- ARGV[1]: the Locker's id; ARGV[2]: its waiter value "<lease ms>:<floor>:<since>".
--- ARGV[3]: opts (see grant.lua).
+-- Keep a Locker's waiters in a resource's queue and find out whether the resource was granted
+-- to some of them, for a waiter that heard nothing for a while (a lost announcement, a holder
+-- that died); see lib.lua.
+-- KEYS[1], KEYS[2], KEYS[3]: the resource's lock, fence and queue keys.
+-- ARGV[1]: id: the Locker's id.
+-- ARGV[2]: entry: its waiter value "<lease ms>:<floor>:<since>".
+-- ARGV[3]: publish: 'P', 'S' or '-' (see acquire.lua).
 -- ARGV[4] and on: the queue elements of the Locker's waiters that have not received a grant,
 --          longest-waiting first.
--- A free lock (its holder's lease ran out) goes to the first live waiter. Returns {2, element,
--- token, now} when the lock is granted to one of the waiters of ARGV[4..] (now is 1 when this
--- call granted it, 0 when it was granted before), and otherwise {0, held, pttl}: the lock
--- value and its remaining TTL in milliseconds (the waiter checks again when it ends), or
--- {0, ""} when the lock is free. Elements of ARGV[4..] missing from the queue (dropped while
--- the Locker's key had lapsed) are added at the tail, except one that holds the lock.
--- #include grant.lua
-local granted, now
-local held = redis.call('GET', KEYS[1])
-if not held then
-  local g = grant_next(redis.call('LPOP', KEYS[3]), ARGV[3], ARGV[1])
-  if g then
-    held, now = g[1] .. ':' .. g[2], 1
-  end
-end
+-- Elements of ARGV[4..] missing from the queue (dropped while the Locker's key had lapsed) are
+-- added at the tail, except those that hold the resource; then whatever fits is granted to the
+-- queue's head waiters (holders whose lease ran out are gone). Returns {2, element, token,
+-- now, ...}, one triple per grant to a waiter of this Locker (now is 1 when this call granted
+-- it, 0 when it was granted before); otherwise {0, held, left}: an exclusive holder's lock
+-- value (or '' for a hash) and lease_left's milliseconds (the waiter checks again then), or
+-- {0, ''} when the resource is free.
+-- #include lib.lua
+local id, publish = ARGV[1], ARGV[3]
+local r = resource(1)
+local h = holders(r)
+local out = {}
 local mine = {}
 for i = 4, #ARGV do
   mine[ARGV[i]] = true
 end
-if held then
-  local owner, token = string.match(held, '^(.*):(%d+)%+?$')
+-- Grants made before whose announcement was lost.
+local function found(value)
+  local owner, token = string.match(value, '^(.*):(%d+)%+?$')
   if owner and mine[owner] then
-    granted = {2, owner, token, now or 0}
+    out[#out + 1], out[#out + 2], out[#out + 3] = owner, token, 0
     mine[owner] = nil
+  end
+end
+if h and h.kind == 'x' then
+  found(h.value)
+elseif h then
+  for _, f in ipairs(h.fields) do
+    found(f)
   end
 end
 if #ARGV >= 4 then
   if #ARGV == 4 then
-    if mine[ARGV[4]] and redis.call('LPOS', KEYS[3], ARGV[4]) then
+    if mine[ARGV[4]] and redis.call('LPOS', r.queue, ARGV[4]) then
       mine[ARGV[4]] = nil
     end
   else
-    for _, e in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
+    for _, e in ipairs(redis.call('LRANGE', r.queue, 0, -1)) do
       mine[e] = nil
     end
   end
   for i = 4, #ARGV do
     if mine[ARGV[i]] then
-      redis.call('RPUSH', KEYS[3], ARGV[i])
-      if held and now == nil and string.sub(held, -1) ~= '+' then
-        redis.call('APPEND', KEYS[1], '+') -- mark the lock (see grant.lua)
-        held = held .. '+'
+      redis.call('RPUSH', r.queue, ARGV[i])
+      if h and h.kind == 'x' and string.sub(h.value, -1) ~= '+' then
+        redis.call('APPEND', r.lock, '+') -- mark the lock (see lib.lua)
+        h.value = h.value .. '+'
       end
     end
   end
-  redis.call('PEXPIRE', KEYS[3], ENTRY_TTL)
-  redis.call('SET', waiter_key(ARGV[1]), ARGV[2], 'PX', ENTRY_TTL)
+  redis.call('PEXPIRE', r.queue, ENTRY_TTL)
+  redis.call('SET', r.base .. 'w:' .. id, ARGV[2], 'PX', ENTRY_TTL)
 end
-if granted then
-  return granted
+local granted
+h, granted = fill(r, h, publish, id)
+settle(r, h)
+for i = 1, #granted, 2 do
+  out[#out + 1], out[#out + 2], out[#out + 3] = granted[i], granted[i + 1], 1
 end
-if held then
-  return {0, held, redis.call('PTTL', KEYS[1])}
+if #out > 0 then
+  table.insert(out, 1, 2)
+  return out
 end
-return {0, ''}
+if free(h) then
+  return {0, ''}
+end
+local held = ''
+if h.kind == 'x' then
+  held = h.value
+end
+return {0, held, lease_left(r, h)}

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -57,9 +58,14 @@ type ended struct {
 
 func (e *ended) Error() string { return "fencing: wait ended" }
 
+// subscribePatience is how long a waiter that starts listening waits for the subscription to
+// be confirmed before it joins the queue (a grant announced before is not heard; the front
+// waiter's checks catch it).
+const subscribePatience = 50 * time.Millisecond
+
 // wait is Acquire's loop.
 func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock, int, error) {
-	k := cfg.keys(resource)
+	k := resourceKeys(cfg.prefix, resource)
 	ws, parent, attempts, begin := l.waits, ctx, 0, time.Now()
 	if cfg.maxWait >= 0 {
 		var cancel context.CancelFunc
@@ -71,16 +77,19 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 	// on the resource, subscribed.
 	if cfg.maxWait == 0 || !ws.listening(k.channel) {
 		attempts++
-		lock, r, err := l.attempt(parent, cfg, resource, k, "", "")
-		if err != nil || lock != nil {
-			return lock, attempts, err
+		locks, r, err := l.attempt(parent, cfg, []member{{name: resource, keys: k}}, "", "")
+		if err != nil {
+			return nil, attempts, opErr("acquire", resource, err)
 		}
-		if busy = r.pttl; cfg.maxWait == 0 {
-			return nil, attempts, &busyError{resource: resource, retryAfter: busy}
+		if len(locks) > 0 {
+			return locks[0], attempts, nil
+		}
+		if busy = r.busy.RetryAfter; cfg.maxWait == 0 {
+			return nil, attempts, r.busy
 		}
 	}
 	seen := time.Now()
-	ln, err := ws.enter(ctx, k, cfg.retryMin)
+	ln, err := ws.enter(ctx, k, cfg.mode, subscribePatience)
 	if err != nil {
 		return nil, attempts, err
 	}
@@ -94,7 +103,7 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 	}
 	var e *ended
 	if errors.As(err, &e) {
-		b := &busyError{resource: resource, retryAfter: busy, waited: time.Since(begin), ahead: e.ahead}
+		b := &BusyError{Resource: resource, RetryAfter: busy, Waited: time.Since(begin), Ahead: e.ahead}
 		switch {
 		case isDone(l.done):
 			err = ErrClosed
@@ -111,7 +120,7 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 // errLapsed), the end of the wait (*ended) or an error from Redis that cannot pass.
 func (l *Locker) queue(ctx, parent context.Context, cfg *config, resource string, ln *line, attempts *int) (lock *Lock, err error) {
 	lease := min(time.Duration(millis(cfg.ttl))*time.Millisecond, grantLease)
-	w := &waiter{ln: ln, elem: element(l.waits.id, l.waits.seq.Add(1), lease, cfg.timeFloor), lease: lease, grant: make(chan grant, 1), wake: make(chan struct{}, 1)}
+	w := &waiter{ln: ln, mode: cfg.mode, elem: element(l.waits.id, l.waits.seq.Add(1), lease, cfg), lease: lease, grant: make(chan grant, 1), wake: make(chan struct{}, 1)}
 	defer func() {
 		ahead := l.leave(w)
 		if e, ok := err.(*ended); ok {
@@ -121,11 +130,11 @@ func (l *Locker) queue(ctx, parent context.Context, cfg *config, resource string
 	if lock, err := l.join(parent, cfg, resource, w, attempts); err != nil || lock != nil {
 		return lock, err
 	}
-	quiet := newBackoff(cfg.retryMin, cfg.retryMax) // polls while no announcement can come
-	var failing error                               // see ended
+	quiet := newBackoff(cfg.pollMin, cfg.pollMax) // polls while no announcement can come
+	var failing error                             // see ended
 	var failingSince time.Time
 	for {
-		d := min(cfg.retryMax, pollEvery)
+		d := min(cfg.pollMax, pollEvery)
 		if failing != nil || !l.waits.listening(ln.k.channel) {
 			d = min(quiet.step(), d)
 		}
@@ -176,8 +185,7 @@ func (l *Locker) join(ctx context.Context, cfg *config, resource string, w *wait
 	w.sent = time.Now()
 	deaf := !ln.subscribed() // a grant announced before the subscription is confirmed is lost
 	entry := ""
-	if !w.sent.Before(ln.renewBy) || (cfg.timeFloor && !ln.floor) {
-		ln.floor = ln.floor || cfg.timeFloor
+	if !w.sent.Before(ln.renewBy) {
 		entry = ln.entry()
 	}
 	ln.mu.Unlock()
@@ -192,9 +200,12 @@ func (l *Locker) join(ctx context.Context, cfg *config, resource string, w *wait
 	sent := time.Now()
 	if !pushed {
 		*attempts++
-		lock, reply, err := l.attempt(ctx, cfg, resource, ln.k, w.elem, entry)
-		if err != nil || lock != nil {
-			return lock, err
+		locks, reply, err := l.attempt(ctx, cfg, []member{{name: resource, keys: ln.k}}, w.elem, entry)
+		if err != nil {
+			return nil, opErr("acquire", resource, err)
+		}
+		if len(locks) > 0 {
+			return locks[0], nil
 		}
 		r = reply
 	}
@@ -221,12 +232,7 @@ func (l *Locker) poll(ctx context.Context, ln *line) error {
 	ln.io.Lock()
 	defer ln.io.Unlock()
 	ln.mu.Lock()
-	args := []any{ws.id, ln.entry(), l.cfg.opts(ws.publish)}
-	script := pollScript
-	if ln.k.limit > 1 {
-		script = limitPollScript
-		args = append(args, strconv.Itoa(ln.k.limit))
-	}
+	args := []any{ws.id, ln.entry(), l.topo.Publish()}
 	for _, w := range ln.waiters {
 		if queued(w) {
 			args = append(args, w.elem)
@@ -236,23 +242,24 @@ func (l *Locker) poll(ctx context.Context, ln *line) error {
 	ln.due = time.Time{}
 	ln.mu.Unlock()
 	sent := time.Now()
-	res, err := script.Run(ctx, l.client, ln.k.script(), args...).Slice()
+	res, err := pollScript.runOn(ctx, l.client, ln.k, args...).Slice()
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return nil // the caller's context ended: the wait ends with that
 	case err != nil:
 		return err
-	case len(res) > 3 && res[0] == int64(flagGranted):
-		elem, _ := res[1].(string)
-		token, err := parseToken(res[2])
+	case len(res) > 0 && res[0] == int64(flagGranted):
+		grants, err := grantPairs(res, 3)
 		if err != nil {
 			return err
 		}
-		var after time.Time
-		if res[3] == int64(1) {
-			after = sent // granted by this poll
+		for _, g := range grants {
+			var after time.Time
+			if g.now {
+				after = sent // granted by this poll
+			}
+			ws.granted(ln.k, g.elem, g.token, after)
 		}
-		ws.deliver(ln.k, elem, token, after)
 	case len(res) > 1:
 		held, _ := res[1].(string)
 		ws.saw(ln.k, sent, held)
@@ -279,7 +286,7 @@ func (l *Locker) leave(w *waiter) int {
 	ln.mu.Unlock()
 	ahead := -1
 	if len(w.grant) > 0 { // nothing is sent to w any more
-		l.passOn(ln.k, (<-w.grant).value)
+		l.passOn(ln.k, (<-w.grant).value, w.mode)
 	} else if inQueue {
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 		defer cancel()
@@ -297,7 +304,7 @@ func (l *Locker) leave(w *waiter) int {
 		if n, err := rem.Result(); err == nil && n == 0 {
 			// The element was popped: granted to w (the announcement is on its way) or
 			// dropped as dead. Free such a grant now.
-			_, _ = l.release(ctx, ln.k, w.elem+":", nil)
+			_, _ = l.releaseOne(ctx, ln.k, w.elem+":", w.mode, nil)
 		}
 	}
 	return ahead
@@ -310,17 +317,17 @@ func (l *Locker) leave(w *waiter) int {
 // WithReplicas (whose WAIT must come first), it extends the lock to the TTL before it
 // returns, through errors that can pass while the grant's lease lasts.
 func (l *Locker) take(ctx context.Context, cfg *config, resource string, k keys, g grant) (*Lock, error) {
-	lock := &Lock{locker: l, hooks: cfg.hooks, resource: resource, keys: k, value: g.value, token: g.token, acquired: time.Now()}
+	lock := &Lock{locker: l, hooks: cfg.hooks, resource: resource, keys: k, mode: cfg.mode, value: g.value, token: g.token, acquired: time.Now()}
 	lock.setValidUntil(g.start, g.lease)
 	if cfg.replicas == 0 && time.Until(lock.deadline()) > g.lease/2 {
 		if ttl := time.Duration(millis(cfg.ttl)) * time.Millisecond; ttl > g.lease {
-			lock.extendLater(cfg, ttl)
+			lock.extendLater(ttl)
 		}
 		return lock, nil
 	}
 	err := l.confirm(ctx, cfg, lock)
 	// An error that can pass (see passing) is tried again while the grant's lease lasts.
-	for retry := newBackoff(cfg.retryMin, cfg.retryMax); passing(err) && time.Until(lock.deadline()) > retry.peek(); {
+	for retry := newBackoff(retryFirst, retryMost); passing(err) && time.Until(lock.deadline()) > retry.peek(); {
 		select {
 		case <-time.After(retry.step()):
 		case <-ctx.Done():
@@ -336,29 +343,45 @@ func (l *Locker) take(ctx context.Context, cfg *config, resource string, k keys,
 	case errors.Is(err, ErrNotHeld):
 		return nil, errLapsed
 	}
-	l.passOn(k, g.value)
+	l.passOn(k, g.value, cfg.mode)
 	if ctx.Err() != nil {
 		return nil, join(ErrNotAcquired, ctx.Err())
 	}
 	return nil, err
 }
 
-// passOn releases a lock granted to this Locker that no waiter takes, which grants it to the
-// next waiter. Errors are ignored: the lease then runs out by itself.
-func (l *Locker) passOn(k keys, value string) {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-	defer cancel()
-	_, _ = l.release(ctx, k, value, nil)
-}
-
-// element returns a waiter's queue element: "<Locker id>.<n>.<lease ms>", followed by 'f'
-// when it wants tokens floored at the server clock (see grant.lua).
-func element(id string, n uint64, lease time.Duration, floor bool) string {
+// element returns a waiter's queue element (see lib.lua's parse): "<Locker id>.<n>.<lease
+// ms>", followed by the rules of its acquisition: 'f' when its tokens are floored at the
+// server clock, 'e<ms>' when the counter expires, 's' when it is shared or 'l<n>' for one of
+// n slots.
+func element(id string, n uint64, lease time.Duration, cfg *config) string {
 	e := id + "." + strconv.FormatUint(n, 10) + "." + strconv.FormatInt(lease.Milliseconds(), 10)
-	if floor {
+	switch {
+	case cfg.expiry > 0:
+		e += "e" + strconv.FormatInt(millis(cfg.expiry), 10)
+	case cfg.timeFloor:
 		e += "f"
 	}
+	switch {
+	case cfg.mode.shared:
+		e += "s"
+	case cfg.mode.limit > 1:
+		e += "l" + strconv.Itoa(cfg.mode.limit)
+	}
 	return e
+}
+
+// elementMode returns the mode of the waiter of a queue element (see element).
+func elementMode(elem string) mode {
+	rules := elem[strings.LastIndexByte(elem, '.')+1:]
+	if strings.HasSuffix(rules, "s") {
+		return mode{shared: true}
+	}
+	if i := strings.LastIndexByte(rules, 'l'); i >= 0 {
+		n, _ := strconv.Atoi(rules[i+1:])
+		return mode{limit: n}
+	}
+	return mode{}
 }
 
 // jitter returns d ±20%.

@@ -603,9 +603,9 @@ type dropOnce struct {
 }
 
 // isRelease reports whether p is the release script as go-redis writes it: EVALSHA, or EVAL
-// after NOSCRIPT, with three keys and one, two or three arguments.
+// after NOSCRIPT, with three keys and one to four arguments.
 func isRelease(p []byte) bool {
-	for _, n := range []string{"*7", "*8", "*9"} {
+	for _, n := range []string{"*7", "*8", "*9", "*10"} {
 		if bytes.HasPrefix(p, []byte(n+"\r\n$7\r\nevalsha\r\n")) || bytes.HasPrefix(p, []byte(n+"\r\n$4\r\neval\r\n")) {
 			return true
 		}

@@ -18,7 +18,7 @@ func TestAcquireScriptIdempotentForOwner(t *testing.T) {
 	k := resourceKeys(r.Prefix, "res")
 	run := func(owner string) (bool, int64) {
 		t.Helper()
-		res, err := acquireScript.Run(t.Context(), r.Client, k.script(), owner, 30000, "P0").Result()
+		res, err := acquireScript.run(t.Context(), r.Client, k.triple(), owner, 30000).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,43 +45,28 @@ func TestAcquireScriptIdempotentForOwner(t *testing.T) {
 	}
 }
 
-// TestEntryTTLConstant checks that grant.lua's ENTRY_TTL spells entryTTL.
-func TestEntryTTLConstant(t *testing.T) {
-	want := "local ENTRY_TTL = " + strconv.FormatInt(entryTTL.Milliseconds(), 10) + "\n"
-	if !strings.Contains(grantSrc, want) {
-		t.Fatalf("grant.lua lacks %q", want)
-	}
-}
-
-// TestGrantIncluded checks that every script that can grant a free lock took grant.lua's
-// functions in place of its include line.
-func TestGrantIncluded(t *testing.T) {
-	for name, body := range map[string]string{"acquire.lua": acquireBody, "release.lua": releaseBody, "poll.lua": pollBody} {
-		if n := strings.Count(body, grantInclude); n != 1 {
+// TestScriptsAssembled checks that every script starts with the constants Go and Lua share,
+// spelled from their Go definitions, and took lib.lua's functions in place of its one include
+// line, after its fast path.
+func TestScriptsAssembled(t *testing.T) {
+	consts := "local ENTRY_TTL, RECORD_TTL = " + strconv.FormatInt(entryTTL.Milliseconds(), 10) + ", " +
+		strconv.FormatInt(recordTTL.Milliseconds(), 10) + "\n"
+	for name, s := range map[string]struct {
+		body string
+		*script
+	}{
+		"acquire.lua": {acquireBody, acquireScript}, "acquireall.lua": {acquireAllBody, acquireAllScript},
+		"release.lua": {releaseBody, releaseScript}, "extend.lua": {extendBody, extendScript},
+		"ttl.lua": {ttlBody, ttlScript}, "poll.lua": {pollBody, pollScript},
+	} {
+		if n := strings.Count(s.body, libInclude); n != 1 {
 			t.Errorf("%s has %d include lines, want 1", name, n)
 		}
-		if src := withGrant(body); strings.Contains(src, grantInclude) || !strings.Contains(src, "local function grant_next(") {
-			t.Errorf("%s: grant.lua was not included", name)
+		if !strings.HasPrefix(s.src, consts) {
+			t.Errorf("%s does not start with %q", name, consts)
 		}
-	}
-}
-
-// TestLimitIncluded checks that every script of a limited resource took limit.lua's
-// functions, and grant.lua's where it grants, in place of their include lines.
-func TestLimitIncluded(t *testing.T) {
-	for name, body := range map[string]string{
-		"limit_acquire.lua": limitAcquireBody, "limit_release.lua": limitReleaseBody, "limit_poll.lua": limitPollBody,
-		"limit_extend.lua": limitExtendBody, "limit_ttl.lua": limitTTLBody,
-	} {
-		if n := strings.Count(body, limitInclude); n != 1 {
-			t.Errorf("%s has %d limit.lua include lines, want 1", name, n)
-		}
-		src := withLimit(body)
-		if strings.Contains(src, limitInclude) || strings.Contains(src, grantInclude) || !strings.Contains(src, "local function holders(") {
-			t.Errorf("%s: limit.lua was not included", name)
-		}
-		if strings.Contains(body, grantInclude) && strings.Index(body, grantInclude) > strings.Index(body, limitInclude) {
-			t.Errorf("%s: grant.lua must come before limit.lua, whose fill calls grant_next", name)
+		if strings.Contains(s.src, libInclude) || !strings.Contains(s.src, "local function fill(") {
+			t.Errorf("%s: lib.lua was not included", name)
 		}
 	}
 }

@@ -26,7 +26,7 @@ type acquired struct {
 	at   time.Time
 }
 
-func acquireAsync(ctx context.Context, l *fencing.Locker, resource string, opts ...fencing.Option) <-chan acquired {
+func acquireAsync(ctx context.Context, l *fencing.Locker, resource string, opts ...fencing.CallOption) <-chan acquired {
 	ch := make(chan acquired, 1)
 	go func() {
 		lock, err := l.Acquire(ctx, resource, opts...)

@@ -136,7 +136,9 @@ func (scripted) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if !ok || cmd.Name() != "evalsha" {
 			return next(ctx, cmd)
 		}
-		if args := cmd.Args(); len(args) == 3+3+3 { // three keys and three arguments: the acquire script
+		// The acquire script's first argument is an owner; the release script's, a lock
+		// value "<owner>:<token>".
+		if first, _ := cmd.Args()[6].(string); !strings.Contains(first, ":") {
 			c.SetVal("7") // acquired with token 7
 		} else {
 			c.SetVal(int64(4)) // the release script: deleted, nobody waiting (flagReleased)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/servercheck"
 )
 
 const checkHelp = `Audits the settings of every server behind the URL (every primary with --cluster) with
@@ -80,8 +81,8 @@ func (c *cli) check(ctx context.Context, args []string) int {
 	}
 	locker := fencing.New(client, opts...)
 	defer locker.Close()
-	rep, err := locker.CheckServer(ctx)
-	unsafe := errors.Is(err, fencing.ErrUnsafeServer)
+	rep, err := servercheck.Check(ctx, locker)
+	unsafe := errors.Is(err, servercheck.ErrUnsafe)
 
 	out := checkOutput{TokensCanRegress: rep.TokensCanRegress, Unsafe: unsafe, Warnings: rep.Warnings, Nodes: []nodeOutput{}}
 	if out.Warnings == nil {

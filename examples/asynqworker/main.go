@@ -30,6 +30,7 @@ import (
 
 	"github.com/fencekit/fencekit/asynqfence"
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/servercheck"
 	"github.com/fencekit/fencekit/tracing/asynqtrace"
 )
 
@@ -88,7 +89,7 @@ type demo struct {
 	busy     atomic.Int64 // busy attempts, seen by countBusy
 	failed   atomic.Int64 // other failed attempts
 	lastErr  atomic.Value // string: the last other failure
-	warnings []string     // from Locker.CheckServer
+	warnings []string     // from servercheck.Check
 }
 
 func setup(opts options) (*demo, error) {
@@ -132,9 +133,9 @@ func setup(opts options) (*demo, error) {
 	d.trace = tr
 	d.locker = fencing.New(d.rdb, fencing.WithPrefix(d.prefix), tr.Lock)
 	// Refuse a server that may evict the fencing counters (allkeys-*); report other risks.
-	report, err := d.locker.CheckServer(context.Background())
+	report, err := servercheck.Check(context.Background(), d.locker)
 	switch {
-	case errors.Is(err, fencing.ErrUnsafeServer):
+	case errors.Is(err, servercheck.ErrUnsafe):
 		d.close()
 		return nil, err
 	case err != nil:

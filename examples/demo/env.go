@@ -22,6 +22,7 @@ import (
 
 	"github.com/fencekit/fencekit/asynqfence"
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/servercheck"
 	fencemw "github.com/fencekit/fencekit/middleware"
 	"github.com/fencekit/fencekit/store"
 )
@@ -78,9 +79,9 @@ func newEnv(cfg config) (*env, error) {
 func (e *env) checkServer(ctx context.Context, w io.Writer) error {
 	locker := fencing.New(e.rdb, fencing.WithPrefix(e.prefix))
 	defer locker.Close()
-	report, err := locker.CheckServer(ctx)
+	report, err := servercheck.Check(ctx, locker)
 	switch {
-	case errors.Is(err, fencing.ErrUnsafeServer):
+	case errors.Is(err, servercheck.ErrUnsafe):
 		return err
 	case err != nil && e.mini == nil:
 		fmt.Fprintf(w, "server settings not checked: %v\n", err)

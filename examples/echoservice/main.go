@@ -20,7 +20,7 @@
 //
 // A bad amount (not a positive int64) is answered 400 before the lock is taken; a deposit
 // that would take the balance past the largest int64 is answered 422. At start the service
-// checks the Redis server's settings (Locker.CheckServer) and refuses an allkeys-* eviction
+// checks the Redis server's settings (servercheck.Check) and refuses an allkeys-* eviction
 // policy. FENCEKIT_TRACE=stdout prints the spans.
 //
 // Usage:
@@ -55,6 +55,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/servercheck"
 )
 
 const (
@@ -156,9 +157,9 @@ func checkServer(ctx context.Context, locker *fencing.Locker, out io.Writer) err
 	if err := locker.Err(); err != nil {
 		return err
 	}
-	report, err := locker.CheckServer(ctx)
+	report, err := servercheck.Check(ctx, locker)
 	switch {
-	case errors.Is(err, fencing.ErrUnsafeServer):
+	case errors.Is(err, servercheck.ErrUnsafe):
 		return err
 	case err != nil:
 		fmt.Fprintf(out, "echoservice: server settings not checked: %v\n", err)

@@ -16,7 +16,7 @@
 // It starts the Echo v5 way, with echo.StartConfig and a context that SIGINT and SIGTERM
 // cancel: the server then stops taking requests, lets those in flight finish (up to 10s),
 // and the service deletes the keys it created before it exits. At start it checks the Redis
-// server's settings (Locker.CheckServer) and refuses an allkeys-* eviction policy.
+// server's settings (servercheck.Check) and refuses an allkeys-* eviction policy.
 //
 // Usage:
 //
@@ -50,6 +50,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/servercheck"
 )
 
 const (
@@ -152,9 +153,9 @@ func checkServer(ctx context.Context, locker *fencing.Locker, out io.Writer) err
 	if err := locker.Err(); err != nil {
 		return err
 	}
-	report, err := locker.CheckServer(ctx)
+	report, err := servercheck.Check(ctx, locker)
 	switch {
-	case errors.Is(err, fencing.ErrUnsafeServer):
+	case errors.Is(err, servercheck.ErrUnsafe):
 		return err
 	case err != nil:
 		fmt.Fprintf(out, "echov5: server settings not checked: %v\n", err)

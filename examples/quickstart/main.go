@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/servercheck"
 	"github.com/fencekit/fencekit/store"
 )
 
@@ -39,7 +40,7 @@ func run(ctx context.Context, rdb *redis.Client, out io.Writer) error {
 		return err
 	}
 	// Refuse a server whose eviction policy can drop the token counters (allkeys-*).
-	if _, err := locker.CheckServer(ctx); errors.Is(err, fencing.ErrUnsafeServer) {
+	if _, err := servercheck.Check(ctx, locker); errors.Is(err, servercheck.ErrUnsafe) {
 		return err
 	}
 	orders := store.NewRedis(rdb) // refuses a write whose token is below one it has seen

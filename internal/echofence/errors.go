@@ -48,11 +48,11 @@ func RetryAfter(err error) string {
 
 // callOptions checks the Locker, the TTL, MaxWait and Limit and returns the options of every
 // Locker.Do call.
-func callOptions(l *fencing.Locker, ttl, maxWait time.Duration, limit int) ([]fencing.Option, error) {
+func callOptions(l *fencing.Locker, ttl, maxWait time.Duration, limit int) ([]fencing.CallOption, error) {
 	if l == nil {
 		return nil, invalidf("nil Locker")
 	}
-	var opts []fencing.Option
+	var opts []fencing.CallOption
 	if ttl != 0 {
 		if ttl < fencing.MinTTL || ttl > fencing.MaxTTL {
 			return nil, invalidf("TTL %v out of range [%v, %v]", ttl, fencing.MinTTL, fencing.MaxTTL)
@@ -77,12 +77,16 @@ func callOptions(l *fencing.Locker, ttl, maxWait time.Duration, limit int) ([]fe
 // probe reports an unusable Locker or call options without talking to Redis and without a
 // call the Locker's hooks would observe: Locker.Err, then the options on a Locker of their own
 // (New only applies them; the client it is given never connects).
-func probe(l *fencing.Locker, opts []fencing.Option) error {
+func probe(l *fencing.Locker, opts []fencing.CallOption) error {
 	err := l.Err()
 	if err == nil && len(opts) > 0 {
 		c := redis.NewClient(&redis.Options{})
 		defer c.Close()
-		check := fencing.New(c, opts...)
+		lockerOpts := make([]fencing.Option, len(opts))
+		for i, o := range opts {
+			lockerOpts[i] = o
+		}
+		check := fencing.New(c, lockerOpts...)
 		defer check.Close()
 		err = check.Err()
 	}

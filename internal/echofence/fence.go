@@ -40,7 +40,7 @@ type Glue[C Context] struct {
 type Fence[C Context] struct {
 	skip         func(c C) bool // nil: skip none
 	locker       *fencing.Locker
-	opts         []fencing.Option // per call: WithMaxWait, WithLimit, and WithTTL when set
+	opts         []fencing.CallOption // per call: WithMaxWait, WithLimit, and WithTTL when set
 	extract      func(c C) (string, error)
 	extractAll   func(c C) ([]string, error) // set: several resources per request (fenceall.go)
 	namespace    string

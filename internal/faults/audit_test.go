@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/servercheck"
 	"github.com/fencekit/fencekit/internal/redisproc"
 )
 
@@ -27,9 +28,9 @@ func TestCheckServerSettings(t *testing.T) {
 	ctx := context.Background()
 	for _, p := range policies {
 		do(t, s, "CONFIG", "SET", "maxmemory-policy", p)
-		rep, err := l.CheckServer(ctx)
+		rep, err := servercheck.Check(ctx, l)
 		unsafe := strings.HasPrefix(p, "allkeys-")
-		if errors.Is(err, fencing.ErrUnsafeServer) != unsafe || (!unsafe && err != nil) {
+		if errors.Is(err, servercheck.ErrUnsafe) != unsafe || (!unsafe && err != nil) {
 			t.Errorf("%s: got %v, want ErrUnsafeServer %v", p, err, unsafe)
 		}
 		if len(rep.Nodes) != 1 || rep.Nodes[0].EvictionPolicy != p || rep.Nodes[0].Addr != s.Addr() {
@@ -54,7 +55,7 @@ func TestCheckServerSettings(t *testing.T) {
 		if step.set != nil {
 			do(t, s, append([]any{"CONFIG", "SET"}, toAny(step.set)...)...)
 		}
-		rep, err := l.CheckServer(ctx)
+		rep, err := servercheck.Check(ctx, l)
 		if err != nil {
 			t.Fatalf("%s: %v", step.want, err)
 		}
@@ -65,7 +66,7 @@ func TestCheckServerSettings(t *testing.T) {
 		}
 		figure(t, "check-server-persistence", "%-12s tokens_can_regress=%v warnings=%q", n.Persistence, rep.TokensCanRegress, rep.Warnings)
 	}
-	rep, err := newLocker(t, s.Client(t), fencing.WithServerTimeFloor()).CheckServer(ctx)
+	rep, err := servercheck.Check(ctx, newLocker(t, s.Client(t), fencing.WithServerTimeFloor()))
 	if err != nil || rep.TokensCanRegress {
 		t.Errorf("with the time floor: %v, regress %v", err, rep.TokensCanRegress)
 	}
@@ -96,7 +97,7 @@ func TestCheckServerACL(t *testing.T) {
 	}
 	ctx := context.Background()
 
-	rep, err := newLocker(t, as("noconfig")).CheckServer(ctx)
+	rep, err := servercheck.Check(ctx, newLocker(t, as("noconfig")))
 	if err != nil || rep.Nodes[0].Persistence != "no-aof" || rep.Nodes[0].EvictionPolicy != "noeviction" {
 		t.Fatalf("without CONFIG: got %v, %+v", err, rep.Nodes)
 	}
@@ -105,15 +106,15 @@ func TestCheckServerACL(t *testing.T) {
 	}
 	figure(t, "check-server-acl-no-config", "read from INFO: policy=%s persistence=%s tokens_can_regress=%v warnings=%d", rep.Nodes[0].EvictionPolicy, rep.Nodes[0].Persistence, rep.TokensCanRegress, len(rep.Warnings))
 	do(t, s, "CONFIG", "SET", "maxmemory-policy", "allkeys-lfu")
-	if _, err := newLocker(t, as("noconfig")).CheckServer(ctx); !errors.Is(err, fencing.ErrUnsafeServer) {
+	if _, err := servercheck.Check(ctx, newLocker(t, as("noconfig"))); !errors.Is(err, servercheck.ErrUnsafe) {
 		t.Errorf("without CONFIG, allkeys-lfu: got %v, want ErrUnsafeServer", err)
 	}
 	do(t, s, "CONFIG", "SET", "maxmemory-policy", "noeviction")
 
 	minimal := newLocker(t, as("locker"))
-	_, err = minimal.CheckServer(ctx)
+	_, err = servercheck.Check(ctx, minimal)
 	var reply redis.Error
-	if err == nil || errors.Is(err, fencing.ErrUnsafeServer) || !strings.Contains(err.Error(), "+config|get or +info") || !errors.As(err, &reply) || !strings.Contains(err.Error(), "NOPERM") {
+	if err == nil || errors.Is(err, servercheck.ErrUnsafe) || !strings.Contains(err.Error(), "+config|get or +info") || !errors.As(err, &reply) || !strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("minimal user: got %v, want an error naming +config|get or +info and wrapping NOPERM", err)
 	}
 	if lock, err := minimal.TryAcquire(ctx, "res"); err != nil {
@@ -171,13 +172,13 @@ func TestCheckServerReplication(t *testing.T) {
 		{"time-floor", []fencing.Option{fencing.WithServerTimeFloor()}, false},
 	}
 	for _, tc := range cases {
-		rep, err := newLocker(t, p.Client(t), tc.opts...).CheckServer(ctx)
+		rep, err := servercheck.Check(ctx, newLocker(t, p.Client(t), tc.opts...))
 		if err != nil || rep.Nodes[0].Replicas != 1 || rep.TokensCanRegress != tc.regress {
 			t.Errorf("%s: got %v, replicas %d, regress %v; want 1 replica, regress %v (%q)", tc.name, err, rep.Nodes[0].Replicas, rep.TokensCanRegress, tc.regress, rep.Warnings)
 		}
 		figure(t, "check-server-replication", "%-13s replicas=%d tokens_can_regress=%v warnings=%d", tc.name, rep.Nodes[0].Replicas, rep.TokensCanRegress, len(rep.Warnings))
 	}
-	rep, err := newLocker(t, r.Client(t)).CheckServer(ctx)
+	rep, err := servercheck.Check(ctx, newLocker(t, r.Client(t)))
 	if err != nil || rep.Nodes[0].Role != "slave" || !slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.Contains(w, "READONLY") }) {
 		t.Errorf("on the replica: got %v, %+v", err, rep)
 	}
@@ -195,8 +196,8 @@ func TestEvictionMatrix(t *testing.T) {
 			c := s.Client(t)
 			l := newLocker(t, c)
 			ctx := context.Background()
-			_, checkErr := l.CheckServer(ctx)
-			if errors.Is(checkErr, fencing.ErrUnsafeServer) != strings.HasPrefix(policy, "allkeys-") {
+			_, checkErr := servercheck.Check(ctx, l)
+			if errors.Is(checkErr, servercheck.ErrUnsafe) != strings.HasPrefix(policy, "allkeys-") {
 				t.Errorf("CheckServer: %v", checkErr)
 			}
 			last := acquireRelease(t, l, "res", 5)
@@ -228,7 +229,7 @@ func TestEvictionMatrix(t *testing.T) {
 				t.Errorf("%s: fence kept %v, lock kept %v; want the counter kept and the lock (the only key with a TTL) evicted", policy, fenceKept, lockKept)
 			}
 			figure(t, "eviction-matrix", "%-15s refused_by_check=%v filled=%dKiB oom=%v fence_counter_kept=%v held_lock_kept=%v next_token=%s (last %d)",
-				policy, errors.Is(checkErr, fencing.ErrUnsafeServer), written, oom, fenceKept, lockKept, next, last)
+				policy, errors.Is(checkErr, servercheck.ErrUnsafe), written, oom, fenceKept, lockKept, next, last)
 		})
 	}
 }

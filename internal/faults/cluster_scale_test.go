@@ -166,7 +166,7 @@ func TestClusterScaleFailover(t *testing.T) {
 	cl, w, readTimeout := replicatedWait(t, "fo-%d")
 	names := w.names
 	ctx := context.Background()
-	late := newLocker(t, cl.Client(t, readTimeout), w.opts...)
+	late := newLocker(t, cl.Client(t, readTimeout), lockerOptions(w.opts)...)
 	if lock, err := late.TryAcquire(ctx, "fo-late"); err != nil { // loads the topology
 		t.Fatalf("late Locker before the failover: %v", err)
 	} else {
@@ -256,7 +256,7 @@ type clusterWait struct {
 	cc      *redis.ClusterClient // for the checks
 	names   []string
 	lease   time.Duration // of every lock in the run
-	opts    []fencing.Option
+	opts    []fencing.CallOption
 	holder  *fencing.Locker
 	lockers []*fencing.Locker // the waiting processes, each with a client of its own
 	held    map[string]*fencing.Lock
@@ -315,9 +315,9 @@ type acquisition struct {
 // newClusterWait returns a run on names with a holder Locker and lockers waiting Lockers,
 // each on a client of its own (configured by configure, when not nil), all with lease as
 // the TTL and opts on every call.
-func newClusterWait(t *testing.T, cl *redisproc.Cluster, names []string, lockers int, lease time.Duration, configure func(*redis.ClusterOptions), opts ...fencing.Option) *clusterWait {
+func newClusterWait(t *testing.T, cl *redisproc.Cluster, names []string, lockers int, lease time.Duration, configure func(*redis.ClusterOptions), opts ...fencing.CallOption) *clusterWait {
 	t.Helper()
-	opts = append([]fencing.Option{fencing.WithTTL(lease)}, opts...)
+	opts = append([]fencing.CallOption{fencing.WithTTL(lease)}, opts...)
 	w := &clusterWait{
 		t: t, cl: cl, cc: cl.Client(t), names: names, lease: lease, opts: opts,
 		held: map[string]*fencing.Lock{}, served: map[string][]acquisition{},
@@ -332,9 +332,9 @@ func newClusterWait(t *testing.T, cl *redisproc.Cluster, names []string, lockers
 			}
 		})
 	}
-	w.holder = newLocker(t, client("fk-holder"), opts...)
+	w.holder = newLocker(t, client("fk-holder"), lockerOptions(opts)...)
 	for i := range lockers {
-		w.lockers = append(w.lockers, newLocker(t, client(lockerName(i)), opts...))
+		w.lockers = append(w.lockers, newLocker(t, client(lockerName(i)), lockerOptions(opts)...))
 	}
 	for _, name := range names {
 		w.stores[name] = &fencedStore{}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/servercheck"
 	"github.com/fencekit/fencekit/internal/redisproc"
 )
 
@@ -165,15 +166,15 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("check-server", func(t *testing.T) {
-		rep, err := l.CheckServer(ctx)
+		rep, err := servercheck.Check(ctx, l)
 		if err != nil || len(rep.Nodes) != 3 {
 			t.Fatalf("got %v with %d nodes, want no error and 3 nodes", err, len(rep.Nodes))
 		}
 		victim := cl.Nodes()[1]
 		do(t, victim, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
 		defer do(t, victim, "CONFIG", "SET", "maxmemory-policy", "noeviction")
-		rep, err = l.CheckServer(ctx)
-		if !errors.Is(err, fencing.ErrUnsafeServer) || !strings.Contains(err.Error(), victim.Addr()) {
+		rep, err = servercheck.Check(ctx, l)
+		if !errors.Is(err, servercheck.ErrUnsafe) || !strings.Contains(err.Error(), victim.Addr()) {
 			t.Fatalf("one primary with allkeys-lru: got %v, want ErrUnsafeServer naming %s", err, victim.Addr())
 		}
 		unsafe := 0

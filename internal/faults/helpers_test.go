@@ -87,8 +87,17 @@ func keyBase(t testing.TB, resource string) string {
 	return prefix(t) + "{" + resource + "}:"
 }
 
+// lockerOptions returns call options as the options of a Locker, whose defaults they become.
+func lockerOptions(opts []fencing.CallOption) []fencing.Option {
+	out := make([]fencing.Option, len(opts))
+	for i, o := range opts {
+		out[i] = o
+	}
+	return out
+}
+
 // acquireRelease takes and frees resource n times and returns the last token.
-func acquireRelease(t testing.TB, l *fencing.Locker, resource string, n int, opts ...fencing.Option) int64 {
+func acquireRelease(t testing.TB, l *fencing.Locker, resource string, n int, opts ...fencing.CallOption) int64 {
 	t.Helper()
 	var last int64
 	for i := range n {

@@ -277,7 +277,7 @@ func TestWithReplicasGrant(t *testing.T) {
 		lock *fencing.Lock
 		err  error
 	}
-	acquire := func(l *fencing.Locker, resource string, opts ...fencing.Option) <-chan result {
+	acquire := func(l *fencing.Locker, resource string, opts ...fencing.CallOption) <-chan result {
 		ch := make(chan result, 1)
 		go func() {
 			actx, cancel := context.WithTimeout(ctx, 20*time.Second)

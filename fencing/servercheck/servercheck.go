@@ -1,4 +1,9 @@
-package fencing
+// Package servercheck reads the settings of the Redis servers behind a [fencing.Locker] and
+// says what they mean for its fencing tokens: whether an event short of operator error (a
+// crash, a restart, a failover, memory pressure) can make the Locker issue a token that is not
+// higher than one it issued before, and which settings refuse the Locker outright. Call
+// [Check] at start-up; `fencekit check` runs it from the command line.
+package servercheck
 
 import (
 	"context"
@@ -11,11 +16,19 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/topology"
 )
 
-// A ServerReport describes the settings of the Redis servers behind a [Locker] and what they
-// mean for its tokens. [Locker.CheckServer] returns it.
-type ServerReport struct {
+// ErrUnsafe means a Redis server's settings let it lose a resource's fence counter and lock
+// keys at any time: its maxmemory-policy is one of the allkeys-* policies, which may evict
+// keys that have no TTL once memory is full. [Check] returns it.
+var ErrUnsafe = errors.New("servercheck: unsafe server settings")
+
+// A Report describes the settings of the Redis servers behind a [fencing.Locker] and what
+// they mean for its tokens. [Check] returns it.
+type Report struct {
 	// Nodes has one entry per server checked, in address order: the server of a Client
 	// (the current primary of a failover Client), every primary of a ClusterClient, every
 	// shard of a Ring.
@@ -59,52 +72,59 @@ type NodeReport struct {
 	// (no append-only file; whether snapshots are taken is unknown). "" when unknown.
 	Persistence string
 	// TokensCanRegress reports whether this server can issue a token again or go back,
-	// given the Locker's settings (see [ServerReport.TokensCanRegress]).
+	// given the Locker's settings (see [Report.TokensCanRegress]).
 	TokensCanRegress bool
 	// Unsafe reports whether the server's settings make the Locker refuse it
-	// ([ErrUnsafeServer]).
+	// ([ErrUnsafe]).
 	Unsafe bool
 	// Warnings lists the risks found on this server, in plain words.
 	Warnings []string
 }
 
-// CheckServer reads the settings of every Redis server behind the Locker (CONFIG GET
+// Check reads the settings of every Redis server behind locker (CONFIG GET
 // maxmemory-policy, maxmemory, appendonly, appendfsync and save, and INFO replication and
 // server) and reports whether its fencing tokens can regress, for a start-up check, and which
-// server and version it found (Redis or Valkey). It sends no write.
+// server and version it found (Redis or Valkey): the server of a Client (the current primary
+// of a failover Client), every primary of a ClusterClient, every shard of a Ring. It sends no
+// write.
 //
-// It returns an error wrapping [ErrUnsafeServer] when a server's maxmemory-policy is
-// allkeys-* (whatever maxmemory is, since it can be set at run time): such a server may
-// evict a fence counter, and tokens then start again at 1. Other risks are reported as
-// warnings, without an error: volatile-* policies (lock keys may be evicted before their
-// TTL), persistence that loses recent writes on a crash (none, RDB only, appendfsync
-// everysec or no), replicas that a failover may promote before they saw the latest
-// acquisitions, and a Ring. The Locker's own options count: with [WithServerTimeFloor],
-// lost counters no longer make tokens regress; with [WithReplicas] covering every
-// connected replica, a failover does not.
+// It returns an error wrapping [ErrUnsafe] when a server's maxmemory-policy is allkeys-*
+// (whatever maxmemory is, since it can be set at run time): such a server may evict a fence
+// counter, and tokens then start again at 1. Other risks are reported as warnings, without an
+// error: volatile-* policies (lock keys may be evicted before their TTL), persistence that
+// loses recent writes on a crash (none, RDB only, appendfsync everysec or no), replicas that
+// a failover may promote before they saw the latest acquisitions, and a Ring. The Locker's
+// own settings count: with fencing.WithServerTimeFloor, lost counters no longer make tokens
+// regress; with fencing.WithReplicas covering every connected replica, a failover does not.
 //
 // When CONFIG GET is not available (an ACL user without +config|get, a managed service
-// that disables CONFIG), CheckServer falls back to INFO memory and INFO persistence, and
-// warns that appendfsync and the save points are unknown. When neither can be read (no
+// that disables CONFIG), Check falls back to INFO memory and INFO persistence, and warns
+// that appendfsync and the save points are unknown. When neither can be read (no
 // +config|get and no +info; or miniredis, which implements neither CONFIG nor these INFO
 // sections) it returns an error naming the missing permissions, which does not match
-// ErrUnsafeServer. Connection errors are returned as they are. The report always holds
-// what could be read, also alongside an error. CheckServer never panics, and it is safe
-// for concurrent use; a closed Locker can still check.
-func (l *Locker) CheckServer(ctx context.Context) (ServerReport, error) {
-	var rep ServerReport
-	if l.cfg.err != nil {
-		return rep, l.cfg.err
+// ErrUnsafe. An unusable Locker returns its [fencing.Locker.Err] (a nil locker, an error
+// wrapping fencing.ErrInvalid); connection errors are returned as they are. The report
+// always holds what could be read, also alongside an error. Check never panics, and it is
+// safe for concurrent use; a closed Locker can still be checked.
+func Check(ctx context.Context, locker *fencing.Locker) (Report, error) {
+	var rep Report
+	if locker == nil {
+		return rep, fmt.Errorf("servercheck: nil Locker: %w", fencing.ErrInvalid)
 	}
+	if err := locker.Err(); err != nil && !errors.Is(err, fencing.ErrClosed) {
+		return rep, err
+	}
+	settings := locker.Settings()
+	topo := topology.Of(locker.Client())
 	var (
 		mu    sync.Mutex
 		errs  []error
 		nodes []NodeReport
 	)
-	check := func(ctx context.Context, c redis.Cmdable, addr string) error {
+	err := topo.EachServer(ctx, func(ctx context.Context, c redis.Cmdable, addr string) error {
 		n, err := readNode(ctx, c, addr)
 		if err == nil {
-			assess(&n, &l.cfg)
+			assess(&n, settings)
 		} else {
 			// Unknown settings: assume the worst.
 			n.TokensCanRegress = true
@@ -114,29 +134,12 @@ func (l *Locker) CheckServer(ctx context.Context) (ServerReport, error) {
 		defer mu.Unlock()
 		nodes = append(nodes, n)
 		if err != nil {
-			errs = append(errs, opErr("check server "+addr, "", err))
+			errs = append(errs, fmt.Errorf("servercheck: %s: %w", addr, err))
 		}
 		return nil
-	}
-	var err error
-	ring := false
-	switch c := l.client.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-			return check(ctx, n, n.Options().Addr)
-		})
-	case *redis.Ring:
-		ring = true
-		err = c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
-			return check(ctx, n, n.Options().Addr)
-		})
-	case *redis.Client:
-		err = check(ctx, c, c.Options().Addr)
-	default:
-		err = check(ctx, c, "")
-	}
+	})
 	if err != nil {
-		errs = append(errs, opErr("check server", "", err))
+		errs = append(errs, fmt.Errorf("servercheck: %w", err))
 	}
 	slices.SortFunc(nodes, func(a, b NodeReport) int { return strings.Compare(a.Addr, b.Addr) })
 	rep.Nodes = nodes
@@ -146,14 +149,14 @@ func (l *Locker) CheckServer(ctx context.Context) (ServerReport, error) {
 			rep.Warnings = append(rep.Warnings, n.Addr+": "+w)
 		}
 		if n.Unsafe {
-			errs = append(errs, fmt.Errorf("%w: %s has maxmemory-policy %s, which can evict the fence counter and the lock keys; use noeviction", ErrUnsafeServer, n.Addr, n.EvictionPolicy))
+			errs = append(errs, fmt.Errorf("%w: %s has maxmemory-policy %s, which can evict the fence counter and the lock keys; use noeviction", ErrUnsafe, n.Addr, n.EvictionPolicy))
 		}
 	}
-	if ring && !l.cfg.timeFloor {
+	if topo.Kind == topology.Ring && !settings.ServerTimeFloor {
 		rep.TokensCanRegress = true
 		rep.Warnings = append(rep.Warnings, "a Ring moves a resource to another shard when shards are added or removed, and tokens then restart from that shard's counter; use WithServerTimeFloor, or a Client or ClusterClient")
 	}
-	return rep, joinAll(errs)
+	return rep, errors.Join(errs...)
 }
 
 // configParams are the settings CheckServer reads with CONFIG GET, one per command so that
@@ -331,9 +334,9 @@ func persistence(aof, fsyncKnown bool, fsync string, saveKnown bool, save string
 	return "none"
 }
 
-// assess sets a node's verdicts and warnings from its settings and the Locker's options.
-func assess(n *NodeReport, cfg *config) {
-	floor := cfg.timeFloor
+// assess sets a node's verdicts and warnings from its settings and the Locker's.
+func assess(n *NodeReport, cfg fencing.Settings) {
+	floor := cfg.ServerTimeFloor
 	regress := false
 	switch p := n.EvictionPolicy; {
 	case strings.HasPrefix(p, "allkeys-"):
@@ -375,9 +378,9 @@ func assess(n *NodeReport, cfg *config) {
 			regress = true
 			n.Warnings = append(n.Warnings, "replicas unknown: a failover to a replica that missed the latest acquisitions would issue their tokens again")
 		}
-	case n.Replicas > 0 && !floor && cfg.replicas < n.Replicas:
+	case n.Replicas > 0 && !floor && cfg.Replicas < n.Replicas:
 		regress = true
-		n.Warnings = append(n.Warnings, fmt.Sprintf("%d replica(s) connected, %d acknowledgement(s) required (WithReplicas): a failover to a replica that missed the latest acquisitions issues their tokens again; use WithReplicas(%d, …) or WithServerTimeFloor", n.Replicas, cfg.replicas, n.Replicas))
+		n.Warnings = append(n.Warnings, fmt.Sprintf("%d replica(s) connected, %d acknowledgement(s) required (WithReplicas): a failover to a replica that missed the latest acquisitions issues their tokens again; use WithReplicas(%d, …) or WithServerTimeFloor", n.Replicas, cfg.Replicas, n.Replicas))
 	}
 	n.TokensCanRegress = regress
 }

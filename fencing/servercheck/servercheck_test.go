@@ -1,4 +1,4 @@
-package fencing
+package servercheck
 
 import (
 	"errors"
@@ -12,6 +12,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/alicebob/miniredis/v2/server"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/fencing"
 )
 
 // fakeConfig registers a CONFIG command on a miniredis, which has none: CONFIG GET answers
@@ -60,26 +62,31 @@ func newFakeConfig(t *testing.T, m *miniredis.Miniredis) *fakeConfig {
 	return f
 }
 
-func auditLocker(t *testing.T, addr string, opts ...Option) *Locker {
+func auditLocker(t *testing.T, addr string, opts ...fencing.Option) *fencing.Locker {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
 	t.Cleanup(func() { _ = c.Close() })
-	l := New(c, opts...)
+	l := fencing.New(c, opts...)
 	t.Cleanup(func() { _ = l.Close() })
 	return l
 }
 
-// TestCheckServerMiniredis documents the behaviour on miniredis, which implements neither
-// CONFIG nor INFO memory: an error that names the permissions, not ErrUnsafeServer, and a
+// settingsOf returns the Settings of a Locker made with opts.
+func settingsOf(opts ...fencing.Option) fencing.Settings {
+	return fencing.New(redis.NewClient(&redis.Options{}), opts...).Settings()
+}
+
+// TestCheckMiniredis documents the behaviour on miniredis, which implements neither
+// CONFIG nor INFO memory: an error that names the permissions, not ErrUnsafe, and a
 // report naming the node.
-func TestCheckServerMiniredis(t *testing.T) {
+func TestCheckMiniredis(t *testing.T) {
 	m := miniredis.RunT(t)
 	l := auditLocker(t, m.Addr())
-	rep, err := l.CheckServer(t.Context())
-	if err == nil || errors.Is(err, ErrUnsafeServer) {
-		t.Fatalf("got %v, want an error that is not ErrUnsafeServer", err)
+	rep, err := Check(t.Context(), l)
+	if err == nil || errors.Is(err, ErrUnsafe) {
+		t.Fatalf("got %v, want an error that is not ErrUnsafe", err)
 	}
-	for _, want := range []string{"fencing: check server " + m.Addr(), "CONFIG GET", "+config|get or +info"} {
+	for _, want := range []string{"servercheck: " + m.Addr(), "CONFIG GET", "+config|get or +info"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
@@ -89,13 +96,13 @@ func TestCheckServerMiniredis(t *testing.T) {
 	}
 }
 
-// TestCheckServerSettings runs CheckServer against a miniredis with a fake CONFIG command.
-func TestCheckServerSettings(t *testing.T) {
+// TestCheckSettings runs Check against a miniredis with a fake CONFIG command.
+func TestCheckSettings(t *testing.T) {
 	m := miniredis.RunT(t)
 	f := newFakeConfig(t, m)
 	ctx := t.Context()
 
-	rep, err := auditLocker(t, m.Addr()).CheckServer(ctx)
+	rep, err := Check(ctx, auditLocker(t, m.Addr()))
 	if err != nil {
 		t.Fatalf("safe settings: %v", err)
 	}
@@ -107,25 +114,25 @@ func TestCheckServerSettings(t *testing.T) {
 	if !rep.TokensCanRegress || n.Replicas != -1 || len(rep.Warnings) != 2 {
 		t.Fatalf("got regress %v replicas %d warnings %q, want true, -1 and 2 warnings", rep.TokensCanRegress, n.Replicas, rep.Warnings)
 	}
-	rep, err = auditLocker(t, m.Addr(), WithServerTimeFloor()).CheckServer(ctx)
+	rep, err = Check(ctx, auditLocker(t, m.Addr(), fencing.WithServerTimeFloor()))
 	if err != nil || rep.TokensCanRegress || len(rep.Warnings) != 1 {
 		t.Fatalf("with the time floor: got %v regress %v warnings %q, want no error, false, 1 warning", err, rep.TokensCanRegress, rep.Warnings)
 	}
 
 	f.set("maxmemory-policy", "allkeys-lru")
-	rep, err = auditLocker(t, m.Addr(), WithServerTimeFloor()).CheckServer(ctx)
-	if !errors.Is(err, ErrUnsafeServer) || !rep.Nodes[0].Unsafe || !strings.Contains(err.Error(), m.Addr()) {
-		t.Fatalf("allkeys-lru: got %v (unsafe %v), want ErrUnsafeServer naming %s", err, rep.Nodes[0].Unsafe, m.Addr())
+	rep, err = Check(ctx, auditLocker(t, m.Addr(), fencing.WithServerTimeFloor()))
+	if !errors.Is(err, ErrUnsafe) || !rep.Nodes[0].Unsafe || !strings.Contains(err.Error(), m.Addr()) {
+		t.Fatalf("allkeys-lru: got %v (unsafe %v), want ErrUnsafe naming %s", err, rep.Nodes[0].Unsafe, m.Addr())
 	}
-	if !strings.HasPrefix(err.Error(), "fencing: ") {
+	if !strings.HasPrefix(err.Error(), "servercheck: ") {
 		t.Fatalf("error %q lacks the package prefix", err)
 	}
 
 	f.mu.Lock()
 	f.deny = "NOPERM this user has no permissions to run the 'config|get' command"
 	f.mu.Unlock()
-	_, err = auditLocker(t, m.Addr()).CheckServer(ctx)
-	if err == nil || errors.Is(err, ErrUnsafeServer) || !strings.Contains(err.Error(), "NOPERM") {
+	_, err = Check(ctx, auditLocker(t, m.Addr()))
+	if err == nil || errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("CONFIG denied and no INFO memory: got %v, want an error carrying NOPERM", err)
 	}
 	var rerr redis.Error
@@ -134,40 +141,43 @@ func TestCheckServerSettings(t *testing.T) {
 	}
 }
 
-func TestCheckServerInvalidAndUnreachable(t *testing.T) {
-	if _, err := New(nil).CheckServer(t.Context()); !errors.Is(err, ErrInvalid) {
+func TestCheckInvalidAndUnreachable(t *testing.T) {
+	if _, err := Check(t.Context(), fencing.New(nil)); !errors.Is(err, fencing.ErrInvalid) {
 		t.Fatalf("nil client: got %v, want ErrInvalid", err)
+	}
+	if _, err := Check(t.Context(), nil); !errors.Is(err, fencing.ErrInvalid) {
+		t.Fatalf("nil Locker: got %v, want ErrInvalid", err)
 	}
 	m := miniredis.RunT(t)
 	addr := m.Addr()
 	m.Close()
 	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, MaxRetries: -1, DialTimeout: time.Second})
 	defer c.Close()
-	_, err := New(c).CheckServer(t.Context())
-	if err == nil || isReply(err) || errors.Is(err, ErrUnsafeServer) {
+	_, err := Check(t.Context(), fencing.New(c))
+	if err == nil || isReply(err) || errors.Is(err, ErrUnsafe) {
 		t.Fatalf("unreachable: got %v, want a connection error", err)
 	}
 }
 
-// TestCheckServerRing checks every shard of a Ring and warns about the Ring itself.
-func TestCheckServerRing(t *testing.T) {
+// TestCheckRing checks every shard of a Ring and warns about the Ring itself.
+func TestCheckRing(t *testing.T) {
 	m1, m2 := miniredis.RunT(t), miniredis.RunT(t)
 	f1, _ := newFakeConfig(t, m1), newFakeConfig(t, m2)
 	f1.set("maxmemory-policy", "allkeys-random")
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": m1.Addr(), "b": m2.Addr()}, DisableIdentity: true})
 	defer ring.Close()
-	l := New(ring)
+	l := fencing.New(ring)
 	defer l.Close()
-	rep, err := l.CheckServer(t.Context())
-	if !errors.Is(err, ErrUnsafeServer) || len(rep.Nodes) != 2 || !rep.TokensCanRegress {
-		t.Fatalf("got %v, %d nodes, regress %v; want ErrUnsafeServer, 2 nodes, true", err, len(rep.Nodes), rep.TokensCanRegress)
+	rep, err := Check(t.Context(), l)
+	if !errors.Is(err, ErrUnsafe) || len(rep.Nodes) != 2 || !rep.TokensCanRegress {
+		t.Fatalf("got %v, %d nodes, regress %v; want ErrUnsafe, 2 nodes, true", err, len(rep.Nodes), rep.TokensCanRegress)
 	}
 	if !slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.Contains(w, "Ring") }) {
 		t.Fatalf("no Ring warning in %q", rep.Warnings)
 	}
 }
 
-// TestAssess is the decision table of CheckServer.
+// TestAssess is the decision table of Check.
 func TestAssess(t *testing.T) {
 	type settings struct {
 		policy, aof, fsync, save string
@@ -178,7 +188,7 @@ func TestAssess(t *testing.T) {
 	cases := []struct {
 		name     string
 		s        settings
-		opts     []Option
+		opts     []fencing.Option
 		unsafe   bool
 		regress  bool
 		persists string
@@ -186,19 +196,19 @@ func TestAssess(t *testing.T) {
 	}{
 		{"safe", safe, nil, false, false, "aof-always", 0},
 		{"allkeys-lru", settings{"allkeys-lru", "yes", "always", "", "master", 0}, nil, true, true, "aof-always", 1},
-		{"allkeys-lfu with floor", settings{"allkeys-lfu", "yes", "always", "", "master", 0}, []Option{WithServerTimeFloor()}, true, true, "aof-always", 1},
+		{"allkeys-lfu with floor", settings{"allkeys-lfu", "yes", "always", "", "master", 0}, []fencing.Option{fencing.WithServerTimeFloor()}, true, true, "aof-always", 1},
 		{"allkeys-random upper case", settings{"ALLKEYS-RANDOM", "yes", "always", "", "master", 0}, nil, true, true, "aof-always", 1},
 		{"volatile-lru", settings{"volatile-lru", "yes", "always", "", "master", 0}, nil, false, false, "aof-always", 1},
 		{"volatile-ttl", settings{"volatile-ttl", "yes", "always", "", "master", 0}, nil, false, false, "aof-always", 1},
 		{"no persistence", settings{"noeviction", "no", "everysec", "", "master", 0}, nil, false, true, "none", 1},
-		{"no persistence with floor", settings{"noeviction", "no", "everysec", "", "master", 0}, []Option{WithServerTimeFloor()}, false, false, "none", 0},
+		{"no persistence with floor", settings{"noeviction", "no", "everysec", "", "master", 0}, []fencing.Option{fencing.WithServerTimeFloor()}, false, false, "none", 0},
 		{"rdb", settings{"noeviction", "no", "everysec", "3600 1 300 100", "master", 0}, nil, false, true, "rdb", 1},
 		{"everysec", settings{"noeviction", "yes", "everysec", "3600 1", "master", 0}, nil, false, true, "aof-everysec", 1},
 		{"fsync no", settings{"noeviction", "yes", "no", "", "master", 0}, nil, false, true, "aof-no", 1},
 		{"replica attached", settings{"noeviction", "yes", "always", "", "master", 2}, nil, false, true, "aof-always", 1},
-		{"replicas acknowledged", settings{"noeviction", "yes", "always", "", "master", 2}, []Option{WithReplicas(2, time.Second)}, false, false, "aof-always", 0},
-		{"too few acknowledgements", settings{"noeviction", "yes", "always", "", "master", 2}, []Option{WithReplicas(1, time.Second)}, false, true, "aof-always", 1},
-		{"replicas with floor", settings{"noeviction", "yes", "always", "", "master", 2}, []Option{WithServerTimeFloor()}, false, false, "aof-always", 0},
+		{"replicas acknowledged", settings{"noeviction", "yes", "always", "", "master", 2}, []fencing.Option{fencing.WithReplicas(2, time.Second)}, false, false, "aof-always", 0},
+		{"too few acknowledgements", settings{"noeviction", "yes", "always", "", "master", 2}, []fencing.Option{fencing.WithReplicas(1, time.Second)}, false, true, "aof-always", 1},
+		{"replicas with floor", settings{"noeviction", "yes", "always", "", "master", 2}, []fencing.Option{fencing.WithServerTimeFloor()}, false, false, "aof-always", 0},
 		{"is a replica", settings{"noeviction", "yes", "always", "", "slave", 0}, nil, false, false, "aof-always", 1},
 		{"unknown policy", settings{"", "yes", "always", "", "master", 0}, nil, false, false, "aof-always", 1},
 		{"everything wrong", settings{"volatile-lfu", "no", "", "60 1", "master", 1}, nil, false, true, "rdb", 3},
@@ -211,11 +221,7 @@ func TestAssess(t *testing.T) {
 				"appendfsync": tc.s.fsync, "save": tc.s.save,
 			})
 			applyReplication(&n, parseInfo("# Replication\r\nrole:"+tc.s.role+"\r\nconnected_slaves:"+strconv.Itoa(tc.s.replicas)+"\r\n"))
-			cfg := defaultConfig()
-			for _, o := range tc.opts {
-				o.apply(&cfg)
-			}
-			assess(&n, &cfg)
+			assess(&n, settingsOf(tc.opts...))
 			if n.Unsafe != tc.unsafe || n.TokensCanRegress != tc.regress || n.Persistence != tc.persists || len(n.Warnings) != tc.warnings {
 				t.Fatalf("got unsafe %v regress %v persistence %q warnings %q; want %v %v %q and %d warnings",
 					n.Unsafe, n.TokensCanRegress, n.Persistence, n.Warnings, tc.unsafe, tc.regress, tc.persists, tc.warnings)
@@ -277,10 +283,7 @@ func FuzzAssess(f *testing.F) {
 		n := NodeReport{Replicas: -1, MaxMemory: -1}
 		applyConfig(&n, map[string]string{"maxmemory-policy": policy, "maxmemory": maxmem, "appendonly": aof, "appendfsync": fsync, "save": save})
 		applyReplication(&n, parseInfo(repl))
-		cfg := defaultConfig()
-		cfg.timeFloor = floor
-		cfg.replicas = max(replicas, 0)
-		assess(&n, &cfg)
+		assess(&n, fencing.Settings{ServerTimeFloor: floor, Replicas: max(replicas, 0)})
 		if n.Unsafe != strings.HasPrefix(strings.ToLower(policy), "allkeys-") {
 			t.Fatalf("policy %q: unsafe %v", policy, n.Unsafe)
 		}
