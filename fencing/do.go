@@ -80,7 +80,7 @@ func (l *Locker) DoAll(ctx context.Context, resources []string, fn func(ctx cont
 func (l *Locker) hold(ctx context.Context, cfg *config, locks []*Lock, set *LockSet, fn func(ctx context.Context) error) (err error) {
 	h := &hold{locks: locks, set: set}
 	call := seam.CallFrom(ctx)
-	work, cancel := context.WithCancelCause((&held{locks: locks, hold: h}).with(ctx))
+	work, cancel := context.WithCancelCause(seam.WithStaller((&held{locks: locks, hold: h}).with(ctx), stall))
 	if call != nil {
 		work = seam.WithCall(work, nil) // a Do nested in the work is a plain one
 	}

@@ -52,3 +52,22 @@ func CallFrom(ctx context.Context) *Call {
 	c, _ := ctx.Value(callKey{}).(*Call)
 	return c
 }
+
+// A Staller makes every hold in a context (the work of Do, DoAll, Lead, and so of the
+// adapters) behave as a process paused past its lease: renewals stop, leases end, and it
+// returns once another acquirer holds one of the resources, or ctx ends. fencing puts one in
+// the work context it gives a function; fencingtest.Stall calls it.
+type Staller func(ctx context.Context) error
+
+type stallKey struct{}
+
+// WithStaller returns a copy of ctx that carries s.
+func WithStaller(ctx context.Context, s Staller) context.Context {
+	return context.WithValue(ctx, stallKey{}, s)
+}
+
+// StallerFrom returns the Staller ctx carries, or nil.
+func StallerFrom(ctx context.Context) Staller {
+	s, _ := ctx.Value(stallKey{}).(Staller)
+	return s
+}

@@ -1,0 +1,54 @@
+// Package fencingtest helps test code that takes fencing locks: [Stall] turns the holder of
+// a lock into a holder paused past its lease, inside one test process, so that a test can
+// show that its store refuses the writes such a holder makes.
+//
+// A lease lock cannot stop a holder that pauses (a GC pause, a stalled call, a suspended VM)
+// past its lease while another process takes the lock: only a store that checks the fencing
+// token refuses the paused holder's late writes. Inside one process that pause is hard to
+// produce: the renewals of fencing.Locker.Do keep the lease alive, and miniredis's
+// FastForward moves Redis's clock but not the holder's. Stall does what the pause does, and
+// leaves the holder's context as it was, so that the test's next write is a stale holder's.
+package fencingtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/fencekit/fencekit/internal/seam"
+)
+
+// ErrNoLock is Stall's error when ctx is not the context of work that holds a lock.
+var ErrNoLock = errors.New("fencingtest: the context holds no lock of Do, DoAll or Lead")
+
+// Stall makes the holder of the locks that ctx's work holds behave as a process paused past
+// its lease. Call it inside work that holds a lock: the function of fencing.Locker.Do,
+// DoAll or Lead, a handler behind the Echo middleware (with the request's context) or the
+// Asynq adapter. Then
+//
+//   - the holder's renewals stop, and it is not told of the loss: ctx is not cancelled, and
+//     fencing.ValidUntilFromContext reports a lease that has ended;
+//   - each lease ends in Redis: the resource goes to the next waiters of its queue, as it
+//     would when a waiter finds the lapsed lease, or is free for the next acquirer;
+//   - Stall returns nil once another acquisition has taken one of the resources (its
+//     counter moved past the holder's token), or ctx.Err() when ctx ends first.
+//
+// Every enclosing hold in ctx (a Do nested in another) stalls too, as a whole process would.
+// After Stall, a write with the holder's token is the late write of a paused holder: a store
+// that saw the next holder's write refuses it, and Do, when the function returns, finds the
+// lock lost (its error matches fencing.ErrNotHeld). Stall returns an error wrapping
+// [ErrNoLock] when ctx holds no such lock, and changes nothing then. It works on miniredis and
+// on Redis.
+func Stall(ctx context.Context) error {
+	s := seam.StallerFrom(ctx)
+	if s == nil {
+		return ErrNoLock
+	}
+	if err := s(ctx); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return fmt.Errorf("fencingtest: stall: %w", err)
+	}
+	return nil
+}
