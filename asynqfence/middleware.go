@@ -69,6 +69,10 @@ func newConfig(l *fencing.Locker, resource ResourceFunc, all ResourcesFunc, opts
 		cfg.err = invalid("nil Locker")
 	case resource == nil && all == nil:
 		cfg.err = invalid("nil ResourceFunc")
+	case cfg.shared != nil && cfg.limit > 1:
+		cfg.err = invalid(fmt.Sprintf("WithShared with WithLimit(%d): a resource is shared or limited, not both", cfg.limit))
+	case cfg.shared != nil && all != nil:
+		cfg.err = invalid("WithShared with MiddlewareAll: several resources are locked exclusively")
 	default:
 		// A Locker built with options that can never work, or already closed, is refused
 		// here, where the adapter is built: every task fails the same way, without retries.
@@ -77,6 +81,9 @@ func newConfig(l *fencing.Locker, resource ResourceFunc, all ResourcesFunc, opts
 		}
 	}
 	cfg.opts = cfg.lockOptions()
+	if cfg.shared != nil {
+		cfg.sharedOpts = append(cfg.opts[:len(cfg.opts):len(cfg.opts)], fencing.Shared())
+	}
 	return cfg
 }
 
@@ -105,6 +112,9 @@ func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return h.next.ProcessTask(ctx, t)
 	}
 	opts := h.cfg.opts
+	if h.cfg.shared != nil && h.cfg.shared(t) {
+		opts = h.cfg.sharedOpts
+	}
 	ran, succeeded := false, false
 	err = h.cfg.locker.Do(ctx, resource, func(ctx context.Context) error {
 		ran = true

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/fencekit/fencekit/fencing"
 )
 
@@ -19,15 +21,17 @@ func (f optionFunc) apply(c *config) { f(c) }
 // config is what a Middleware or Wrap call shares between its tasks; it is not modified
 // after newConfig returns.
 type config struct {
-	locker   *fencing.Locker
-	resource ResourceFunc
-	all      ResourcesFunc // MiddlewareAll: several resources per task (set.go)
-	ttl      time.Duration // 0: the Locker's TTL
-	limit    int           // 0: the Locker's limit
-	drop     bool
-	lockOpts []fencing.CallOption
-	opts     []fencing.CallOption // the per-call options of every acquisition
-	err      error                // the first invalid option or argument, or the Locker's Err
+	locker     *fencing.Locker
+	resource   ResourceFunc
+	all        ResourcesFunc // MiddlewareAll: several resources per task (set.go)
+	ttl        time.Duration // 0: the Locker's TTL
+	limit      int           // 0: the Locker's limit
+	drop       bool
+	shared     func(t *asynq.Task) bool // nil: every task exclusive
+	lockOpts   []fencing.CallOption
+	opts       []fencing.CallOption // the per-call options of every acquisition
+	sharedOpts []fencing.CallOption // opts and fencing.Shared, for the tasks shared says
+	err        error                // the first invalid option or argument, or the Locker's Err
 }
 
 // WithTTL sets the lease length of every acquisition; the lease is renewed every third of it
@@ -63,6 +67,17 @@ func WithLimit(n int) Option {
 		}
 		c.limit = n
 	})
+}
+
+// WithShared makes the tasks for which shared returns true take their resource's lock shared
+// ([fencing.Shared]): such tasks run together on a resource, and a task that takes it
+// exclusively runs alone, first come, first served across both kinds, so a stream of readers
+// never starves a writer. A task that finds the resource held the other way is busy, as any
+// busy task (see [WithDropDuplicates], [IsFailure]). It cannot go with [WithLimit] above 1 or
+// with [MiddlewareAll]: every task then fails with an error wrapping [fencing.ErrInvalid] and
+// [asynq.SkipRetry]. Default: nil, every task exclusive.
+func WithShared(shared func(t *asynq.Task) bool) Option {
+	return optionFunc(func(c *config) { c.shared = shared })
 }
 
 // WithDropDuplicates makes a task whose resource is busy be dropped instead of retried: its

@@ -87,6 +87,14 @@ type Config struct {
 	// exclusive lock.
 	Limit int
 
+	// Shared says which requests take the lock shared ([fencing.Shared]): requests for which
+	// it returns true hold the resource together, and an exclusive request holds it alone,
+	// first come, first served across both kinds (a reader that arrives while a writer waits
+	// waits behind it, so readers never starve a writer). [SharedSafeMethods] makes GET, HEAD
+	// and OPTIONS shared. It cannot go with Limit above 1 or with KeysExtractor (an error
+	// wrapping [fencing.ErrInvalid]). Default: nil, every request exclusive.
+	Shared func(c *echo.Context) bool
+
 	// ContextKey is the key under which the token (an int64) is stored with c.Set (read it with echo.ContextGet[int64] or [TokenFromEcho]).
 	// It stays there after the handler returns, for loggers and error handlers. Default:
 	// [DefaultContextKey] ("fencing.token").

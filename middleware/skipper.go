@@ -10,3 +10,10 @@ import (
 func SkipSafeMethods(c echo.Context) bool {
 	return echofence.SafeMethod(c.Request().Method)
 }
+
+// SharedSafeMethods is a [Config.Shared] function that makes the requests with the methods
+// that only read, GET, HEAD and OPTIONS, take the lock shared: they run together, and a
+// request with any other method runs alone.
+func SharedSafeMethods(c echo.Context) bool {
+	return echofence.ReadMethod(c.Request().Method)
+}

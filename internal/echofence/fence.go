@@ -41,6 +41,8 @@ type Fence[C Context] struct {
 	skip         func(c C) bool // nil: skip none
 	locker       *fencing.Locker
 	opts         []fencing.CallOption // per call: WithMaxWait, WithLimit, and WithTTL when set
+	sharedOpts   []fencing.CallOption // opts and fencing.Shared, for the requests shared says
+	shared       func(c C) bool       // nil: every request exclusive
 	extract      func(c C) (string, error)
 	extractAll   func(c C) ([]string, error) // set: several resources per request (fenceall.go)
 	namespace    string
@@ -75,6 +77,16 @@ func New[C Context, S ~func(C) bool](g Glue[C], s Settings[C, S]) (*Fence[C], er
 		return nil, err
 	}
 	f.opts = opts
+	if s.Shared != nil {
+		switch {
+		case s.Limit > 1:
+			return nil, invalidf("Shared with Limit %d: a resource is shared or limited, not both", s.Limit)
+		case s.KeysExtractor != nil:
+			return nil, invalidf("Shared with KeysExtractor: several resources are locked exclusively")
+		}
+		f.shared = s.Shared
+		f.sharedOpts = append(opts[:len(opts):len(opts)], fencing.Shared())
+	}
 	if f.extract == nil && f.extractAll == nil {
 		lookup := s.KeyLookup
 		if lookup == "" {
@@ -123,11 +135,15 @@ func (f *Fence[C]) Serve(c C, next func(c C) error) error {
 		ran    bool
 		result error
 	)
+	opts := f.opts
+	if f.shared != nil && f.shared(c) {
+		opts = f.sharedOpts
+	}
 	err = f.locker.Do(req.Context(), resource, func(ctx context.Context) error {
 		ran = true
 		result = f.run(ctx, c, next, req, resource)
 		return result
-	}, f.opts...)
+	}, opts...)
 	switch {
 	case ran:
 		return result
@@ -158,6 +174,16 @@ func (f *Fence[C]) expose(c C, token int64) {
 	if f.tokenHeader != "" {
 		f.header(c).Set(f.tokenHeader, strconv.FormatInt(token, 10))
 	}
+}
+
+// ReadMethod reports whether method only reads: GET, HEAD or OPTIONS, which the adapters'
+// SharedSafeMethods makes shared.
+func ReadMethod(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return true
+	}
+	return false
 }
 
 // SafeMethod reports whether method is one of the safe methods of RFC 9110 (GET, HEAD,

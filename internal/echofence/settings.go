@@ -76,6 +76,14 @@ type Settings[C Context, S ~func(C) bool] = struct {
 	// exclusive lock.
 	Limit int
 
+	// Shared says which requests take the lock shared (fencing.Shared): requests for which it
+	// returns true hold the resource together, and an exclusive request holds it alone,
+	// first come, first served across both kinds (a reader that arrives while a writer waits
+	// waits behind it). The adapters' SharedSafeMethods makes GET, HEAD and OPTIONS shared.
+	// It cannot go with Limit above 1 or with KeysExtractor (an error wrapping
+	// fencing.ErrInvalid). Default: nil, every request exclusive.
+	Shared func(c C) bool
+
 	// ContextKey is the key under which the token (an int64) is stored with c.Set. It stays
 	// there after the handler returns, for loggers and error handlers. Default:
 	// DefaultContextKey ("fencing.token").

@@ -55,6 +55,7 @@ type api[C echofence.Context, S ~func(C) bool, M any, Cfg adapterConfig[C, S, M]
 	maxKeyLen         int
 	defaultKeyLookup  string
 	defaultContextKey string
+	sharedSafeMethods func(c C) bool
 }
 
 // adapter is a Driver: an adapter package's API and the Echo major it serves.
@@ -135,6 +136,9 @@ func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) config(cfg Config) Cfg {
 		MaxWait: cfg.MaxWait, Limit: cfg.Limit, ContextKey: cfg.ContextKey, TokenHeader: cfg.TokenHeader}
 	if cfg.SkipSafeMethods {
 		s.Skipper = a.api.skipSafeMethods
+	}
+	if cfg.SharedSafeMethods {
+		s.Shared = a.api.sharedSafeMethods
 	}
 	if f := cfg.KeyExtractor; f != nil {
 		s.KeyExtractor = func(c C) (string, error) { return f(a.request(c)) }

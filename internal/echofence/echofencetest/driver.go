@@ -48,17 +48,19 @@ type Driver interface {
 type Config struct {
 	Locker          *fencing.Locker
 	SkipSafeMethods bool // Skipper: SkipSafeMethods
-	KeyLookup       string
-	KeyExtractor    func(r Request) (string, error)
-	KeysExtractor   func(r Request) ([]string, error)
-	Namespace       string
-	TTL             time.Duration
-	MaxWait         time.Duration
-	Limit           int
-	ContextKey      string
-	TokenHeader     string
-	ErrorHandler    func(r Request, err error) error
-	DenyHandler     func(r Request, resource string, err error) error
+	// SharedSafeMethods sets Shared to the adapter's SharedSafeMethods.
+	SharedSafeMethods bool
+	KeyLookup         string
+	KeyExtractor      func(r Request) (string, error)
+	KeysExtractor     func(r Request) ([]string, error)
+	Namespace         string
+	TTL               time.Duration
+	MaxWait           time.Duration
+	Limit             int
+	ContextKey        string
+	TokenHeader       string
+	ErrorHandler      func(r Request, err error) error
+	DenyHandler       func(r Request, resource string, err error) error
 	// DefaultHandlers sets ErrorHandler and DenyHandler to the adapter's DefaultErrorHandler
 	// and DefaultDenyHandler explicitly.
 	DefaultHandlers bool

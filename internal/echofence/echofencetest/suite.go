@@ -61,6 +61,8 @@ func cases() []testCase {
 		{"UntrustedNamesExpire", untrustedNamesExpire},
 		{"SeveralResources", severalResources},
 		{"SeveralResourcesNoDeadlock", severalResourcesNoDeadlock},
+		{"SharedSafeMethods", sharedSafeMethods},
+		{"SharedConfig", sharedConfig},
 	}
 }
 

@@ -17,7 +17,7 @@ func V4() Driver {
 		api: api[echo.Context, middleware.Skipper, echo.MiddlewareFunc, fencemw.Config, *echo.HTTPError]{
 			fencemw.Fence, fencemw.FenceWithConfig, fencemw.DefaultConfig, fencemw.SkipSafeMethods,
 			fencemw.DefaultErrorHandler, fencemw.DefaultDenyHandler, fencemw.NewHTTPError, fencemw.TokenFromEcho,
-			fencemw.MaxKeyLen, fencemw.DefaultKeyLookup, fencemw.DefaultContextKey},
+			fencemw.MaxKeyLen, fencemw.DefaultKeyLookup, fencemw.DefaultContextKey, fencemw.SharedSafeMethods},
 		newEcho: func(record func(error)) *echo.Echo {
 			e := echo.New()
 			e.Debug = true // the default error handler then shows internal errors

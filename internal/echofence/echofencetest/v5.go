@@ -17,7 +17,7 @@ func V5() Driver {
 		api: api[*echo.Context, middleware.Skipper, echo.MiddlewareFunc, fencemw.Config, error]{
 			fencemw.Fence, fencemw.FenceWithConfig, fencemw.DefaultConfig, fencemw.SkipSafeMethods,
 			fencemw.DefaultErrorHandler, fencemw.DefaultDenyHandler, fencemw.NewHTTPError, fencemw.TokenFromEcho,
-			fencemw.MaxKeyLen, fencemw.DefaultKeyLookup, fencemw.DefaultContextKey},
+			fencemw.MaxKeyLen, fencemw.DefaultKeyLookup, fencemw.DefaultContextKey, fencemw.SharedSafeMethods},
 		newEcho: func(record func(error)) *echo.Echo {
 			e := echo.New()
 			e.Logger = slog.New(slog.DiscardHandler)
