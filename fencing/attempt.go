@@ -45,7 +45,11 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, g []member, elem, ent
 	if len(g) == 1 {
 		res, err = l.acquireOne(ctx, cfg, g[0].keys, owner, ms, elem, entry)
 	} else {
-		res, err = acquireAllScript.run(ctx, l.client, triples(g), owner, ms, cfg.floorArg(), cfg.expiryArg()).Result()
+		args := []any{owner, ms}
+		if cfg.timeFloor {
+			args = append(args, cfg.floorArg(), cfg.expiryArg())
+		}
+		res, err = acquireAllScript.run(ctx, l.client, triples(g), args...).Result()
 	}
 	if err != nil {
 		// Unless Redis answered with an error (the script failed), it may have run and left

@@ -139,16 +139,13 @@ func TestLostSetReplies(t *testing.T) {
 		if dropped.Load() != 1 {
 			t.Fatalf("the release reply was not dropped (%v)", err)
 		}
-		// Not retried, the reply is unknown: an error, but not ErrNotHeld; the release
-		// records answer a release sent again.
-		if err == nil || errors.Is(err, fencing.ErrNotHeld) {
-			t.Fatalf("Release: got %v, want the connection's error", err)
+		// Not retried by go-redis, the release is sent again on a new connection, where the
+		// release records say the first run deleted them.
+		if err != nil {
+			t.Fatalf("Release: got %v, want nil", err)
 		}
 		if lockExists(t, r, "ya") || lockExists(t, r, "yb") {
 			t.Fatal("a lock left after the release")
-		}
-		if err := set.Release(ctx); err != nil {
-			t.Fatalf("Release again: got %v, want nil: the records say the first run released them", err)
 		}
 	})
 }

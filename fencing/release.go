@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"time"
@@ -39,7 +40,9 @@ func (l *Locker) release(ctx context.Context, ks []keys, values []string, m mode
 		calls[j] = c
 	}
 	sent := time.Now()
-	for j, cmd := range l.pipeScripts(ctx, releaseScript, calls, before) {
+	cmds := l.pipeScripts(ctx, releaseScript, calls, before)
+	resend(ctx, cmds, func(which []scriptCall) []*redis.Cmd { return l.pipeScripts(ctx, releaseScript, which, nil) }, calls)
+	for j, cmd := range cmds {
 		res, err := cmd.Result()
 		run := runs[j]
 		if err == nil && len(run) > 1 {
@@ -79,11 +82,45 @@ func (l *Locker) releaseOne(ctx context.Context, k keys, value string, m mode, b
 		self = l.waits.id
 	}
 	sent := time.Now()
-	res, err := releaseScript.runOn(ctx, l.client, k, releaseArgs([]any{value}, l.topo.Publish(), m, self)...).Result()
+	args := releaseArgs([]any{value}, l.topo.Publish(), m, self)
+	res, err := releaseScript.runOn(ctx, l.client, k, args...).Result()
+	if lostReply(ctx, err) {
+		res, err = releaseScript.runOn(ctx, l.client, k, args...).Result()
+	}
 	if err != nil {
 		return false, err
 	}
 	return l.released(k, sent, value, m, res)
+}
+
+// lostReply reports whether err leaves it unknown whether a release ran: the connection
+// failed, the context still lasts. The release is sent once more, on another connection: its
+// release record answers it as the first run went (a release is idempotent), whatever
+// retries the client makes of its own.
+func lostReply(ctx context.Context, err error) bool {
+	var reply redis.Error
+	return err != nil && ctx.Err() == nil && !errors.As(err, &reply)
+}
+
+// resend sends again, with send, the calls whose replies were lost (see lostReply), and puts
+// their new commands in cmds.
+func resend(ctx context.Context, cmds []*redis.Cmd, send func([]scriptCall) []*redis.Cmd, calls []scriptCall) {
+	var lost []int
+	for i, cmd := range cmds {
+		if lostReply(ctx, cmd.Err()) {
+			lost = append(lost, i)
+		}
+	}
+	if len(lost) == 0 {
+		return
+	}
+	again := make([]scriptCall, len(lost))
+	for n, i := range lost {
+		again[n] = calls[i]
+	}
+	for n, cmd := range send(again) {
+		cmds[lost[n]] = cmd
+	}
 }
 
 // releaseArgs appends to the values release.lua's other arguments, leaving out those with

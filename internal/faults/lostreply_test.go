@@ -64,8 +64,8 @@ func (c *dropConn) Read(p []byte) (int, error) {
 }
 
 // evalPipeline matches the pipeline WithReplicas sends, EVAL of a script followed by WAIT,
-// when the script's source starts with header: "-- Acquire a lock" for the acquire script,
-// "-- Reset a lock's TTL" for the extension that confirms a grant.
+// when the script's source holds header: "-- Acquire a resource" for the acquire script,
+// "-- Reset the lease" for the extension that confirms a grant.
 func evalPipeline(header string) func([]byte) bool {
 	return func(p []byte) bool {
 		return bytes.Contains(p, []byte("\r\n$4\r\neval\r\n")) && bytes.Contains(p, []byte(header)) &&
@@ -113,7 +113,7 @@ func TestWithReplicasLostReply(t *testing.T) {
 				r.Pause()
 				defer r.Resume()
 			}
-			d := &replyDropper{match: evalPipeline("-- Acquire a lock")}
+			d := &replyDropper{match: evalPipeline("-- Acquire a resource")}
 			l := newLocker(t, dropping(d), fencing.WithReplicas(1, timeout))
 			d.armed.Store(true)
 			lock, err := l.TryAcquire(ctx, resource)
@@ -150,7 +150,7 @@ func TestWithReplicasLostReply(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := &replyDropper{match: evalPipeline("-- Reset a lock's TTL")}
+			d := &replyDropper{match: evalPipeline("-- Reset the lease")}
 			waiter := newLocker(t, dropping(d), fencing.WithReplicas(1, timeout))
 			type result struct {
 				lock *fencing.Lock

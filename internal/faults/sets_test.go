@@ -143,10 +143,16 @@ func TestSetLostRepliesOnCluster(t *testing.T) {
 		var seen atomic.Int32
 		return func(p []byte) bool { return match(p) && seen.Add(1) == n }
 	}
-	// One resource per slot: the set script on 3 keys with its 3 arguments (TryAcquireAll
-	// alone sends such requests here), and the set release on 1 key.
-	acquire := func(p []byte) bool { return bytes.HasPrefix(p, []byte("*9\r\n$7\r\nevalsha\r\n")) }
-	release := func(p []byte) bool { return bytes.HasPrefix(p, []byte("*5\r\n$7\r\nevalsha\r\n")) }
+	// One resource per slot: an EVALSHA on 3 keys, of the acquire script (its owner, lease
+	// and 'S' for SPUBLISH; TryAcquireAll alone sends such requests here) or of the release
+	// script (a lock value and 'S'): the first argument, a lock value "<owner>:<token>" for a
+	// release, tells them apart.
+	script := func(p []byte, release bool) bool {
+		args := respArgs(p)
+		return len(args) >= 8 && args[0] == "evalsha" && args[2] == "3" && strings.Contains(args[6], ":") == release
+	}
+	acquire := func(p []byte) bool { return script(p, false) }
+	release := func(p []byte) bool { return script(p, true) }
 	counter := func(res string) int64 {
 		n, _ := admin.Get(ctx, "lost:{"+res+"}:fence").Int64()
 		return n
@@ -206,4 +212,18 @@ func TestSetLostRepliesOnCluster(t *testing.T) {
 			noLocksLeft(t, admin, "lost:")
 		})
 	}
+}
+
+// respArgs returns the bulk strings of a request as go-redis writes it, "*<n>" and then
+// "$<len>" and the bytes of each argument, or nil for anything else.
+func respArgs(p []byte) []string {
+	lines := bytes.Split(p, []byte("\r\n"))
+	if len(lines) == 0 || !bytes.HasPrefix(lines[0], []byte("*")) {
+		return nil
+	}
+	var args []string
+	for i := 2; i < len(lines); i += 2 {
+		args = append(args, string(lines[i]))
+	}
+	return args
 }
