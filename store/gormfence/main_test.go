@@ -170,7 +170,7 @@ func mariaDSN(t *testing.T, found bool) string {
 
 // serverDSN returns the DSN in env, skipping t when it is unset or its server does not
 // answer a TCP connection within 3 seconds, unless require=1, which fails t instead.
-func serverDSN(t *testing.T, env, require string) string {
+func serverDSN(t testing.TB, env, require string) string {
 	t.Helper()
 	must := os.Getenv(require) == "1"
 	dsn := os.Getenv(env)
