@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -464,19 +463,9 @@ func TestFences_concurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws := schedule(t, n)
-	errs := make([]error, len(ws))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, inFlight)
-	for i, w := range ws {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			errs[i] = fencedAppend(ctx, db, fences, data, w.token)
-		}()
-	}
-	wg.Wait()
+	errs := runAll(ws, func(w writer) error {
+		return fencedAppend(ctx, db, fences, data, w.token)
+	})
 	accepted := 0
 	for i, w := range ws {
 		if errs[i] == nil {
