@@ -3,6 +3,7 @@ package store
 import (
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 )
 
@@ -53,4 +54,21 @@ func schedule(t testing.TB, n int) []writer {
 		ws[i].id = i
 	}
 	return ws
+}
+
+// runAll runs write for every writer, at most inFlight at a time, and returns their
+// errors in the writers' order.
+func runAll(ws []writer, write func(w writer) error) []error {
+	errs := make([]error, len(ws))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, inFlight)
+	for i, w := range ws {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = write(w)
+		})
+	}
+	wg.Wait()
+	return errs
 }

@@ -6,7 +6,7 @@
 // suspended VM) until its lease lapses, another client acquires the lock, and the
 // first one wakes up and writes anyway. The store must therefore refuse writes that
 // carry a token below the highest one it has already accepted for the record, its
-// high-water mark. This package offers that check in three places:
+// high-water mark. This package offers that check in four places:
 //
 //   - [Memory], for state held in this process: [Memory.Write] runs the caller's
 //     write under a per-resource lock only when the token is admissible.
@@ -14,8 +14,15 @@
 //     mark stored beside the value, in the same hash, and writes both atomically.
 //   - [Table], for a SQL row with a fence_token column: a conditional UPDATE (or a
 //     PostgreSQL upsert) that changes the row only when the token is admissible.
+//   - [Fences], for a whole SQL transaction: [Fences.Check], its first statement,
+//     raises the resource's fence row to the token, and the row lock orders every
+//     later transaction of the resource after this one (PostgreSQL, MySQL/MariaDB,
+//     SQLite).
 //
-// All three refuse a stale token with a [*StaleTokenError], which matches
+// Table and Fences run on database/sql, or on pgx v5 through [Pgx]. GORM writes are
+// fenced by the plugin in module github.com/fencekit/fencekit/store/gormfence.
+//
+// All four refuse a stale token with a [*StaleTokenError], which matches
 // [ErrStaleToken] with [errors.Is], and write nothing in that case.
 //
 // # Equal tokens are admitted

@@ -9,13 +9,6 @@ import (
 	"strings"
 )
 
-// DB is the part of [*sql.DB], [*sql.Tx] and [*sql.Conn] that a [Table] uses. Pass a
-// *sql.Tx to make a fenced update part of a larger transaction.
-type DB interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
 // Table is a fencing check in a SQL database: it writes conditional statements for a
 // table whose rows carry their high-water mark in a BIGINT column, by default
 // fence_token. Add the column to an existing table with
@@ -26,7 +19,9 @@ type DB interface {
 //
 // The table and column names are written into the SQL verbatim: they must be trusted
 // constants, quoted as the database requires, never user input. Statements use
-// PostgreSQL placeholders ($1, $2, …) unless [WithQuestionMarks] is given.
+// PostgreSQL placeholders ($1, $2, …) unless [WithQuestionMarks] is given. Its
+// methods take a [DB]: a *sql.DB, *sql.Tx or *sql.Conn, or a pgx connection wrapped by
+// [Pgx].
 //
 // A Table is immutable and safe for concurrent use by multiple goroutines.
 type Table struct {
@@ -110,7 +105,7 @@ func NewTable(name string, opts ...Option) (*Table, error) {
 // returns an error matching neither. If db is nil, id is nil or token is below 1, it
 // returns an error and runs nothing. Database errors are returned wrapped.
 //
-// Inside a transaction (db is a *sql.Tx), the row stays locked until commit, so
+// Inside a transaction (db is a *sql.Tx, or a pgx.Tx through [Pgx]), the row stays locked until commit, so
 // fenced writers to one row are serialised. At READ COMMITTED (PostgreSQL's
 // default) a newer token committed meanwhile yields ErrStaleToken; at REPEATABLE
 // READ or SERIALIZABLE PostgreSQL reports a serialization failure instead, and
@@ -186,7 +181,7 @@ func (t *Table) Mark(ctx context.Context, db DB, id any) (int64, error) {
 	}
 	query := "SELECT " + t.tokenColumn + " FROM " + t.name + " WHERE " + t.idColumn + " = " + t.placeholders(0, 1)[0]
 	var mark int64
-	err := db.QueryRowContext(ctx, query, id).Scan(&mark)
+	err := scanRow(ctx, db, query, []any{id}, &mark)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("%w: %q", ErrNotFound, t.resource(id))
 	}
@@ -227,7 +222,7 @@ func (t *Table) check(op string, db DB, id any, token int64, hasToken bool) erro
 	if t == nil {
 		return fmt.Errorf("store: %s: nil *Table", op)
 	}
-	if isNil(db) {
+	if nilDB(db) {
 		return fmt.Errorf("store: %s %q: nil DB", op, t.name)
 	}
 	if id == nil {

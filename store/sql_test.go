@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -449,19 +448,9 @@ func TestTable_Update_concurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws := schedule(t, n)
-	errs := make([]error, len(ws))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, inFlight)
-	for i, w := range ws {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			errs[i] = table.Update(ctx, db, int64(1), w.token, setVal, fmt.Sprintf("%d/%d", w.token, w.id), w.token)
-		}()
-	}
-	wg.Wait()
+	errs := runAll(ws, func(w writer) error {
+		return table.Update(ctx, db, int64(1), w.token, setVal, fmt.Sprintf("%d/%d", w.token, w.id), w.token)
+	})
 
 	accepted := 0
 	for i, w := range ws {
@@ -499,19 +488,9 @@ func TestTable_Upsert_concurrent(t *testing.T) {
 	table := mustTable(t, name)
 	// The row does not exist yet: the first writers race to insert it.
 	ws := schedule(t, n)
-	errs := make([]error, len(ws))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, inFlight)
-	for i, w := range ws {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			errs[i] = table.Upsert(ctx, db, int64(1), w.token, []string{"val"}, fmt.Sprintf("%d/%d", w.token, w.id))
-		}()
-	}
-	wg.Wait()
+	errs := runAll(ws, func(w writer) error {
+		return table.Upsert(ctx, db, int64(1), w.token, []string{"val"}, fmt.Sprintf("%d/%d", w.token, w.id))
+	})
 	accepted := 0
 	for i, w := range ws {
 		if errs[i] == nil {
