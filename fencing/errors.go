@@ -39,6 +39,11 @@ var (
 	// and lock keys at any time: its maxmemory-policy is one of the allkeys-* policies, which
 	// may evict keys that have no TTL once memory is full. [Locker.CheckServer] returns it.
 	ErrUnsafeServer = errors.New("fencing: unsafe server settings")
+
+	// ErrNotLeader means an [Elector] does not lead now: it is not running, it is campaigning
+	// while another process leads, its term was lost, or its lease has run out by the local
+	// clock. [Elector.IsLeader] returns it; a scheduler that gets it skips the run.
+	ErrNotLeader = errors.New("fencing: not leader")
 )
 
 // opError is an operation's error: its text has one "fencing: " prefix and one line, such as
