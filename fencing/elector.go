@@ -57,14 +57,17 @@ type electorTerm struct {
 	until func() time.Time // the lease's local end; renewals move it on
 }
 
-// leading reports whether the term still runs, with its lease valid at now.
-func (t *electorTerm) leading(now time.Time) bool {
+// over returns nil while the term runs with its lease valid at now, or why it does not.
+func (t *electorTerm) over(now time.Time) error {
 	select {
 	case <-t.done:
-		return false
+		return errTermLost
 	default:
 	}
-	return now.Before(t.until())
+	if !now.Before(t.until()) {
+		return errLeaseOver
+	}
+	return nil
 }
 
 // NewElector returns an Elector for the leadership of name on locker; every replica must use
@@ -138,10 +141,11 @@ func (e *Elector) IsLeader(ctx context.Context) error {
 	}
 	t := e.term.Load()
 	switch {
-	case t != nil && t.leading(time.Now()):
-		return nil
 	case t != nil:
-		return opErr("elector", e.name, join(ErrNotLeader, errTermOver))
+		if why := t.over(time.Now()); why != nil {
+			return opErr("elector", e.name, join(ErrNotLeader, why))
+		}
+		return nil
 	case !e.running.Load():
 		return opErr("elector", e.name, join(ErrNotLeader, errNotRunning))
 	}
@@ -150,7 +154,8 @@ func (e *Elector) IsLeader(ctx context.Context) error {
 
 // Reasons for ErrNotLeader, after it in the error's text; unexported, not to be matched.
 var (
-	errTermOver    = errors.New("the term was lost or its lease ran out by the local clock")
+	errTermLost    = errors.New("the term is over: leadership lost, or Run's context ended")
+	errLeaseOver   = errors.New("the lease ran out by the local clock")
 	errNotRunning  = errors.New("not running: Run was not called, or has returned")
 	errCampaigning = errors.New("campaigning: another process leads, or the campaign has not won yet")
 )
@@ -167,7 +172,7 @@ func (e *Elector) Token() (int64, bool) {
 		return 0, false
 	}
 	t := e.term.Load()
-	if t == nil || !t.leading(time.Now()) {
+	if t == nil || t.over(time.Now()) != nil {
 		return 0, false
 	}
 	return t.token, true

@@ -154,9 +154,23 @@ func TestElectorLostLeadership(t *testing.T) {
 				t.Skip("needs miniredis's SetError")
 			}
 			const ttl = 300 * time.Millisecond
-			l := newLocker(t, r, fencing.WithTTL(ttl), fencing.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond))
+			// The Lost hook runs when the renewer gives the lease up, just before it cancels
+			// the term: there, only IsLeader's own look at the clock can tell the lease is over.
+			var e *fencing.Elector
+			atLoss := make(chan error, 1)
+			hooks := fencing.WithHooks(fencing.Hooks{Lost: func(ctx context.Context, ev fencing.Event) {
+				err := e.IsLeader(context.Background())
+				if _, ok := e.Token(); ok && err == nil {
+					err = errors.New("Token true")
+				}
+				select {
+				case atLoss <- err:
+				default:
+				}
+			}})
+			l := newLocker(t, r, fencing.WithTTL(ttl), fencing.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond), hooks)
 			other := newLocker(t, r)
-			e := fencing.NewElector(l, "leader")
+			e = fencing.NewElector(l, "leader")
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			done := runElector(ctx, e)
@@ -177,9 +191,12 @@ func TestElectorLostLeadership(t *testing.T) {
 				}
 			case "redis down":
 				r.Mini.SetError("LOADING Redis is loading the dataset in memory")
-				waitFor(t, 5*time.Second, "IsLeader to report the lapsed lease", func() bool {
-					return errors.Is(e.IsLeader(t.Context()), fencing.ErrNotLeader)
-				})
+				// The lease's local end passes with no renewal: IsLeader says so before the term's
+				// context is cancelled.
+				err := recv(t, atLoss, 5*time.Second, "the renewer to give the lease up")
+				if want := "not leader: the lease ran out by the local clock"; !errors.Is(err, fencing.ErrNotLeader) || !strings.Contains(fmt.Sprint(err), want) {
+					t.Fatalf("IsLeader as the lease lapsed: got %v, want an error matching ErrNotLeader that says %q", err, want)
+				}
 				notLeader(t, e, "while Redis is down")
 				r.Mini.SetError("")
 				r.Mini.FastForward(ttl) // the lease has run out meanwhile
