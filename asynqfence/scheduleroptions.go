@@ -77,9 +77,13 @@ func WithRetention(d time.Duration) SchedulerOption {
 }
 
 // WithLeaderOptions adds options to every campaign and term of [fencing.Locker.Lead], such
-// as [fencing.WithTTL] (the lease: how long a dead leader's ticks wait for a successor) and
-// [fencing.WithHooks] (spans of each campaign and term with package tracing). Several add up.
-// Default: none; the Locker's settings apply.
+// as [fencing.WithTTL] (the lease: how long a dead leader's ticks wait for a successor).
+// Several add up. Default: none; the Locker's settings apply.
+//
+// Hooks add up with the Locker's: hooks given to [fencing.New] already observe every
+// campaign and term, so giving the same hooks here too (tracing.Hooks, say) reports each one
+// twice. Give tracing hooks once, to the Locker; [fencing.WithHooks] here is for hooks that
+// only the scheduler's leadership should have.
 func WithLeaderOptions(opts ...fencing.Option) SchedulerOption {
 	return schedulerOptionFunc(func(c *schedulerConfig) { c.leaderOpts = append(c.leaderOpts, opts...) })
 }
