@@ -143,8 +143,8 @@ func TestElectorLeadsAndResigns(t *testing.T) {
 	}
 }
 
-// TestElectorLostLeadership takes leadership away (another owner takes the name as if the
-// lease had run out; Redis refusing every command past the lease): IsLeader reports the loss,
+// TestElectorLostLeadership takes leadership away (another owner, queued, takes the name as
+// if the lease had run out; Redis refusing every command past the lease): IsLeader reports the loss,
 // and Run campaigns again and leads with a higher epoch.
 func TestElectorLostLeadership(t *testing.T) {
 	for _, how := range []string{"taken over", "redis down"} {
@@ -178,8 +178,16 @@ func TestElectorLostLeadership(t *testing.T) {
 			var intruder int64
 			switch how {
 			case "taken over":
+				// The intruder waits in the queue first, so that the leader, campaigning again
+				// once it sees the loss, cannot take the name back before it.
+				got := acquireAsync(t.Context(), other, "leader", fencing.WithTTL(ttl))
+				waitFor(t, 5*time.Second, "the intruder in the queue", func() bool { return queueLen(r, "leader") == 1 })
 				r.Client.Del(t.Context(), r.Prefix+"{leader}:lock")
-				lock := mustAcquire(t, other, "leader", fencing.WithTTL(ttl))
+				a := recv(t, got, 5*time.Second, "the intruder's lock")
+				if a.err != nil {
+					t.Fatalf("intruder: %v", a.err)
+				}
+				lock := a.lock
 				intruder = lock.Token()
 				defer lock.Release(context.Background())
 				waitFor(t, 5*time.Second, "IsLeader to report the loss", func() bool {
@@ -303,7 +311,9 @@ func TestElectorThreeCandidates(t *testing.T) {
 		c.cancel, c.done = cancel, runElector(ctx, c.e)
 	}
 	for i := range cands {
-		e := fencing.NewElector(newLocker(t, r, fencing.WithTTL(time.Second)), "leader")
+		// Terms end by resignation here; a long lease keeps a slow renewal on a loaded machine
+		// from ending one too.
+		e := fencing.NewElector(newLocker(t, r, fencing.WithTTL(10*time.Second)), "leader")
 		c := &candidate{e: e, s: &sampler{who: fmt.Sprintf("candidate %d", i), e: e}}
 		cands[i] = c
 		start(c)

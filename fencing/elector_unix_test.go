@@ -136,7 +136,7 @@ func TestElectorReplicas(t *testing.T) {
 		childElector()
 		return
 	}
-	const ttl = time.Second
+	const ttl = 2 * time.Second
 	r := redistest.New(t)
 	var lg electorLog
 	var children []*exec.Cmd
@@ -221,6 +221,13 @@ func TestElectorReplicas(t *testing.T) {
 	if ev, ok := lg.find(func(ev electorEvent) bool { return ev.child == third.child && ev.kind == "off" }); ok {
 		t.Errorf("the third leader stopped leading: %s", ev.text)
 	}
+	lg.mu.Lock()
+	for _, ev := range lg.events {
+		if ev.kind != "on" && ev.kind != "nil" && ev.kind != "off" {
+			t.Errorf("child %d: unexpected line %q", ev.child, ev.text)
+		}
+	}
+	lg.mu.Unlock()
 	spans := checkSpans(t, lg.spans())
 	for _, sp := range spans {
 		if sp.who == fmt.Sprintf("child %d", second.child) && sp.token == second.token && !sp.last.Before(stoppedAt) {
