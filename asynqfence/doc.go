@@ -105,11 +105,14 @@
 // made of the name, the entry and the tick's time, and a duplicate is refused by Asynq); a
 // tick missed while no replica led is enqueued by the next leader when it is at most one
 // period late ([WithCatchUp]); a dead leader's ticks wait at most its lease plus a period.
-// Processing stays Asynq's at-least-once.
+// Processing stays Asynq's at-least-once. The handler reads the tick its task was enqueued
+// for with [TickOf] (a task header, [TickHeader], kept through retries and archiving).
 //
 //	s := asynqfence.NewScheduler(client, locker, "billing")
 //	s.Register("@every 30s", asynq.NewTask("invoices:send", nil))
 //	err := s.Run(ctx) // in every replica
+//	// in the handler of "invoices:send":
+//	tick, ok := asynqfence.TickOf(task)
 //
 // # Limits
 //

@@ -153,3 +153,28 @@ func ExampleScheduler() {
 	// enqueued report:daily; today's midnight tick: true; duplicate: false
 	// context canceled
 }
+
+func ExampleTickOf() {
+	// The handler of a task that a Scheduler enqueues "@daily": it settles the day before
+	// its tick, however late it runs (a queue that is behind, a retry).
+	settle := asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		tick, ok := asynqfence.TickOf(t)
+		if !ok {
+			return fmt.Errorf("%s: not enqueued by a Scheduler: %w", t.Type(), asynq.SkipRetry)
+		}
+		fmt.Println("settling", tick.AddDate(0, 0, -1).Format(time.DateOnly))
+		return nil
+	})
+	// The task of the tick of 31 January 2025, 00:00 UTC, as the Scheduler enqueues it.
+	tick := asynq.NewTaskWithHeaders("settle", nil, map[string]string{asynqfence.TickHeader: "2025-01-31T00:00:00Z"})
+	if err := settle.ProcessTask(context.Background(), tick); err != nil {
+		fmt.Println(err)
+	}
+	// A task enqueued by hand has no tick.
+	if err := settle.ProcessTask(context.Background(), asynq.NewTask("settle", nil)); err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// settling 2025-01-30
+	// settle: not enqueued by a Scheduler: skip retry for the task
+}

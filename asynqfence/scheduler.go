@@ -24,7 +24,9 @@ import (
 // tick's time, "asynqfence:<name>:<entry ID>:<tick in Unix seconds>", and a retention that
 // outlives a hand-over ([WithRetention]), so that a tick enqueued both by a leader that is just
 // losing its lease and by its successor lands once: Asynq answers the second with
-// [asynq.ErrTaskIDConflict], which the Scheduler counts as done, not as an error.
+// [asynq.ErrTaskIDConflict], which the Scheduler counts as done, not as an error. Each tick's
+// task also carries the tick in its [TickHeader] header, which the handler reads with
+// [TickOf], also on a retry.
 //
 // A Scheduler is safe for concurrent use: entries may be registered and unregistered while it
 // runs.
@@ -80,19 +82,26 @@ func NewScheduler(client *asynq.Client, l *fencing.Locker, name string, opts ...
 // replica computes the same ticks.
 //
 // The entry ID is derived from cronspec, the task's type, payload and headers, and the
-// String() of each of opts (not from the options given to asynq.NewTask): replicas that
-// register the same entries get the same IDs, which the task IDs depend on. Registering an
-// entry twice is an error. The task ID and retention the Scheduler sets override an
+// String() of each of opts: replicas that register the same entries get the same IDs, which
+// the task IDs depend on. Registering an entry twice is an error. The task ID and retention the Scheduler sets override an
 // [asynq.TaskID] or [asynq.Retention] in opts.
 //
-// An invalid cron spec, a nil task or an empty task type returns an error wrapping
-// [fencing.ErrInvalid] and registers nothing.
+// Each tick enqueues a new task with task's type, payload and headers, and the tick in the
+// header [TickHeader] (which replaces one task may carry). Give the task's options (queue,
+// retries, timeout) in opts: options given to asynq.NewTask stay with that task value, which
+// is not the one enqueued, so a task made with them is refused.
+//
+// An invalid cron spec, a nil task, an empty task type or a task made with options returns
+// an error wrapping [fencing.ErrInvalid] and registers nothing.
 func (s *Scheduler) Register(cronspec string, task *asynq.Task, opts ...asynq.Option) (entryID string, err error) {
 	if task == nil {
 		return "", schedulerInvalid("register: nil task")
 	}
 	if task.Type() == "" {
 		return "", schedulerInvalid("register: empty task type")
+	}
+	if ownOptions(task) {
+		return "", schedulerInvalid(fmt.Sprintf("register: task %q was made with options: give them to Register", task.Type()))
 	}
 	sched, err := cron.ParseStandard(cronspec)
 	if err != nil {
@@ -291,20 +300,21 @@ func (s *Scheduler) enqueue(ctx context.Context, e *entry, tick time.Time) {
 		retention = max(2*period+time.Minute, 5*time.Minute)
 	}
 	opts := append(e.opts, asynq.TaskID(id), asynq.Retention(retention))
+	task := e.taskFor(tick)
 	ectx := ctx
 	if until, ok := fencing.ValidUntilFromContext(ctx); ok {
 		var cancel context.CancelFunc
 		ectx, cancel = context.WithDeadline(ctx, until)
 		defer cancel()
 	}
-	ev := EnqueueEvent{Scheduler: s.name, EntryID: e.id, TaskID: id, Queue: e.queue, Task: e.task, Tick: tick}
+	ev := EnqueueEvent{Scheduler: s.name, EntryID: e.id, TaskID: id, Queue: e.queue, Task: task, Tick: tick}
 	for _, h := range s.cfg.hooks {
 		if h.Start != nil {
 			ectx = h.Start(ectx, ev)
 		}
 	}
 	begin := time.Now()
-	info, err := s.client.EnqueueContext(ectx, e.task, opts...)
+	info, err := s.client.EnqueueContext(ectx, task, opts...)
 	ev.Info, ev.Err, ev.Elapsed = info, err, time.Since(begin)
 	if errors.Is(err, asynq.ErrTaskIDConflict) {
 		ev.Duplicate, ev.Err = true, nil
@@ -315,7 +325,7 @@ func (s *Scheduler) enqueue(ctx context.Context, e *entry, tick time.Time) {
 		}
 	}
 	if ev.Err != nil && ectx.Err() == nil && s.cfg.onError != nil {
-		s.cfg.onError(e.task, opts, err)
+		s.cfg.onError(task, opts, err)
 	}
 }
 

@@ -81,6 +81,9 @@ func TestSchedulerRegisterBadInput(t *testing.T) {
 		{"bad every", "@every soon", asynq.NewTask("t", nil)},
 		{"nil task", "@every 1s", nil},
 		{"empty type", "@every 1s", asynq.NewTask("", nil)},
+		// Its options would not reach the task enqueued for each tick (a copy with the tick's
+		// header); this case also fails if Asynq renames the field ownOptions reads.
+		{"task made with options", "@every 1s", asynq.NewTask("t", nil, asynq.MaxRetry(1))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id, err := s.Register(tc.spec, tc.task)
@@ -395,5 +398,49 @@ func TestSchedulerRegisterWhileLeading(t *testing.T) {
 		if e.Tick.After(unregistered.Add(time.Second)) {
 			t.Errorf("tick %v enqueued after Unregister at %v", e.Tick, unregistered)
 		}
+	}
+}
+
+// TestSchedulerLeaderHooksAddUp shows why docs/asynq.md says to give hooks once: hooks on the
+// Locker already observe the scheduler's campaigns and terms, and the same hooks given again
+// in WithLeaderOptions observe each of them twice.
+func TestSchedulerLeaderHooksAddUp(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		leader bool // the hooks also in WithLeaderOptions
+		want   int
+	}{
+		{"on the locker", false, 1},
+		{"on the locker and in the leader options", true, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := redistest.New(t)
+			var mu sync.Mutex
+			ends := map[fencing.Op]int{}
+			hooks := fencing.WithHooks(fencing.Hooks{End: func(_ context.Context, e fencing.Event) {
+				mu.Lock()
+				ends[e.Op]++
+				mu.Unlock()
+			}})
+			count := func(op fencing.Op) int {
+				mu.Lock()
+				defer mu.Unlock()
+				return ends[op]
+			}
+			l := newLocker(t, r, hooks)
+			var opts []asynqfence.SchedulerOption
+			if tc.leader {
+				opts = append(opts, asynqfence.WithLeaderOptions(hooks))
+			}
+			s := asynqfence.NewScheduler(asynq.NewClientFromRedisClient(r.Client), l, "sched", opts...)
+			stop := runScheduler(t, s)
+			waitFor(t, "the campaign won", func() bool { return count(fencing.OpCampaign) > 0 })
+			if err := stop(); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Run: got %v, want context.Canceled", err)
+			}
+			if got, got2 := count(fencing.OpCampaign), count(fencing.OpLead); got != tc.want || got2 != tc.want {
+				t.Fatalf("one campaign and one term: the hooks saw %d campaign(s) and %d term(s), want %d of each", got, got2, tc.want)
+			}
+		})
 	}
 }

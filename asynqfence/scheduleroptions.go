@@ -77,15 +77,19 @@ func WithRetention(d time.Duration) SchedulerOption {
 }
 
 // WithLeaderOptions adds options to every campaign and term of [fencing.Locker.Lead], such
-// as [fencing.WithTTL] (the lease: how long a dead leader's ticks wait for a successor) and
-// [fencing.WithHooks] (spans of each campaign and term with package tracing). Several add up.
-// Default: none; the Locker's settings apply.
+// as [fencing.WithTTL] (the lease: how long a dead leader's ticks wait for a successor).
+// Several add up. Default: none; the Locker's settings apply.
+//
+// Hooks add up with the Locker's: hooks given to [fencing.New] already observe every
+// campaign and term, so giving the same hooks here too (tracing.Hooks, say) reports each one
+// twice. Give tracing hooks once, to the Locker; [fencing.WithHooks] here is for hooks that
+// only the scheduler's leadership should have.
 func WithLeaderOptions(opts ...fencing.CallOption) SchedulerOption {
 	return schedulerOptionFunc(func(c *schedulerConfig) { c.leaderOpts = append(c.leaderOpts, opts...) })
 }
 
 // WithEnqueueErrorHandler sets a function called, on the Run goroutine, when enqueueing a
-// tick fails, with the task, the options it was enqueued with (the task ID and retention
+// tick fails, with the task (the tick in its [TickHeader]), the options it was enqueued with (the task ID and retention
 // included) and the error; a tick whose task ID conflicts is not a failure, nor is an enqueue
 // cut short because the leadership or Run's context ended (the next leader enqueues that tick
 // within the catch-up bound; the hooks still see its error). The tick is not retried.
@@ -123,7 +127,7 @@ type EnqueueEvent struct {
 	EntryID   string      // the entry's ID, as Register returned it
 	TaskID    string      // the tick's task ID
 	Queue     string      // the queue of the entry's options, "default" without one
-	Task      *asynq.Task // the entry's task
+	Task      *asynq.Task // the task enqueued: the entry's task with the tick in its TickHeader
 	Tick      time.Time   // the tick's scheduled time
 	// Duplicate is true when the tick had already been enqueued (Asynq answered
 	// asynq.ErrTaskIDConflict): not an error.

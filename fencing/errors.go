@@ -39,6 +39,11 @@ var (
 	// ErrNotReplicated means fewer replicas than required by [WithReplicas] acknowledged an
 	// acquisition in time. The lock was released before the error was returned.
 	ErrNotReplicated = errors.New("fencing: acquisition not replicated")
+
+	// ErrNotLeader means an [Elector] does not lead now: it is not running, it is campaigning
+	// while another process leads, its term was lost, or its lease has run out by the local
+	// clock. [Elector.IsLeader] returns it; a scheduler that gets it skips the run.
+	ErrNotLeader = errors.New("fencing: not leader")
 )
 
 // A BusyError is the error of an acquisition that found its resource busy: held by others (an

@@ -17,10 +17,12 @@
 //
 // For an [asynqfence.Scheduler], [SchedulerHooks] records a span of kind Producer for every
 // tick the leader enqueues, "send <queue>", linked to the span of the leadership term
-// (fencing.lead) it was enqueued in:
+// (fencing.lead) it was enqueued in. The campaigns and terms are traced by the Locker's own
+// hooks; give them once, to the Locker, not again in asynqfence.WithLeaderOptions (hooks add
+// up, and every campaign and term would be traced twice):
 //
+//	locker := fencing.New(rdb, fencing.WithHooks(tracing.Hooks()))        // campaigns and terms
 //	s := asynqfence.NewScheduler(client, locker, "reports",
-//		asynqfence.WithLeaderOptions(fencing.WithHooks(tracing.Hooks())),   // campaigns and terms
 //		asynqfence.WithSchedulerHooks(asynqtrace.SchedulerHooks()))         // ticks
 //
 // It lives in a package of its own so that users of package tracing who do not run Asynq do not

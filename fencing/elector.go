@@ -1,0 +1,200 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+// An Elector keeps this process a candidate for the leadership of a name and answers, from
+// memory, whether it leads now: the question that schedulers running in every replica ask
+// before each run of a job. [Elector.Run] campaigns and leads with [Locker.Lead];
+// [Elector.IsLeader] returns nil only while a term is running and its lease has not run out
+// by this host's clock; [Elector.Token] returns the term's fencing token, its epoch, for the
+// job to give to every write.
+//
+// Its method set satisfies the Elector interface of github.com/go-co-op/gocron/v2
+// (IsLeader(context.Context) error), without this package importing gocron. Every replica
+// runs:
+//
+//	elector := fencing.NewElector(locker, "nightly-settlement")
+//	go elector.Run(ctx) // returns when ctx ends
+//	s, err := gocron.NewScheduler(gocron.WithDistributedElector(elector))
+//	// in the job:
+//	epoch, ok := elector.Token()
+//	if !ok {
+//		return // leadership ended since gocron asked
+//	}
+//	// write with epoch; the store refuses writes below the highest epoch it has seen
+//
+// One leader at a time is not one run per tick. Each replica's scheduler fires a tick by its
+// own clock, so when leadership moves (a leader that shuts down resigns, and the next
+// candidate leads within a round trip) between two replicas' timers for the same tick, both
+// may run it; and ticks that fall while no process leads (a dead leader's lease running out)
+// are not run by anyone. Fence the job's writes with the token, and make a run idempotent
+// per tick where a second run matters. [Locker.Lead]'s guarantees and limits apply: a leader
+// paused past its lease can still act once it wakes, before it looks, which only the token
+// stops.
+//
+// An Elector is safe for concurrent use: IsLeader and Token may be called from any goroutine,
+// also while Run runs. Run runs once at a time on one Elector; to run several candidates in
+// one process, make one Elector each.
+type Elector struct {
+	locker *Locker
+	name   string
+	opts   []CallOption
+
+	running atomic.Bool
+	term    atomic.Pointer[electorTerm] // the term running; nil between terms
+}
+
+// electorTerm is one term as the Elector sees it.
+type electorTerm struct {
+	token int64
+	done  <-chan struct{}  // closed when the term ends (lost, or Run's context ended)
+	until func() time.Time // the lease's local end; renewals move it on
+}
+
+// over returns nil while the term runs with its lease valid at now, or why it does not.
+func (t *electorTerm) over(now time.Time) error {
+	select {
+	case <-t.done:
+		return errTermLost
+	default:
+	}
+	if !now.Before(t.until()) {
+		return errLeaseOver
+	}
+	return nil
+}
+
+// NewElector returns an Elector for the leadership of name on locker; every replica must use
+// the same name and the same Redis (and prefix) for its Locker. opts apply to every campaign
+// and term, as they do to [Locker.Lead]: [WithTTL] sets the lease, which bounds how long a
+// dead leader's successor waits. It does not talk to Redis and never fails: a nil locker or
+// an empty name is reported by [Elector.Run], as an error wrapping [ErrInvalid], and by
+// [Elector.IsLeader], as an error matching both [ErrNotLeader] and ErrInvalid; an oversized
+// name or an invalid option is reported by Run.
+func NewElector(locker *Locker, name string, opts ...CallOption) *Elector {
+	return &Elector{locker: locker, name: name, opts: slices.Clip(slices.Clone(opts))}
+}
+
+// Run campaigns for the leadership of the Elector's name and leads until ctx ends: when a
+// term is lost, it campaigns again; call it in every replica. It is [Locker.Lead] with a
+// term that lasts until leadership is lost or ctx ends, and it returns as Lead does: with
+// ctx.Err() once ctx ends (a term in progress is ended first and leadership released, so the
+// next candidate leads at once), or at once with an error wrapping [ErrInvalid] (a nil
+// Locker, a nil ctx, an empty or oversized name, an invalid option) or [ErrClosed]. Redis
+// errors while campaigning are retried, as Lead does.
+//
+// Run may be called again after it returned. While Run runs, another call of Run on the same
+// Elector returns an error wrapping ErrInvalid at once and leaves the running one alone. No
+// goroutine started by Run outlives it.
+func (e *Elector) Run(ctx context.Context) error {
+	if err := e.invalid(); err != nil {
+		return opErr("elector", e.nameOf(), err)
+	}
+	if ctx == nil {
+		return opErr("elector", e.name, invalidf("nil context"))
+	}
+	if !e.running.CompareAndSwap(false, true) {
+		return opErr("elector", e.name, invalidf("Run is already running on this Elector"))
+	}
+	defer e.running.Store(false)
+	return e.locker.Lead(ctx, e.name, e.lead, e.opts...)
+}
+
+// lead is one term: it publishes the term until the term's context ends.
+func (e *Elector) lead(ctx context.Context) error {
+	token, _ := TokenFromContext(ctx)
+	t := &electorTerm{token: token, done: ctx.Done(), until: func() time.Time {
+		until, _ := ValidUntilFromContext(ctx)
+		return until
+	}}
+	e.term.Store(t)
+	defer e.term.CompareAndSwap(t, nil)
+	<-ctx.Done()
+	return context.Cause(ctx)
+}
+
+// IsLeader returns nil while this process leads the Elector's name: a term of [Elector.Run]
+// is running, and its lease has not run out by this host's monotonic clock
+// ([ValidUntilFromContext]). The clock is checked on every call, so a process that was
+// paused (SIGSTOP, a long GC pause) past its lease reports that it does not lead as soon as it
+// runs again, before its renewal notices the loss. Otherwise it returns an error matching
+// [ErrNotLeader]: Run is not running, it is campaigning while another process leads, the
+// term was lost, or the lease has run out. When ctx is done, the error also matches
+// ctx.Err(); with a nil locker or an empty name given to [NewElector], it also matches
+// [ErrInvalid]. It sends nothing to Redis and changes nothing.
+//
+// gocron v2 (WithDistributedElector) calls IsLeader with the job's context before each run;
+// on an error it skips that run (counted as skipped, not as failed, and reported to no error
+// listener) and schedules the next one as usual.
+func (e *Elector) IsLeader(ctx context.Context) error {
+	if err := e.invalid(); err != nil {
+		return opErr("elector", e.nameOf(), join(ErrNotLeader, err))
+	}
+	if ctx != nil && ctx.Err() != nil {
+		return opErr("elector", e.name, join(ErrNotLeader, ctx.Err()))
+	}
+	t := e.term.Load()
+	switch {
+	case t != nil:
+		if why := t.over(time.Now()); why != nil {
+			return opErr("elector", e.name, join(ErrNotLeader, why))
+		}
+		return nil
+	case !e.running.Load():
+		return opErr("elector", e.name, join(ErrNotLeader, errNotRunning))
+	}
+	return opErr("elector", e.name, join(ErrNotLeader, errCampaigning))
+}
+
+// Reasons for ErrNotLeader, after it in the error's text; unexported, not to be matched.
+var (
+	errTermLost    = errors.New("the term is over: leadership lost, or Run's context ended")
+	errLeaseOver   = errors.New("the lease ran out by the local clock")
+	errNotRunning  = errors.New("not running: Run was not called, or has returned")
+	errCampaigning = errors.New("campaigning: another process leads, or the campaign has not won yet")
+)
+
+// Token returns the fencing token of the term this process leads, its epoch, and true; or
+// false when [Elector.IsLeader] would return an error (ctx aside). Epochs of successive terms
+// strictly increase across every process that uses the same name, so a store that refuses
+// tokens below the highest it has seen refuses the writes of a leader that has been replaced
+// without knowing it. A job reads it once, after the scheduler's IsLeader, and gives it to
+// every write; when it returns false, leadership ended in between and the job should not
+// write.
+func (e *Elector) Token() (int64, bool) {
+	if e == nil {
+		return 0, false
+	}
+	t := e.term.Load()
+	if t == nil || t.over(time.Now()) != nil {
+		return 0, false
+	}
+	return t.token, true
+}
+
+// invalid returns what NewElector was given that can never work, or nil.
+func (e *Elector) invalid() error {
+	switch {
+	case e == nil:
+		return invalidf("nil Elector")
+	case e.locker == nil:
+		return invalidf("nil Locker")
+	case e.name == "":
+		return invalidf("empty name")
+	}
+	return nil
+}
+
+// nameOf returns the name, or "" for a nil Elector.
+func (e *Elector) nameOf() string {
+	if e == nil {
+		return ""
+	}
+	return e.name
+}
