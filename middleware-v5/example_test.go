@@ -69,7 +69,7 @@ func Example() {
 	put()
 	// Output:
 	// 200 order 42 saved with token 1
-	// 423 Retry-After: 3 {"message":"Locked"}
+	// 423 Retry-After: 3 {"message":"/orders/:id 42 is busy"}
 	// 200 order 42 saved with token 3
 }
 

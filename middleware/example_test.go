@@ -96,7 +96,7 @@ func ExampleConfig_ToMiddleware() {
 	send()
 	// Output:
 	// 201 Fencing-Token: 1
-	// 423 Retry-After: 5 {"message":"Locked"}
+	// 423 Retry-After: 5 {"message":"account:acme is busy"}
 	// 201 Fencing-Token: 3
 }
 
