@@ -59,6 +59,14 @@ func DefaultDenyHandler(c *echo.Context, resource string, err error) error {
 	return NewHTTPErrorMessage(echofence.DenyStatus, echofence.DenyMessage(resource), err)
 }
 
+// problemError returns the answer of the default idempotency error handler: an error whose
+// body is an RFC 9457 problem document under both of Echo's error handlers, with its
+// Content-Type set on the response (Echo's handlers keep a Content-Type already set).
+func problemError(c *echo.Context, p echofence.Public, err error) error {
+	c.Response().Header().Set(echo.HeaderContentType, echofence.ContentTypeProblem)
+	return &httpError{public: p, err: err}
+}
+
 // httpError is the error [NewHTTPError] returns.
 type httpError struct {
 	public echofence.Public

@@ -49,3 +49,11 @@ func DefaultErrorHandler(c echo.Context, err error) error {
 func DefaultDenyHandler(c echo.Context, resource string, err error) error {
 	return NewHTTPErrorMessage(echofence.DenyStatus, echofence.DenyMessage(resource), err)
 }
+
+// problemError returns the answer of the default idempotency error handler: an
+// *echo.HTTPError whose body is an RFC 9457 problem document, with its Content-Type set on
+// the response (Echo's handlers keep a Content-Type already set).
+func problemError(c echo.Context, p echofence.Public, err error) error {
+	c.Response().Header().Set(echo.HeaderContentType, echofence.ContentTypeProblem)
+	return &echo.HTTPError{Code: p.Status, Message: p, Internal: err}
+}

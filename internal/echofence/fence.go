@@ -33,6 +33,21 @@ type Glue[C Context] struct {
 	// DefaultDenyHandler, used when the Settings leave them nil.
 	ErrorHandler func(c C, err error) error
 	DenyHandler  func(c C, resource string, err error) error
+
+	// What the idempotency middleware needs besides.
+
+	// PathValues returns the request's path parameters as name, value pairs, in the route's
+	// order.
+	PathValues func(c C) []string
+	// Response returns c's response, as an http.ResponseWriter.
+	Response func(c C) http.ResponseWriter
+	// Swap makes w, wrapped as Echo wraps a response, the response the handler writes to,
+	// and returns a function that puts back the one it replaced.
+	Swap func(c C, w http.ResponseWriter) (restore func())
+	// HandleError hands err to Echo's HTTPErrorHandler, which answers on c's response.
+	HandleError func(c C, err error)
+	// IdempotencyErrorHandler is the package's default idempotency error handler.
+	IdempotencyErrorHandler func(c C, err error) error
 }
 
 // Fence is checked Settings with their defaults applied. It is never modified after [New],

@@ -18,7 +18,8 @@ import (
 
 // Run runs the whole suite against d, each case as a parallel subtest named after it.
 func Run(t *testing.T, d Driver) {
-	for _, tc := range cases() {
+	all := append(cases(), idempotencyCases()...)
+	for _, tc := range append(all, stalledCases()...) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.run(t, d)
