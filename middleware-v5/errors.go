@@ -37,6 +37,15 @@ func NewHTTPErrorMessage(code int, message string, err error) error {
 // configuration), a 400 one when err matches [fencing.ErrInvalid] otherwise (the request has
 // no valid key), and a 503 one for the rest (Redis unreachable, Locker closed).
 func DefaultErrorHandler(c *echo.Context, err error) error {
+	if coded := statusError(err); coded != nil {
+		return coded
+	}
+	return NewHTTPError(echofence.ErrorStatus(err), err)
+}
+
+// statusError returns the first error in err's chain that carries an HTTP status (an
+// echo.HTTPStatusCoder with a status), or nil.
+func statusError(err error) error {
 	var coded interface {
 		error
 		StatusCode() int
@@ -44,7 +53,7 @@ func DefaultErrorHandler(c *echo.Context, err error) error {
 	if errors.As(err, &coded) && coded.StatusCode() != 0 {
 		return coded
 	}
-	return NewHTTPError(echofence.ErrorStatus(err), err)
+	return nil
 }
 
 // DefaultDenyHandler is the default [Config.DenyHandler]: a 423 Locked error whose message

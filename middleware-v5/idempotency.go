@@ -1,7 +1,6 @@
 package middleware
 
 import (
-	"errors"
 	"time"
 
 	"github.com/labstack/echo/v5"
@@ -137,11 +136,7 @@ func (config IdempotencyConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 // 413 or 422 as ErrorHandler's comment says, 500 or 503. Like [NewHTTPError]'s, the body
 // never holds err's text, even when the error handler is told to expose errors.
 func DefaultIdempotencyErrorHandler(c *echo.Context, err error) error {
-	var coded interface {
-		error
-		StatusCode() int
-	}
-	if errors.As(err, &coded) && coded.StatusCode() != 0 {
+	if coded := statusError(err); coded != nil {
 		return coded
 	}
 	return problemError(c, echofence.IdempotencyAnswer(err), err)

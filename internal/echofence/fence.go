@@ -192,9 +192,14 @@ func ToMiddleware[M ~func(next H) H, H ~func(c C) error, C Context, S ~func(C) b
 	if err != nil {
 		return nil, err
 	}
+	return middlewareOf[M](f.Serve), nil
+}
+
+// middlewareOf returns serve as an Echo major's MiddlewareFunc M, whose HandlerFunc is H.
+func middlewareOf[M ~func(next H) H, H ~func(c C) error, C Context](serve func(c C, next func(c C) error) error) M {
 	return M(func(next H) H {
-		return H(func(c C) error { return f.Serve(c, next) })
-	}), nil
+		return H(func(c C) error { return serve(c, next) })
+	})
 }
 
 // Must returns mw, or panics with err when it is not nil, as Echo's XWithConfig

@@ -169,9 +169,7 @@ func ToIdempotent[M ~func(next H) H, H ~func(c C) error, C Context, S ~func(C) b
 	if err != nil {
 		return nil, err
 	}
-	return M(func(next H) H {
-		return H(func(c C) error { return m.Serve(c, next) })
-	}), nil
+	return middlewareOf[M](m.Serve), nil
 }
 
 // token reports whether s is an HTTP token (RFC 9110, section 5.6.2), as a header name must

@@ -632,14 +632,7 @@ func idempotencyToMiddleware(t *testing.T, d Driver) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mw, err := d.IdempotencyToMiddleware(tc.cfg)
-			switch {
-			case tc.want == nil && (err != nil || mw == nil):
-				t.Errorf("got %v, want a middleware", err)
-			case tc.want != nil && (!errors.Is(err, tc.want) || mw != nil):
-				t.Errorf("got %v, want an error matching %v and no middleware", err, tc.want)
-			case err != nil && (!strings.HasPrefix(err.Error(), "fencemw: ") || strings.Contains(err.Error(), "\n")):
-				t.Errorf("got error text %q, want one line with the fencemw: prefix", err)
-			}
+			checkBuilt(t, mw, err, tc.want)
 		})
 	}
 	for name, f := range map[string]func(){
