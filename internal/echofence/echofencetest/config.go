@@ -11,14 +11,22 @@ import (
 	"github.com/fencekit/fencekit/internal/redistest"
 )
 
-func toMiddleware(t *testing.T, d Driver) {
-	r := redistest.New(t)
-	good := fencing.New(r.Client, fencing.WithPrefix(r.Prefix))
-	defer good.Close()
-	badOpts := fencing.New(r.Client, fencing.WithTTL(-time.Second))
-	defer badOpts.Close()
-	closed := fencing.New(r.Client)
+// configLockers returns, on the test's Redis, a usable Locker, one built with invalid
+// options and a closed one, all closed when the test ends.
+func configLockers(t *testing.T) (r *redistest.Redis, good, badOpts, closed *fencing.Locker) {
+	r = redistest.New(t)
+	good = fencing.New(r.Client, fencing.WithPrefix(r.Prefix))
+	badOpts = fencing.New(r.Client, fencing.WithTTL(-time.Second))
+	closed = fencing.New(r.Client)
+	for _, l := range []*fencing.Locker{good, badOpts, closed} {
+		t.Cleanup(func() { _ = l.Close() })
+	}
 	_ = closed.Close()
+	return r, good, badOpts, closed
+}
+
+func toMiddleware(t *testing.T, d Driver) {
+	r, good, badOpts, closed := configLockers(t)
 	// Issue 32's example: New accepts it, but no call with the default 30s TTL can work.
 	shortExpiry := fencing.New(r.Client, fencing.WithCounterExpiry(time.Second))
 	defer shortExpiry.Close()

@@ -14,7 +14,6 @@ import (
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/echofence"
-	"github.com/fencekit/fencekit/internal/redistest"
 )
 
 // idempotencyCases are the suite's cases of the idempotency middleware.
@@ -602,13 +601,7 @@ func idempotentSkipper(t *testing.T, d Driver) {
 // idempotencyToMiddleware checks the configurations refused where the middleware is built,
 // and that the constructors panic on them.
 func idempotencyToMiddleware(t *testing.T, d Driver) {
-	r := redistest.New(t)
-	good := fencing.New(r.Client, fencing.WithPrefix(r.Prefix))
-	defer good.Close()
-	badOpts := fencing.New(r.Client, fencing.WithTTL(-time.Second))
-	defer badOpts.Close()
-	closed := fencing.New(r.Client)
-	_ = closed.Close()
+	_, good, badOpts, closed := configLockers(t)
 	for _, tc := range []struct {
 		name string
 		cfg  IdemConfig
