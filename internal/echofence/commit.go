@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -11,12 +12,27 @@ import (
 	"github.com/fencekit/fencekit/internal/seam"
 )
 
-// CommitScript is commit.lua: it writes a record unless a later acquisition of the key's
-// lock exists or another record does, and returns the record that wins. It is sent with EVAL
-// in the pipeline of the lock's release (a pipeline has no NOSCRIPT fallback for EVALSHA).
+// commitSource is commit.lua: it writes a record unless a later acquisition of the key's
+// lock exists or another record does, and returns the record that wins.
 //
 //go:embed commit.lua
-var CommitScript string
+var commitSource string
+
+// CommitScript is commit.lua without its comment lines: the body sent with EVAL in the
+// pipeline of the lock's release (a pipeline has no NOSCRIPT fallback for EVALSHA), which
+// Redis hashes on every call, so the shorter the better.
+var CommitScript = uncomment(commitSource)
+
+// uncomment drops the blank lines and the lines that hold only a Lua comment.
+func uncomment(src string) string {
+	var b strings.Builder
+	for line := range strings.Lines(src) {
+		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "--") {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
 
 // GuardSuffix names the record's key beside the lock's: "<prefix>{R}:idem".
 const GuardSuffix = "idem"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,5 +92,14 @@ func TestCommitScriptKeys(t *testing.T) {
 	_, _ = pipe.Exec(ctx)
 	if keys := r.Client.Keys(ctx, r.Prefix+"*").Val(); len(keys) != 1 || keys[0] != call.GuardKey {
 		t.Fatalf("keys %q, want the record alone", keys)
+	}
+}
+
+// TestCommitScriptBody checks that the body sent is commit.lua's code, every line of it.
+func TestCommitScriptBody(t *testing.T) {
+	t.Parallel()
+	if strings.Contains(CommitScript, "--") || !strings.HasPrefix(CommitScript, "local token = ARGV[1]\n") ||
+		strings.Count(commitSource, "redis.call") != strings.Count(CommitScript, "redis.call") {
+		t.Fatalf("body sent:\n%s", CommitScript)
 	}
 }
