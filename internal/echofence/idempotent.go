@@ -73,13 +73,13 @@ func (m *Idempotency[C]) serve(c C, next func(c C) error, name, fp string) error
 	call := &seam.Call{Guard: GuardSuffix}
 	var a attempt
 	err := m.locker.Do(seam.WithCall(req.Context(), call), name, func(work context.Context) error {
-		return m.run(c, next, req, work, name, call, fp, false, &a)
+		return m.run(work, c, next, name, call, fp, false, &a)
 	}, m.try...)
 	if errors.Is(err, fencing.ErrNotAcquired) && !errors.Is(err, seam.ErrGuarded) && m.maxWait > 0 {
 		wait := m.maxWait - time.Since(begin)
 		call = &seam.Call{Guard: GuardSuffix}
 		err = m.locker.Do(seam.WithCall(req.Context(), call), name, func(work context.Context) error {
-			return m.run(c, next, req, work, name, call, fp, true, &a)
+			return m.run(work, c, next, name, call, fp, true, &a)
 		}, fencing.WithMaxWait(max(wait, 0)), fencing.WithLimit(1))
 	}
 	switch {
@@ -108,7 +108,8 @@ var errProbeTook = errtext.New(Prefix, "the lock was lost before the request ran
 // run is the work of Locker.Do: it runs the handler with the token in the request's context
 // and its response captured, and sets the commit to send with the release. With probe (the
 // lock may come from the queue, whose grant reads no record) it first looks for a record.
-func (m *Idempotency[C]) run(c C, next func(c C) error, req *http.Request, work context.Context, name string, call *seam.Call, fp string, probe bool, a *attempt) error {
+func (m *Idempotency[C]) run(work context.Context, c C, next func(c C) error, name string, call *seam.Call, fp string, probe bool, a *attempt) error {
+	req := c.Request()
 	if probe {
 		stored, err := m.probe(work, name)
 		switch {
