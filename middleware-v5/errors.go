@@ -1,9 +1,7 @@
 package middleware
 
 import (
-	"encoding/json"
 	"errors"
-	"net/http"
 	"strconv"
 
 	"github.com/labstack/echo/v5"
@@ -21,7 +19,15 @@ import (
 // it is not an *echo.HTTPError: match it with echo.StatusCode, not a type assertion.
 // Its text, for logs, reads like an *echo.HTTPError's: "code=423, message=Locked, err=…".
 func NewHTTPError(code int, err error) error {
-	return &httpError{code: code, err: err}
+	return NewHTTPErrorMessage(code, "", err)
+}
+
+// NewHTTPErrorMessage is [NewHTTPError] with a message of your own for the client, such as
+// "payout 42 is being processed": DefaultHTTPErrorHandler sends {"message":"<message>"} and
+// ProblemDetailsHTTPErrorHandler a problem with the message as its detail ("" gives the
+// status text and no detail), and err still stays out of both.
+func NewHTTPErrorMessage(code int, message string, err error) error {
+	return &httpError{public: echofence.Public{Status: code, Message: message}, err: err}
 }
 
 // DefaultErrorHandler is the default [Config.ErrorHandler]. It returns an error carrying an
@@ -31,6 +37,15 @@ func NewHTTPError(code int, err error) error {
 // configuration), a 400 one when err matches [fencing.ErrInvalid] otherwise (the request has
 // no valid key), and a 503 one for the rest (Redis unreachable, Locker closed).
 func DefaultErrorHandler(c *echo.Context, err error) error {
+	if coded := statusError(err); coded != nil {
+		return coded
+	}
+	return NewHTTPError(echofence.ErrorStatus(err), err)
+}
+
+// statusError returns the first error in err's chain that carries an HTTP status (an
+// echo.HTTPStatusCoder with a status), or nil.
+func statusError(err error) error {
 	var coded interface {
 		error
 		StatusCode() int
@@ -38,31 +53,41 @@ func DefaultErrorHandler(c *echo.Context, err error) error {
 	if errors.As(err, &coded) && coded.StatusCode() != 0 {
 		return coded
 	}
-	return NewHTTPError(echofence.ErrorStatus(err), err)
+	return nil
 }
 
-// DefaultDenyHandler is the default [Config.DenyHandler]: a 423 Locked [NewHTTPError] with
-// err as its cause. To answer 409 Conflict instead, use
+// DefaultDenyHandler is the default [Config.DenyHandler]: a 423 Locked error whose message
+// names the busy resource as the middleware locks it, "order:42 is busy" (the lock's name,
+// never its Redis key, holder or token), with err as its cause. To answer 409 Conflict with
+// a message of your own instead, use
 //
 //	func(c *echo.Context, _ string, err error) error {
-//		return fencemw.NewHTTPError(http.StatusConflict, err)
+//		return fencemw.NewHTTPErrorMessage(http.StatusConflict, "payout "+c.Param("id")+" is being processed", err)
 //	}
 func DefaultDenyHandler(c *echo.Context, resource string, err error) error {
-	return NewHTTPError(echofence.DenyStatus, err)
+	return NewHTTPErrorMessage(echofence.DenyStatus, echofence.DenyMessage(resource), err)
+}
+
+// problemError returns the answer of the default idempotency error handler: an error whose
+// body is an RFC 9457 problem document under both of Echo's error handlers, with its
+// Content-Type set on the response (Echo's handlers keep a Content-Type already set).
+func problemError(c *echo.Context, p echofence.Public, err error) error {
+	c.Response().Header().Set(echo.HeaderContentType, echofence.ContentTypeProblem)
+	return &httpError{public: p, err: err}
 }
 
 // httpError is the error [NewHTTPError] returns.
 type httpError struct {
-	code int
-	err  error
+	public echofence.Public
+	err    error
 }
 
 // StatusCode returns the HTTP status, for echo.HTTPStatusCoder.
-func (e *httpError) StatusCode() int { return e.code }
+func (e *httpError) StatusCode() int { return e.public.Status }
 
-// Error reads "code=<code>, message=<status text>, err=<cause>", as an *echo.HTTPError does.
+// Error reads "code=<code>, message=<message>, err=<cause>", as an *echo.HTTPError does.
 func (e *httpError) Error() string {
-	s := "code=" + strconv.Itoa(e.code) + ", message=" + http.StatusText(e.code)
+	s := "code=" + strconv.Itoa(e.public.Status) + ", message=" + e.public.Text()
 	if e.err != nil {
 		s += ", err=" + e.err.Error()
 	}
@@ -72,16 +97,12 @@ func (e *httpError) Error() string {
 // Unwrap returns the cause.
 func (e *httpError) Unwrap() error { return e.err }
 
-// MarshalJSON returns {"message":"<status text>"}: the body Echo's DefaultHTTPErrorHandler
-// sends for an error that marshals itself.
-func (e *httpError) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Message string `json:"message"`
-	}{http.StatusText(e.code)})
-}
+// MarshalJSON returns the body Echo's DefaultHTTPErrorHandler sends for an error that
+// marshals itself: {"message":"<message>"}, or the problem document of an idempotency error.
+func (e *httpError) MarshalJSON() ([]byte, error) { return e.public.MarshalJSON() }
 
 // ProblemError returns the RFC 9457 problem Echo's ProblemDetailsHTTPErrorHandler sends: the
-// status only, so the title is its text and there is no detail.
+// status, its text as the title, and the message, if any, as the detail.
 func (e *httpError) ProblemError() *echo.ProblemError {
-	return &echo.ProblemError{Status: e.code}
+	return &echo.ProblemError{Status: e.public.Status, Detail: e.public.Message}
 }

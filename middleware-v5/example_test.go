@@ -69,7 +69,7 @@ func Example() {
 	put()
 	// Output:
 	// 200 order 42 saved with token 1
-	// 423 Retry-After: 3 {"message":"Locked"}
+	// 423 Retry-After: 3 {"message":"/orders/:id 42 is busy"}
 	// 200 order 42 saved with token 3
 }
 
@@ -194,4 +194,76 @@ func ExampleResourceName() {
 	// Output:
 	// account:a1
 	// /orders/:id 42
+}
+
+// The idempotency middleware outside, the account's lock inside: a payout runs once per
+// Idempotency-Key, a retry gets the stored response without running the handler, and the
+// same key with another request is refused. The handler's writes carry the account's token.
+func ExampleIdempotent() {
+	_, client, stop := exampleRedis()
+	defer stop()
+
+	// Accounts are few and known; idempotency keys are chosen by clients, and each names a
+	// lock with a fence counter: their Locker lets idle counters expire.
+	locker := fencing.New(client)
+	defer locker.Close()
+	keys := fencing.New(client, fencing.WithCounterExpiry(time.Hour))
+	defer keys.Close()
+
+	e := echo.New()
+	e.POST("/accounts/:id/payouts", func(c *echo.Context) error {
+		token, _ := fencemw.TokenFromEcho(c) // the account's: pass it with every write
+		var payout struct {
+			Amount int `json:"amount"`
+		}
+		if err := c.Bind(&payout); err != nil {
+			return err
+		}
+		return c.JSON(http.StatusCreated, map[string]any{"account": c.Param("id"), "amount": payout.Amount, "token": token})
+	},
+		fencemw.Idempotent(keys), // outside: one run per key, its response stored for 24h
+		fencemw.FenceWithConfig(fencemw.Config{Locker: locker, Namespace: "account", MaxWait: time.Second}))
+
+	pay := func(key, body string) {
+		req := httptest.NewRequest(http.MethodPost, "/accounts/acme/payouts", strings.NewReader(body))
+		req.Header.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+		req.Header.Set("Idempotency-Key", key)
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, req)
+		show(rec, "Idempotent-Replayed")
+	}
+	pay("8e03978e", `{"amount":100}`)
+	pay("8e03978e", `{"amount":100}`) // a retry after a timeout
+	pay("8e03978e", `{"amount":500}`) // the same key for another payout
+	// Output:
+	// 201 {"account":"acme","amount":100,"token":1}
+	// 201 Idempotent-Replayed: true {"account":"acme","amount":100,"token":1}
+	// 422 {"type":"about:blank","title":"Unprocessable Entity","status":422,"detail":"This Idempotency-Key was used with another request (method, route, path values or body)."}
+}
+
+// A DenyHandler that says what is busy in its own words, without rebuilding the error.
+func ExampleNewHTTPErrorMessage() {
+	_, client, stop := exampleRedis()
+	defer stop()
+
+	locker := fencing.New(client)
+	defer locker.Close()
+
+	e := echo.New()
+	e.POST("/payouts/:id", func(c *echo.Context) error { return c.NoContent(http.StatusNoContent) },
+		fencemw.FenceWithConfig(fencemw.Config{
+			Locker:    locker,
+			Namespace: "payout",
+			DenyHandler: func(c *echo.Context, resource string, err error) error {
+				return fencemw.NewHTTPErrorMessage(http.StatusConflict, "payout "+c.Param("id")+" is being processed", err)
+			},
+		}))
+
+	lock, _ := locker.TryAcquire(context.Background(), "payout:42", fencing.WithTTL(2*time.Second))
+	defer lock.Release(context.Background())
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/payouts/42", nil))
+	show(rec, echo.HeaderRetryAfter)
+	// Output:
+	// 409 Retry-After: 2 {"message":"payout 42 is being processed"}
 }

@@ -12,7 +12,8 @@ import (
 
 // glue is what Echo v5 gives the shared behaviour of package echofence: the response header
 // (c.Response() is an http.ResponseWriter in v5, its Header the one the client gets),
-// Echo's key extractors and this package's default handlers.
+// Echo's key extractors, this package's default handlers, and for the idempotency middleware
+// the path values, the response it captures and Echo's error handler.
 func glue() echofence.Glue[*echo.Context] {
 	return echofence.Glue[*echo.Context]{
 		Header: func(c *echo.Context) http.Header { return c.Response().Header() },
@@ -30,6 +31,21 @@ func glue() echofence.Glue[*echo.Context] {
 		},
 		ErrorHandler: DefaultErrorHandler,
 		DenyHandler:  DefaultDenyHandler,
+		PathValues:   pathValues,
+		Response:     func(c *echo.Context) http.ResponseWriter { return c.Response() },
+		Swap: func(c *echo.Context, w http.ResponseWriter) func() {
+			client := c.Response()
+			c.SetResponse(echo.NewResponse(w, c.Logger()))
+			return func() { c.SetResponse(client) }
+		},
+		HandleError: func(c *echo.Context, err error) {
+			if e := c.Echo(); e != nil && e.HTTPErrorHandler != nil {
+				e.HTTPErrorHandler(c, err)
+				return
+			}
+			echo.DefaultHTTPErrorHandler(false)(c, err)
+		},
+		IdempotencyErrorHandler: DefaultIdempotencyErrorHandler,
 	}
 }
 

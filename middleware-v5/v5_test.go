@@ -1,6 +1,7 @@
 package middleware_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -81,7 +82,7 @@ func TestErrorHandlers(t *testing.T) {
 	l, r := newLocker(t)
 	hold(t, l, "/items/:id 1")
 	down := unreachable(t)
-	secrets := []string{r.Prefix, "fencing", "fencemw", "/items", "refused", "127.0.0.1", "X-Id", "missing"}
+	secrets := []string{r.Prefix, "fencing", "fencemw", "}:", "refused", "127.0.0.1", "X-Id", "missing"}
 	routes := func(e *echo.Echo) {
 		e.PUT("/items/:id", func(c *echo.Context) error { return c.NoContent(http.StatusNoContent) }, fencemw.Fence(l))
 		e.PUT("/down/:id", func(c *echo.Context) error { return nil }, fencemw.Fence(down))
@@ -91,10 +92,11 @@ func TestErrorHandlers(t *testing.T) {
 		target string
 		status int
 		match  error
+		detail string // the busy resource, named as the middleware locks it
 	}{
-		{"/items/1", http.StatusLocked, fencing.ErrNotAcquired},
-		{"/nokey", http.StatusBadRequest, fencing.ErrInvalid},
-		{"/down/1", http.StatusServiceUnavailable, nil},
+		{"/items/1", http.StatusLocked, fencing.ErrNotAcquired, "/items/:id 1 is busy"},
+		{"/nokey", http.StatusBadRequest, fencing.ErrInvalid, ""},
+		{"/down/1", http.StatusServiceUnavailable, nil, ""},
 	}
 
 	t.Run("DefaultHTTPErrorHandler(true)", func(t *testing.T) {
@@ -102,7 +104,7 @@ func TestErrorHandlers(t *testing.T) {
 		routes(e)
 		for _, tc := range cases {
 			rec := put(e, tc.target)
-			echofencetest.AssertBody(t, rec, tc.status, secrets...)
+			echofencetest.AssertMessage(t, rec, tc.status, cmp.Or(tc.detail, http.StatusText(tc.status)), secrets...)
 		}
 	})
 	t.Run("ProblemDetailsHTTPErrorHandler(true)", func(t *testing.T) {
@@ -115,8 +117,11 @@ func TestErrorHandlers(t *testing.T) {
 				t.Fatalf("%s: body %q: %v", tc.target, rec.Body, err)
 			}
 			want := map[string]any{"type": "about:blank", "title": http.StatusText(tc.status), "status": float64(tc.status)}
+			if tc.detail != "" {
+				want["detail"] = tc.detail
+			}
 			if rec.Code != tc.status || len(problem) != len(want) || problem["title"] != want["title"] ||
-				problem["status"] != want["status"] || problem["type"] != want["type"] {
+				problem["status"] != want["status"] || problem["type"] != want["type"] || problem["detail"] != want["detail"] {
 				t.Errorf("%s: got %d %v, want %d %v", tc.target, rec.Code, problem, tc.status, want)
 			}
 			if ct := rec.Header().Get(echo.HeaderContentType); ct != echo.MIMEApplicationProblemJSON {

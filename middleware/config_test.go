@@ -10,8 +10,9 @@ import (
 	fencemw "github.com/fencekit/fencekit/middleware"
 )
 
-// TestConfigGoDoc checks that go doc lists every field of Config, each with its own doc
-// comment, as it lists the fields of Echo's own middleware configs (issue 32, point 1).
+// TestConfigGoDoc checks that go doc lists every field of Config and IdempotencyConfig, each
+// with its own doc comment, as it lists the fields of Echo's own middleware configs (issue
+// 32, point 1).
 func TestConfigGoDoc(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
@@ -25,23 +26,25 @@ func TestConfigGoDoc(t *testing.T) {
 		}
 		return string(out)
 	}
-	typ := reflect.TypeFor[fencemw.Config]()
-	if typ.NumField() == 0 {
-		t.Fatal("Config has no fields")
-	}
-	all := goDoc(t, ".", "Config")
-	for i := range typ.NumField() {
-		f := typ.Field(i)
-		t.Run(f.Name, func(t *testing.T) {
-			field := regexp.MustCompile(`(?m)^\s+` + f.Name + ` \S`)
-			comment := regexp.MustCompile(`(?m)^\s+// ` + f.Name + `\b`)
-			if !field.MatchString(all) {
-				t.Errorf("go doc . Config does not list field %s:\n%s", f.Name, all)
-			}
-			out := goDoc(t, ".", "Config."+f.Name)
-			if !field.MatchString(out) || !comment.MatchString(out) {
-				t.Errorf("go doc . Config.%s shows no doc comment that names the field:\n%s", f.Name, out)
-			}
-		})
+	for _, typ := range []reflect.Type{reflect.TypeFor[fencemw.Config](), reflect.TypeFor[fencemw.IdempotencyConfig]()} {
+		name := typ.Name()
+		if typ.NumField() == 0 {
+			t.Fatalf("%s has no fields", name)
+		}
+		all := goDoc(t, ".", name)
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			t.Run(name+"."+f.Name, func(t *testing.T) {
+				field := regexp.MustCompile(`(?m)^\s+` + f.Name + ` \S`)
+				comment := regexp.MustCompile(`(?m)^\s+// ` + f.Name + `\b`)
+				if !field.MatchString(all) {
+					t.Errorf("go doc . %s does not list field %s:\n%s", name, f.Name, all)
+				}
+				out := goDoc(t, ".", name+"."+f.Name)
+				if !field.MatchString(out) || !comment.MatchString(out) {
+					t.Errorf("go doc . %s.%s shows no doc comment that names the field:\n%s", name, f.Name, out)
+				}
+			})
+		}
 	}
 }

@@ -47,11 +47,14 @@
 //
 // Retry-After is the holder's remaining lease rounded up to whole seconds, at least 1; the
 // middleware sets it before calling the DenyHandler, so a DenyHandler that answers 409
-// instead keeps it. Error bodies are the status text only, {"message":"Locked"}: the
-// errors built by [NewHTTPError] (which the default handlers use) carry the cause in
-// HTTPError.Internal, for logs and errors.Is, and keep it out of the body even when
-// e.Debug is true: with the default handlers, resource names, Redis addresses and lock
-// values never reach a client.
+// instead keeps it. Error bodies say what happened and no more: the status text,
+// {"message":"Bad Request"}, and for a busy resource its name as the middleware locks it,
+// {"message":"order:42 is busy"} ([NewHTTPErrorMessage] puts a message of your own, such as
+// "payout 42 is being processed", in its place). The errors built by [NewHTTPError] and
+// [NewHTTPErrorMessage] (which the default handlers use) carry the cause in
+// HTTPError.Internal, for logs and errors.Is, and keep it out of the body even when e.Debug
+// is true: with the default handlers, Redis key names and addresses, lock values and the
+// causes' texts never reach a client.
 //
 // # Registration
 //
@@ -65,6 +68,34 @@
 // A middleware nested inside another for the same resource and Locker (say, on a group and
 // on one of its routes) does not take the lock twice: it runs the handler under the outer
 // lock and token.
+//
+// # Idempotent requests
+//
+// [Idempotent] serves the Idempotency-Key header of the IETF draft
+// (draft-ietf-httpapi-idempotency-key-header), as payment APIs do: the first request with a
+// key runs and its response is stored under the key; a retry with the key gets the stored
+// response again, byte for byte, marked Idempotent-Replayed: true, without running the handler
+// (one Redis round trip, no lock); a retry while the first still runs gets 409 Conflict with
+// Retry-After (or waits, with [IdempotencyConfig.MaxWait]); the same key with another request
+// (method, route, path values or body: the fingerprint) gets 422; a missing key on a Required
+// route, or an invalid one, 400; a body over MaxBody, 413. Error bodies are RFC 9457 problem
+// documents ([DefaultIdempotencyErrorHandler]).
+//
+// The result is fenced: the key's resource is locked with a fencing lock, the handler runs
+// under it, and the record is committed, in the round trip of the lock's release, only while
+// the request's token is the key's current one. An attempt that stalled past its lease cannot
+// overwrite its successor's result; its commit is refused and its client gets the result that
+// was stored, so every client of a key sees one response. The handler itself may then have
+// run twice (at least once under a stall, as with any lease): lock what it changes inside,
+// with the Fence middleware (idempotency outside, the account's lock inside), and write
+// through a store that checks that lock's token.
+//
+// What is not stored lets a retry run the handler again: a status [IdempotencyConfig.Keep]
+// refuses (5xx by default), a handler's error matching [fencing.ErrNotAcquired] (a busy lock
+// inside, such as the Fence middleware's 423), the result of a request whose lock was lost,
+// and a response larger than MaxBody or flushed, which is streamed rather than held. Each key
+// names a lock with a fence counter: give the middleware a Locker with
+// [fencing.WithCounterExpiry]. docs/echo.md, "Idempotent requests", has the whole story.
 //
 // # Limits
 //

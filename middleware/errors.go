@@ -1,9 +1,7 @@
 package middleware
 
 import (
-	"encoding/json"
 	"errors"
-	"net/http"
 
 	"github.com/fencekit/fencekit/internal/echofence"
 	"github.com/labstack/echo/v4"
@@ -17,7 +15,14 @@ import (
 // errors.As through HTTPError.Internal and Unwrap. Return the result as it is: Echo
 // recognises an HTTPError by a type assertion, so a wrapped one becomes a 500.
 func NewHTTPError(code int, err error) *echo.HTTPError {
-	return &echo.HTTPError{Code: code, Message: publicMessage(http.StatusText(code)), Internal: err}
+	return NewHTTPErrorMessage(code, "", err)
+}
+
+// NewHTTPErrorMessage is [NewHTTPError] with a message of your own for the client, such as
+// "payout 42 is being processed": the body is {"message":"<message>"} ("" gives the status
+// text), and err still stays out of it.
+func NewHTTPErrorMessage(code int, message string, err error) *echo.HTTPError {
+	return &echo.HTTPError{Code: code, Message: echofence.Public{Status: code, Message: message}, Internal: err}
 }
 
 // DefaultErrorHandler is the default [Config.ErrorHandler]. It returns an *echo.HTTPError
@@ -33,23 +38,22 @@ func DefaultErrorHandler(c echo.Context, err error) error {
 	return NewHTTPError(echofence.ErrorStatus(err), err)
 }
 
-// DefaultDenyHandler is the default [Config.DenyHandler]: a 423 Locked [NewHTTPError] with
-// err as its internal error. To answer 409 Conflict instead, use
+// DefaultDenyHandler is the default [Config.DenyHandler]: a 423 Locked error whose body
+// names the busy resource as the middleware locks it, {"message":"order:42 is busy"} (the
+// lock's name, never its Redis key, holder or token), with err as its internal error. To
+// answer 409 Conflict with a message of your own instead, use
 //
 //	func(c echo.Context, _ string, err error) error {
-//		return fencemw.NewHTTPError(http.StatusConflict, err)
+//		return fencemw.NewHTTPErrorMessage(http.StatusConflict, "payout "+c.Param("id")+" is being processed", err)
 //	}
 func DefaultDenyHandler(c echo.Context, resource string, err error) error {
-	return NewHTTPError(echofence.DenyStatus, err)
+	return NewHTTPErrorMessage(echofence.DenyStatus, echofence.DenyMessage(resource), err)
 }
 
-// publicMessage is an HTTPError message that marshals to {"message":"..."} by itself, so
-// Echo's error handler does not add the error's text in debug mode.
-type publicMessage string
-
-// MarshalJSON returns {"message":"<m>"}.
-func (m publicMessage) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Message string `json:"message"`
-	}{string(m)})
+// problemError returns the answer of the default idempotency error handler: an
+// *echo.HTTPError whose body is an RFC 9457 problem document, with its Content-Type set on
+// the response (Echo's handlers keep a Content-Type already set).
+func problemError(c echo.Context, p echofence.Public, err error) error {
+	c.Response().Header().Set(echo.HeaderContentType, echofence.ContentTypeProblem)
+	return &echo.HTTPError{Code: p.Status, Message: p, Internal: err}
 }

@@ -10,7 +10,8 @@ import (
 )
 
 // glue is what Echo v4 gives the shared behaviour of package echofence: the response header,
-// Echo's key extractors and this package's default handlers.
+// Echo's key extractors, this package's default handlers, and for the idempotency middleware
+// the path parameters, the response it captures and Echo's error handler.
 func glue() echofence.Glue[echo.Context] {
 	return echofence.Glue[echo.Context]{
 		Header: func(c echo.Context) http.Header { return c.Response().Header() },
@@ -24,6 +25,15 @@ func glue() echofence.Glue[echo.Context] {
 		},
 		ErrorHandler: DefaultErrorHandler,
 		DenyHandler:  DefaultDenyHandler,
+		PathValues:   pathValues,
+		Response:     func(c echo.Context) http.ResponseWriter { return c.Response() },
+		Swap: func(c echo.Context, w http.ResponseWriter) func() {
+			client := c.Response()
+			c.SetResponse(echo.NewResponse(w, c.Echo()))
+			return func() { c.SetResponse(client) }
+		},
+		HandleError:             func(c echo.Context, err error) { c.Error(err) },
+		IdempotencyErrorHandler: DefaultIdempotencyErrorHandler,
 	}
 }
 

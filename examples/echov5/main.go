@@ -12,6 +12,10 @@
 //	                                     for "order:<id>", checks the move against the
 //	                                     current status (409 if not allowed) and writes with
 //	                                     the lock's token
+//	POST /orders/:id/payments            records a payment, once per Idempotency-Key
+//	     {"amount": 100}                 (required): a retry gets the stored response, the
+//	                                     key with another body 422; the payment is written
+//	                                     under the order's lock, with its token
 //
 // It starts the Echo v5 way, with echo.StartConfig and a context that SIGINT and SIGTERM
 // cancel: the server then stops taking requests, lets those in flight finish (up to 10s),
@@ -28,6 +32,8 @@
 //
 //	curl -i -X PUT localhost:8080/orders/42 -d '{"status":"paid"}' -H 'Content-Type: application/json'
 //	curl -i localhost:8080/orders/42
+//	curl -i localhost:8080/orders/42/payments -d '{"amount":100}' -H 'Content-Type: application/json' -H 'Idempotency-Key: 8e03978e'
+//	(the same again: the same payment, Idempotent-Replayed: true)
 package main
 
 import (

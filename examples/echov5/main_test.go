@@ -414,3 +414,72 @@ func TestCheckServerRefusesLockerErr(t *testing.T) {
 		t.Errorf("got %v, want an error matching fencing.ErrInvalid", err)
 	}
 }
+
+// doKey sends a request with an Idempotency-Key (none when key is "") and returns the
+// status, the response's header and the body.
+func (s *service) doKey(method, path, key, body string) (int, http.Header, string) {
+	s.t.Helper()
+	req, _ := http.NewRequest(method, s.base+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := s.hc.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// TestPayments pays an order through the idempotency middleware and the order's lock: a key
+// is required, a retry gets the same payment back (marked replayed) without paying twice,
+// the key with another amount is refused, and concurrent retries of one key pay once.
+func TestPayments(t *testing.T) {
+	_, _, url := testRedis(t)
+	s := start(t, url)
+	if code, _, body := s.do(http.MethodPut, "/orders/42", `{"status":"pending"}`); code != http.StatusOK {
+		t.Fatalf("PUT /orders/42: got %d %s", code, body)
+	}
+	if code, _, body := s.doKey(http.MethodPost, "/orders/42/payments", "", `{"amount":100}`); code != http.StatusBadRequest {
+		t.Errorf("payment without a key: got %d %s, want 400", code, body)
+	}
+	code, header, first := s.doKey(http.MethodPost, "/orders/42/payments", "k1", `{"amount":100}`)
+	if code != http.StatusCreated || header.Get("Location") != "/orders/42/payments/1" {
+		t.Fatalf("first payment: got %d %s (Location %q), want 201 at /orders/42/payments/1", code, first, header.Get("Location"))
+	}
+	code, header, again := s.doKey(http.MethodPost, "/orders/42/payments", "k1", `{"amount":100}`)
+	if code != http.StatusCreated || again != first || header.Get("Idempotent-Replayed") != "true" || header.Get("Location") != "/orders/42/payments/1" {
+		t.Errorf("retry: got %d %s (%v), want the first payment replayed", code, again, header)
+	}
+	if code, _, body := s.doKey(http.MethodPost, "/orders/42/payments", "k1", `{"amount":500}`); code != http.StatusUnprocessableEntity {
+		t.Errorf("the key with another amount: got %d %s, want 422", code, body)
+	}
+
+	const n = 10
+	bodies := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { _, _, bodies[i] = s.doKey(http.MethodPost, "/orders/42/payments", "k2", `{"amount":50}`) })
+	}
+	wg.Wait()
+	var p payment
+	if err := json.Unmarshal([]byte(bodies[0]), &p); err != nil || p.Number != 2 || p.Amount != 50 {
+		t.Fatalf("concurrent retries: got %s, want payment 2 of 50", bodies[0])
+	}
+	for _, b := range bodies {
+		if b != bodies[0] {
+			t.Fatalf("concurrent retries of one key: got %s and %s, want one payment", bodies[0], b)
+		}
+	}
+	code, _, body := s.do(http.MethodGet, "/orders/42", "")
+	var o order
+	if err := json.Unmarshal([]byte(body), &o); code != http.StatusOK || err != nil || o.Paid != 150 {
+		t.Errorf("GET /orders/42: got %d %s, want 150 paid", code, body)
+	}
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	// testRedis fails the test if the service left a key.
+}

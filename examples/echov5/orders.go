@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"strconv"
 	"sync"
 	"time"
 
@@ -26,7 +27,7 @@ const work = 2 * time.Millisecond
 var idPattern = regexp.MustCompile(`^[0-9]{1,20}$`)
 
 // newService returns the Echo service. PUT /orders/:id waits up to two seconds for the lock
-// "order:<id>".
+// "order:<id>"; POST /orders/:id/payments too, inside the idempotency middleware.
 func newService(locker *fencing.Locker, orders *orderBook, logger *slog.Logger) (*echo.Echo, error) {
 	fence, err := fencemw.Config{
 		Locker:       locker,
@@ -35,6 +36,17 @@ func newService(locker *fencing.Locker, orders *orderBook, logger *slog.Logger) 
 		MaxWait:      2 * time.Second,
 		TTL:          10 * time.Second,
 		TokenHeader:  "Fencing-Token",
+	}.ToMiddleware()
+	if err != nil {
+		return nil, err
+	}
+	// A payment runs once per Idempotency-Key: a retry gets the stored response, a retry
+	// while the first still runs waits for it, the key with another body is refused (422).
+	// The keys are the clients': the Locker lets their fence counters expire (main.go).
+	once, err := fencemw.IdempotencyConfig{
+		Locker:   locker,
+		Required: true, // no key, no payment: 400
+		MaxWait:  2 * time.Second,
 	}.ToMiddleware()
 	if err != nil {
 		return nil, err
@@ -56,7 +68,51 @@ func newService(locker *fencing.Locker, orders *orderBook, logger *slog.Logger) 
 	// The body is checked before the lock is taken: a bad request uses up no token and
 	// never waits for the order.
 	e.PUT("/orders/:id", func(c *echo.Context) error { return update(c, orders) }, validStatus, fence)
+	// The key's middleware outside, the order's lock inside: a retry is answered from the
+	// stored result without waiting for the order, and the payment's write is fenced by the
+	// order's token, so a first attempt that stalled past its lease cannot write late. (The
+	// amount is checked inside the key's middleware, which reads the body first; a refused
+	// amount is stored like any answer below 500.)
+	e.POST("/orders/:id/payments", func(c *echo.Context) error { return pay(c, orders) }, once, validAmount, fence)
 	return e, nil
+}
+
+// amountKey is where validAmount leaves the payment's amount for the handler.
+const amountKey = "amount"
+
+// validAmount answers 400 unless the body is {"amount": <1 or more>}, and stores the amount
+// under amountKey otherwise.
+func validAmount(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		var body struct {
+			Amount int64 `json:"amount"`
+		}
+		if err := c.Bind(&body); err != nil {
+			return err
+		}
+		if body.Amount < 1 {
+			return echo.NewHTTPError(http.StatusBadRequest, "amount must be at least 1")
+		}
+		c.Set(amountKey, body.Amount)
+		return next(c)
+	}
+}
+
+// pay records a payment of an order under the order's lock, with a fenced write, and answers
+// 201 with the payment and its Location (which the idempotency middleware stores and replays).
+func pay(c *echo.Context, orders *orderBook) error {
+	amount, _ := echo.ContextGet[int64](c, amountKey)
+	token, _ := fencemw.TokenFromEcho(c) // the order's token
+	id := c.Param("id")
+	p, err := orders.pay(id, amount, token)
+	switch {
+	case errors.Is(err, errNoOrder):
+		return echo.ErrNotFound
+	case err != nil:
+		return fencemw.NewHTTPError(http.StatusConflict, err) // a newer holder wrote first
+	}
+	c.Response().Header().Set(echo.HeaderLocation, "/orders/"+id+"/payments/"+strconv.Itoa(p.Number))
+	return c.JSON(http.StatusCreated, p)
 }
 
 // orderID is the middleware's KeyExtractor: the path parameter id, if it is an order id.
@@ -130,23 +186,39 @@ func allowed(from, to string) bool {
 	return false
 }
 
-// order is one order as the service shows it: its status and the token of its last write.
+// order is one order as the service shows it: its status, what was paid, and the token of its
+// last write.
 type order struct {
 	ID     string `json:"id"`
 	Status string `json:"status"`
+	Paid   int64  `json:"paid"`
 	Token  int64  `json:"token"`
 }
+
+// payment is one payment of an order.
+type payment struct {
+	Order  string `json:"order"`
+	Number int    `json:"number"` // 1 for the order's first payment
+	Amount int64  `json:"amount"`
+	Token  int64  `json:"token"`
+}
+
+// errNoOrder is the error of a payment of an order that does not exist.
+var errNoOrder = errors.New("no such order")
 
 // orderBook keeps orders in memory. Every write goes through a store.Memory, which
 // remembers per order the highest fencing token that wrote it and refuses writes with a
 // lower one: the lock keeps writers apart, this check makes a late write harmless.
 type orderBook struct {
-	guard  store.Memory
-	mu     sync.Mutex
-	orders map[string]order
+	guard    store.Memory
+	mu       sync.Mutex
+	orders   map[string]order
+	payments map[string]int // per order
 }
 
-func newOrderBook() *orderBook { return &orderBook{orders: map[string]order{}} }
+func newOrderBook() *orderBook {
+	return &orderBook{orders: map[string]order{}, payments: map[string]int{}}
+}
 
 func (b *orderBook) get(id string) (order, bool) {
 	b.mu.Lock()
@@ -162,7 +234,30 @@ func (b *orderBook) set(o order) error {
 	return b.guard.Write(fencemw.ResourceName("order", o.ID), o.Token, func() error {
 		b.mu.Lock()
 		defer b.mu.Unlock()
+		o.Paid = b.orders[o.ID].Paid
 		b.orders[o.ID] = o
 		return nil
 	})
+}
+
+// pay adds a payment of amount to order id if token is at least the order's mark, and
+// returns it; otherwise it writes nothing and returns an error matching store.ErrStaleToken,
+// or errNoOrder.
+func (b *orderBook) pay(id string, amount, token int64) (payment, error) {
+	var p payment
+	err := b.guard.Write(fencemw.ResourceName("order", id), token, func() error {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		o, ok := b.orders[id]
+		if !ok {
+			return errNoOrder
+		}
+		b.payments[id]++
+		p = payment{Order: id, Number: b.payments[id], Amount: amount, Token: token}
+		o.Paid += amount
+		o.Token = token
+		b.orders[id] = o
+		return nil
+	})
+	return p, err
 }

@@ -19,6 +19,12 @@ const Prefix = "fencemw: "
 // DenyStatus is the status of the default answer to a busy resource: 423 Locked.
 const DenyStatus = http.StatusLocked
 
+// DenyMessage is the message of the default answer to a busy resource: "<resource> is busy",
+// with the resource named as the middleware locks it ("order:42", or "/orders/:id 42" for a
+// route's default name): what the client asked for, in the words of the routes, and never
+// the lock's Redis key, its prefix, its holder or its token.
+func DenyMessage(resource string) string { return resource + " is busy" }
+
 // errSetup marks an error of the Locker's settings found only when a request called it: the
 // Locker refused the call's options (a TTL above its counter expiry, say).
 var errSetup = errors.New("options refused by the Locker")

@@ -33,6 +33,21 @@ type Glue[C Context] struct {
 	// DefaultDenyHandler, used when the Settings leave them nil.
 	ErrorHandler func(c C, err error) error
 	DenyHandler  func(c C, resource string, err error) error
+
+	// What the idempotency middleware needs besides.
+
+	// PathValues returns the request's path parameters as name, value pairs, in the route's
+	// order.
+	PathValues func(c C) []string
+	// Response returns c's response, as an http.ResponseWriter.
+	Response func(c C) http.ResponseWriter
+	// Swap makes w, wrapped as Echo wraps a response, the response the handler writes to,
+	// and returns a function that puts back the one it replaced.
+	Swap func(c C, w http.ResponseWriter) (restore func())
+	// HandleError hands err to Echo's HTTPErrorHandler, which answers on c's response.
+	HandleError func(c C, err error)
+	// IdempotencyErrorHandler is the package's default idempotency error handler.
+	IdempotencyErrorHandler func(c C, err error) error
 }
 
 // Fence is checked Settings with their defaults applied. It is never modified after [New],
@@ -203,9 +218,14 @@ func ToMiddleware[M ~func(next H) H, H ~func(c C) error, C Context, S ~func(C) b
 	if err != nil {
 		return nil, err
 	}
+	return middlewareOf[M](f.Serve), nil
+}
+
+// middlewareOf returns serve as an Echo major's MiddlewareFunc M, whose HandlerFunc is H.
+func middlewareOf[M ~func(next H) H, H ~func(c C) error, C Context](serve func(c C, next func(c C) error) error) M {
 	return M(func(next H) H {
-		return H(func(c C) error { return f.Serve(c, next) })
-	}), nil
+		return H(func(c C) error { return serve(c, next) })
+	})
 }
 
 // Must returns mw, or panics with err when it is not nil, as Echo's XWithConfig

@@ -70,8 +70,17 @@ func RouteName(path, key string) string {
 	if !strings.HasPrefix(path, "/") {
 		b.WriteByte('/')
 	}
-	for i := 0; i < len(path); i++ {
-		switch ch := path[i]; ch {
+	escapeSpace(&b, path)
+	b.WriteByte(' ')
+	b.WriteString(key)
+	return b.String()
+}
+
+// escapeSpace writes s to b with any ' ' and '%' percent-encoded, so that a space after it
+// ends it.
+func escapeSpace(b *strings.Builder, s string) {
+	for i := 0; i < len(s); i++ {
+		switch ch := s[i]; ch {
 		case ' ':
 			b.WriteString("%20")
 		case '%':
@@ -80,9 +89,6 @@ func RouteName(path, key string) string {
 			b.WriteByte(ch)
 		}
 	}
-	b.WriteByte(' ')
-	b.WriteString(key)
-	return b.String()
 }
 
 // Qualify returns "<namespace>:<key>" with ':' and '%' in the namespace, and a '/' that

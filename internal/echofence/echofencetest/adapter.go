@@ -28,6 +28,12 @@ type adapterConfig[C echofence.Context, S ~func(C) bool, M any] interface {
 	ToMiddleware() (M, error)
 }
 
+// idempotencyConfig is an adapter's IdempotencyConfig.
+type idempotencyConfig[C echofence.Context, S ~func(C) bool, M any] interface {
+	~echofence.IdempotencySettings[C, S]
+	ToMiddleware() (M, error)
+}
+
 // routes is an *echo.Echo or an *echo.Group.
 type routes[H, M, RA, RB any] interface {
 	Add(method, path string, h H, m ...M) RA
@@ -43,7 +49,7 @@ type server[H, M, RA, RB, G any] interface {
 }
 
 // api is an adapter package's API.
-type api[C echofence.Context, S ~func(C) bool, M any, Cfg adapterConfig[C, S, M], E error] struct {
+type api[C echofence.Context, S ~func(C) bool, M any, Cfg adapterConfig[C, S, M], E error, ICfg idempotencyConfig[C, S, M]] struct {
 	fence             func(locker *fencing.Locker) M
 	fenceWithConfig   func(config Cfg) M
 	defaultConfig     Cfg
@@ -55,14 +61,21 @@ type api[C echofence.Context, S ~func(C) bool, M any, Cfg adapterConfig[C, S, M]
 	maxKeyLen         int
 	defaultKeyLookup  string
 	defaultContextKey string
-	sharedSafeMethods func(c C) bool
+
+	idempotent           func(locker *fencing.Locker) M
+	idempotentWithConfig func(config ICfg) M
+	defaultFingerprint   func(c C) (string, error)
+	errKeyReused         error
+	errBodyTooLarge      error
+	responseHeader       func(c C) http.Header
+	sharedSafeMethods    func(c C) bool
 }
 
 // adapter is a Driver: an adapter package's API and the Echo major it serves.
 type adapter[C echoContext, S ~func(C) bool, H ~func(C) error, M ~func(H) H, Cfg adapterConfig[C, S, M], E error,
-	Srv server[H, M, RA, RB, G], G routes[H, M, RA, RB], RA, RB any] struct {
+	ICfg idempotencyConfig[C, S, M], Srv server[H, M, RA, RB, G], G routes[H, M, RA, RB], RA, RB any] struct {
 	major string
-	api   api[C, S, M, Cfg, E]
+	api   api[C, S, M, Cfg, E, ICfg]
 	// newEcho returns an Echo with Recover and an error handler that calls record, then
 	// answers as Echo's default handler showing internal errors.
 	newEcho     func(record func(error)) Srv
@@ -71,14 +84,14 @@ type adapter[C echoContext, S ~func(C) bool, H ~func(C) error, M ~func(H) H, Cfg
 	httpStatus  func(err error) int
 }
 
-func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) Name() string { return a.major }
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) Name() string { return a.major }
 
-func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) NewEcho(log *ErrorLog) Echo {
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) NewEcho(log *ErrorLog) Echo {
 	srv := a.newEcho(log.Record)
 	return echoServer[H, M, RA, RB, G, Srv]{router[H, M, RA, RB, Srv]{srv, a.handler, middlewares[M]}}
 }
 
-func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) ToMiddleware(cfg Config) (Middleware, error) {
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) ToMiddleware(cfg Config) (Middleware, error) {
 	mw, err := a.config(cfg).ToMiddleware()
 	if err != nil {
 		return nil, err
@@ -86,52 +99,54 @@ func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) ToMiddleware(cfg Config) (
 	return mw, nil
 }
 
-func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) FenceWithConfig(cfg Config) Middleware {
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) FenceWithConfig(cfg Config) Middleware {
 	return a.api.fenceWithConfig(a.config(cfg))
 }
 
-func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) Fence(l *fencing.Locker) Middleware {
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) Fence(l *fencing.Locker) Middleware {
 	return a.api.fence(l)
 }
 
-func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) DefaultConfig(l *fencing.Locker) (Middleware, error) {
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) DefaultConfig(l *fencing.Locker) (Middleware, error) {
 	s := echofence.Settings[C, S](a.api.defaultConfig)
 	s.Locker = l
 	return Cfg(s).ToMiddleware()
 }
 
-func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) Recover() Middleware { return a.recoverer() }
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) Recover() Middleware {
+	return a.recoverer()
+}
 
-func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) Around(fn func(r Request, next func() error) error) Middleware {
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) Around(fn func(r Request, next func() error) error) Middleware {
 	return M(func(next H) H {
 		return H(func(c C) error { return fn(a.request(c), func() error { return next(c) }) })
 	})
 }
 
-func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) NewHTTPError(code int, err error) error {
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) NewHTTPError(code int, err error) error {
 	return a.api.newHTTPError(code, err)
 }
 
-func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) StatusError(code int) error {
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) StatusError(code int) error {
 	return a.statusError(code)
 }
 
-func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) HTTPStatus(err error) int {
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) HTTPStatus(err error) int {
 	return a.httpStatus(err)
 }
 
-func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) MaxKeyLen() int { return a.api.maxKeyLen }
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) MaxKeyLen() int { return a.api.maxKeyLen }
 
-func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) DefaultKeyLookup() string {
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) DefaultKeyLookup() string {
 	return a.api.defaultKeyLookup
 }
 
-func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) DefaultContextKey() string {
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) DefaultContextKey() string {
 	return a.api.defaultContextKey
 }
 
 // config returns cfg as the adapter's Config.
-func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) config(cfg Config) Cfg {
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) config(cfg Config) Cfg {
 	s := echofence.Settings[C, S]{Locker: cfg.Locker, KeyLookup: cfg.KeyLookup, Namespace: cfg.Namespace, TTL: cfg.TTL,
 		MaxWait: cfg.MaxWait, Limit: cfg.Limit, ContextKey: cfg.ContextKey, TokenHeader: cfg.TokenHeader}
 	if cfg.SkipSafeMethods {
@@ -159,12 +174,51 @@ func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) config(cfg Config) Cfg {
 }
 
 // handler returns h as the major's HandlerFunc.
-func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) handler(h Handler) H {
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) handler(h Handler) H {
 	return H(func(c C) error { return h(a.request(c)) })
 }
 
-func (a *adapter[C, S, H, M, Cfg, E, Srv, G, RA, RB]) request(c C) Request {
-	return request[C]{c: c, token: a.api.tokenFromEcho}
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) request(c C) Request {
+	return request[C]{c: c, token: a.api.tokenFromEcho, header: a.api.responseHeader, fingerprint: a.api.defaultFingerprint}
+}
+
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) IdempotencyToMiddleware(cfg IdemConfig) (Middleware, error) {
+	mw, err := a.idemConfig(cfg).ToMiddleware()
+	if err != nil {
+		return nil, err
+	}
+	return mw, nil
+}
+
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) IdempotentWithConfig(cfg IdemConfig) Middleware {
+	return a.api.idempotentWithConfig(a.idemConfig(cfg))
+}
+
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) Idempotent(l *fencing.Locker) Middleware {
+	return a.api.idempotent(l)
+}
+
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) IdempotencyErrors() (error, error) {
+	return a.api.errKeyReused, a.api.errBodyTooLarge
+}
+
+// idemConfig returns cfg as the adapter's IdempotencyConfig.
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) idemConfig(cfg IdemConfig) ICfg {
+	s := echofence.IdempotencySettings[C, S]{Locker: cfg.Locker, Header: cfg.Header, Required: cfg.Required,
+		MaxBody: cfg.MaxBody, TTL: cfg.TTL, MaxWait: cfg.MaxWait, Keep: cfg.Keep, ReplayHeaders: cfg.ReplayHeaders}
+	if cfg.SkipNone {
+		s.Skipper = func(C) bool { return false }
+	}
+	if f := cfg.Scope; f != nil {
+		s.Scope = func(c C) (string, error) { return f(a.request(c)) }
+	}
+	if f := cfg.Fingerprint; f != nil {
+		s.Fingerprint = func(c C) (string, error) { return f(a.request(c)) }
+	}
+	if f := cfg.ErrorHandler; f != nil {
+		s.ErrorHandler = func(c C, err error) error { return f(a.request(c), err) }
+	}
+	return ICfg(s)
 }
 
 // middlewares returns mws as the major's MiddlewareFuncs.
@@ -208,8 +262,10 @@ func (s echoServer[H, M, RA, RB, G, Srv]) Use(mws ...Middleware) { s.g.Use(s.mid
 
 // request is an Echo context as a Request.
 type request[C echoContext] struct {
-	c     C
-	token func(c C) (int64, bool)
+	c           C
+	token       func(c C) (int64, bool)
+	header      func(c C) http.Header
+	fingerprint func(c C) (string, error)
 }
 
 func (r request[C]) Request() *http.Request          { return r.c.Request() }
@@ -220,3 +276,7 @@ func (r request[C]) NoContent(code int) error        { return r.c.NoContent(code
 func (r request[C]) String(code int, s string) error { return r.c.String(code, s) }
 func (r request[C]) JSON(code int, v any) error      { return r.c.JSON(code, v) }
 func (r request[C]) Token() (int64, bool)            { return r.token(r.c) }
+func (r request[C]) Header() http.Header             { return r.header(r.c) }
+func (r request[C]) DefaultFingerprint() (string, error) {
+	return r.fingerprint(r.c)
+}

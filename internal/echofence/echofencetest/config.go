@@ -11,14 +11,22 @@ import (
 	"github.com/fencekit/fencekit/internal/redistest"
 )
 
-func toMiddleware(t *testing.T, d Driver) {
-	r := redistest.New(t)
-	good := fencing.New(r.Client, fencing.WithPrefix(r.Prefix))
-	defer good.Close()
-	badOpts := fencing.New(r.Client, fencing.WithTTL(-time.Second))
-	defer badOpts.Close()
-	closed := fencing.New(r.Client)
+// configLockers returns, on the test's Redis, a usable Locker, one built with invalid
+// options and a closed one, all closed when the test ends.
+func configLockers(t *testing.T) (r *redistest.Redis, good, badOpts, closed *fencing.Locker) {
+	r = redistest.New(t)
+	good = fencing.New(r.Client, fencing.WithPrefix(r.Prefix))
+	badOpts = fencing.New(r.Client, fencing.WithTTL(-time.Second))
+	closed = fencing.New(r.Client)
+	for _, l := range []*fencing.Locker{good, badOpts, closed} {
+		t.Cleanup(func() { _ = l.Close() })
+	}
 	_ = closed.Close()
+	return r, good, badOpts, closed
+}
+
+func toMiddleware(t *testing.T, d Driver) {
+	r, good, badOpts, closed := configLockers(t)
 	// Issue 32's example: New accepts it, but no call with the default 30s TTL can work.
 	shortExpiry := fencing.New(r.Client, fencing.WithCounterExpiry(time.Second))
 	defer shortExpiry.Close()
@@ -53,18 +61,25 @@ func toMiddleware(t *testing.T, d Driver) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			mw, err := d.ToMiddleware(tc.cfg)
-			switch {
-			case tc.want == nil && (err != nil || mw == nil):
-				t.Errorf("got %v, want a middleware", err)
-			case tc.want != nil && !errors.Is(err, tc.want):
-				t.Errorf("got error %v, want one matching %v", err, tc.want)
-			case tc.want != nil && mw != nil:
-				t.Errorf("got a middleware with error %v, want none", err)
-			case err != nil && (!strings.HasPrefix(err.Error(), "fencemw: ") || strings.Count(err.Error(), "fencemw") != 1 ||
-				strings.Contains(err.Error(), "\n")):
-				t.Errorf("got error text %q, want one line with one fencemw: prefix", err)
-			}
+			checkBuilt(t, mw, err, tc.want)
 		})
+	}
+}
+
+// checkBuilt checks what a ToMiddleware returned: a middleware when want is nil, otherwise
+// no middleware and an error matching want whose text is one line with one fencemw: prefix.
+func checkBuilt(t *testing.T, mw Middleware, err, want error) {
+	t.Helper()
+	switch {
+	case want == nil && (err != nil || mw == nil):
+		t.Errorf("got %v, want a middleware", err)
+	case want != nil && !errors.Is(err, want):
+		t.Errorf("got error %v, want one matching %v", err, want)
+	case want != nil && mw != nil:
+		t.Errorf("got a middleware with error %v, want none", err)
+	case err != nil && (!strings.HasPrefix(err.Error(), "fencemw: ") || strings.Count(err.Error(), "fencemw") != 1 ||
+		strings.Contains(err.Error(), "\n")):
+		t.Errorf("got error text %q, want one line with one fencemw: prefix", err)
 	}
 }
 

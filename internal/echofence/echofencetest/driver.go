@@ -42,6 +42,32 @@ type Driver interface {
 	MaxKeyLen() int
 	DefaultKeyLookup() string
 	DefaultContextKey() string
+
+	// IdempotencyToMiddleware builds the adapter's idempotency middleware with
+	// IdempotencyConfig.ToMiddleware.
+	IdempotencyToMiddleware(cfg IdemConfig) (Middleware, error)
+	// IdempotentWithConfig is the adapter's IdempotentWithConfig: it panics on an invalid cfg.
+	IdempotentWithConfig(cfg IdemConfig) Middleware
+	// Idempotent is the adapter's Idempotent(locker).
+	Idempotent(locker *fencing.Locker) Middleware
+	// IdempotencyErrors returns the adapter's ErrKeyReused and ErrBodyTooLarge.
+	IdempotencyErrors() (keyReused, bodyTooLarge error)
+}
+
+// IdemConfig is the adapter's IdempotencyConfig with the Echo types replaced.
+type IdemConfig struct {
+	Locker        *fencing.Locker
+	SkipNone      bool // Skipper: none skipped (the default skips the safe methods)
+	Header        string
+	Required      bool
+	Scope         func(r Request) (string, error)
+	Fingerprint   func(r Request) (string, error)
+	MaxBody       int64
+	TTL           time.Duration
+	MaxWait       time.Duration
+	Keep          func(status int) bool
+	ReplayHeaders []string
+	ErrorHandler  func(r Request, err error) error
 }
 
 // Config is the adapter's Config with the Echo types replaced.
@@ -83,6 +109,10 @@ type Request interface {
 	String(code int, s string) error
 	JSON(code int, v any) error
 	Token() (int64, bool)
+	// Header is the response's header.
+	Header() http.Header
+	// DefaultFingerprint is the adapter's DefaultFingerprint.
+	DefaultFingerprint() (string, error)
 }
 
 // Router adds routes: an Echo or a group.

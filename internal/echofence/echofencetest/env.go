@@ -147,12 +147,19 @@ func ClosedPortClient(t *testing.T) *redis.Client {
 // and holds none of the secrets.
 func AssertBody(t *testing.T, rec *httptest.ResponseRecorder, status int, secrets ...string) {
 	t.Helper()
+	AssertMessage(t, rec, status, http.StatusText(status), secrets...)
+}
+
+// AssertMessage checks that the body is exactly {"message": message}, and holds none of the
+// secrets.
+func AssertMessage(t *testing.T, rec *httptest.ResponseRecorder, status int, message string, secrets ...string) {
+	t.Helper()
 	if rec.Code != status {
 		t.Errorf("got status %d, want %d (body %q)", rec.Code, status, rec.Body.String())
 	}
 	var got map[string]any
-	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || len(got) != 1 || got["message"] != http.StatusText(status) {
-		t.Errorf("got body %q, want only {\"message\": %q}", rec.Body.String(), http.StatusText(status))
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || len(got) != 1 || got["message"] != message {
+		t.Errorf("got body %q, want only {\"message\": %q}", rec.Body.String(), message)
 	}
 	AssertNoSecrets(t, rec.Body.String(), secrets...)
 }

@@ -2,6 +2,7 @@ package echofencetest
 
 import (
 	"io"
+	"net/http"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
@@ -12,12 +13,16 @@ import (
 // V4 returns the driver of package middleware, for Echo v4.
 func V4() Driver {
 	return &adapter[echo.Context, middleware.Skipper, echo.HandlerFunc, echo.MiddlewareFunc, fencemw.Config,
-		*echo.HTTPError, *echo.Echo, *echo.Group, *echo.Route, []*echo.Route]{
+		*echo.HTTPError, fencemw.IdempotencyConfig, *echo.Echo, *echo.Group, *echo.Route, []*echo.Route]{
 		major: "v4",
-		api: api[echo.Context, middleware.Skipper, echo.MiddlewareFunc, fencemw.Config, *echo.HTTPError]{
+		api: api[echo.Context, middleware.Skipper, echo.MiddlewareFunc, fencemw.Config, *echo.HTTPError, fencemw.IdempotencyConfig]{
 			fencemw.Fence, fencemw.FenceWithConfig, fencemw.DefaultConfig, fencemw.SkipSafeMethods,
 			fencemw.DefaultErrorHandler, fencemw.DefaultDenyHandler, fencemw.NewHTTPError, fencemw.TokenFromEcho,
-			fencemw.MaxKeyLen, fencemw.DefaultKeyLookup, fencemw.DefaultContextKey, fencemw.SharedSafeMethods},
+			fencemw.MaxKeyLen, fencemw.DefaultKeyLookup, fencemw.DefaultContextKey,
+			fencemw.Idempotent, fencemw.IdempotentWithConfig, fencemw.DefaultFingerprint,
+			fencemw.ErrKeyReused, fencemw.ErrBodyTooLarge,
+			func(c echo.Context) http.Header { return c.Response().Header() },
+			fencemw.SharedSafeMethods},
 		newEcho: func(record func(error)) *echo.Echo {
 			e := echo.New()
 			e.Debug = true // the default error handler then shows internal errors

@@ -2,6 +2,7 @@ package echofencetest
 
 import (
 	"log/slog"
+	"net/http"
 
 	"github.com/labstack/echo/v5"
 	"github.com/labstack/echo/v5/middleware"
@@ -12,12 +13,16 @@ import (
 // V5 returns the driver of package middleware-v5, for Echo v5.
 func V5() Driver {
 	return &adapter[*echo.Context, middleware.Skipper, echo.HandlerFunc, echo.MiddlewareFunc, fencemw.Config,
-		error, *echo.Echo, *echo.Group, echo.RouteInfo, echo.RouteInfo]{
+		error, fencemw.IdempotencyConfig, *echo.Echo, *echo.Group, echo.RouteInfo, echo.RouteInfo]{
 		major: "v5",
-		api: api[*echo.Context, middleware.Skipper, echo.MiddlewareFunc, fencemw.Config, error]{
+		api: api[*echo.Context, middleware.Skipper, echo.MiddlewareFunc, fencemw.Config, error, fencemw.IdempotencyConfig]{
 			fencemw.Fence, fencemw.FenceWithConfig, fencemw.DefaultConfig, fencemw.SkipSafeMethods,
 			fencemw.DefaultErrorHandler, fencemw.DefaultDenyHandler, fencemw.NewHTTPError, fencemw.TokenFromEcho,
-			fencemw.MaxKeyLen, fencemw.DefaultKeyLookup, fencemw.DefaultContextKey, fencemw.SharedSafeMethods},
+			fencemw.MaxKeyLen, fencemw.DefaultKeyLookup, fencemw.DefaultContextKey,
+			fencemw.Idempotent, fencemw.IdempotentWithConfig, fencemw.DefaultFingerprint,
+			fencemw.ErrKeyReused, fencemw.ErrBodyTooLarge,
+			func(c *echo.Context) http.Header { return c.Response().Header() },
+			fencemw.SharedSafeMethods},
 		newEcho: func(record func(error)) *echo.Echo {
 			e := echo.New()
 			e.Logger = slog.New(slog.DiscardHandler)

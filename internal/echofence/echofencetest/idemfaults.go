@@ -1,0 +1,121 @@
+package echofencetest
+
+import (
+	"context"
+	"encoding/base64"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/echofence"
+	"github.com/fencekit/fencekit/internal/redisproc"
+)
+
+// idempotentLostCommitReply drops the reply to the round trip that carries the commit and
+// the release, once: go-redis sends the pipeline again, the commit finds its own record and
+// the release its own outcome (docs/design.md), so the client gets its answer, the record is
+// the one of that request's token, written once, and no lock is left.
+func idempotentLostCommitReply(t *testing.T, d Driver) {
+	v := newIdemEnv(t, d)
+	proxy := newDropProxy(t, v.r.Addr)
+	opts := v.r.Options()
+	opts.Addr = proxy.Addr()
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	l := fencing.New(c, fencing.WithPrefix(v.r.Prefix))
+	t.Cleanup(func() { _ = l.Close() })
+	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{Locker: l}))
+
+	proxy.Arm(echofence.CommitScript[:60])
+	first := v.send(http.MethodPost, "/payments/1", "k", "a")
+	if n := proxy.dropped.Load(); n != 1 {
+		t.Fatalf("the proxy dropped %d replies, want 1", n)
+	}
+	p := first.payment(t)
+	if first.status != http.StatusCreated || first.replayed() || p.Run != 1 {
+		t.Fatalf("request whose commit reply was lost: got %d %q, want its own 201", first.status, first.body)
+	}
+	recs := v.records()
+	if len(recs) != 1 {
+		t.Fatalf("got records %q, want 1", recs)
+	}
+	stored := v.r.Client.Get(t.Context(), recs[0]).Val()
+	if want := "1:" + strconv.FormatInt(p.Token, 10) + ":201:"; !strings.HasPrefix(stored, want) {
+		t.Errorf("record %.40q, want it to start %q: the request's own token", stored, want)
+	}
+	if keys := v.lockKeys(); len(keys) != 0 {
+		t.Errorf("lock keys left: %q", keys)
+	}
+	sameResponse(t, "retry", first, v.send(http.MethodPost, "/payments/1", "k", "a"))
+	if n := v.runs.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want 1", n)
+	}
+}
+
+// idempotentCluster runs the middleware on a real three-primary Redis Cluster: keys whose
+// names need the core's brace encoding, a replay in one round trip without a lock, the
+// record on the node of the key's lock, and concurrent retries that wait.
+func idempotentCluster(t *testing.T, d Driver) {
+	redisproc.Require(t)
+	cl := redisproc.StartCluster(t, 3)
+	var trips Trips
+	cc := cl.Client(t)
+	cc.AddHook(&trips)
+	const prefix = "idem:"
+	l := fencing.New(cc, fencing.WithPrefix(prefix), fencing.WithRetryBackoff(time.Millisecond, 20*time.Millisecond))
+	t.Cleanup(func() { _ = l.Close() })
+	e := d.NewEcho(&ErrorLog{})
+	v := &idemEnv{env: &env{t: t, d: d, e: e}}
+	e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{Locker: l, MaxWait: 20 * time.Second}))
+	v.srv = httptest.NewServer(e)
+	t.Cleanup(v.srv.Close)
+	ctx := context.Background()
+	if err := cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, key := range []string{"order-1", "{", "}{", "a{b}c", "x:idem", "ünï", strings.Repeat("k", 255)} {
+		first := v.send(http.MethodPost, "/payments/1", key, "a")
+		if first.status != http.StatusCreated {
+			t.Fatalf("key %.20q: got %d %q, want 201", key, first.status, first.body)
+		}
+		before := trips.Load()
+		sameResponse(t, "retry of "+key, first, v.send(http.MethodPost, "/payments/1", key, "a"))
+		if n := trips.Load() - before; n != 1 {
+			t.Errorf("retry of %.20q: %d round trips, want 1", key, n)
+		}
+		// The record is beside the lock: on the node of the lock's slot.
+		base := keyBase(prefix, echofence.IdempotencyName("", "/payments/:id", key))
+		if n := cl.NodeFor(base+"lock").Do(ctx, "EXISTS", base+"idem").Val(); n != int64(1) {
+			t.Errorf("key %.20q: no record %q on the node of the lock's slot", key, base+"idem")
+		}
+	}
+
+	const n = 30
+	before := v.runs.Load()
+	replies := sendMany(t, n, func(int) reply { return v.send(http.MethodPost, "/payments/2", "together", "b") })
+	for _, r := range replies {
+		if r.status != http.StatusCreated || r.body != replies[0].body {
+			t.Fatalf("concurrent retries: got %d %q, want every reply 201 %q", r.status, r.body, replies[0].body)
+		}
+	}
+	if runs := v.runs.Load() - before; runs != 1 {
+		t.Errorf("concurrent retries: handler ran %d times, want 1", runs)
+	}
+}
+
+// keyBase returns "<prefix>{R}:" for a resource R as fencing names its keys: R inside the
+// hash tag, or its unpadded base64url with a ":b64" marker when R holds a brace
+// (docs/design.md, "Key layout").
+func keyBase(prefix, resource string) string {
+	if strings.ContainsAny(resource, "{}") {
+		return prefix + "{" + base64.RawURLEncoding.EncodeToString([]byte(resource)) + "}:b64:"
+	}
+	return prefix + "{" + resource + "}:"
+}

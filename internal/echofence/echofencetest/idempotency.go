@@ -1,0 +1,666 @@
+package echofencetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/echofence"
+)
+
+// idempotencyCases are the suite's cases of the idempotency middleware.
+func idempotencyCases() []testCase {
+	return []testCase{
+		{"IdempotentRunsOnceAndReplays", idempotentRunsOnceAndReplays},
+		{"IdempotentKeys", idempotentKeys},
+		{"IdempotentKeyReused", idempotentKeyReused},
+		{"IdempotentBodies", idempotentBodies},
+		{"IdempotentNotKept", idempotentNotKept},
+		{"IdempotentConcurrentRetries", idempotentConcurrentRetries},
+		{"IdempotentTTL", idempotentTTL},
+		{"IdempotentScope", idempotentScope},
+		{"IdempotentLockLost", idempotentLockLost},
+		{"IdempotentChainWithFence", idempotentChainWithFence},
+		{"IdempotentOddKeys", idempotentOddKeys},
+		{"IdempotentSkipper", idempotentSkipper},
+		{"IdempotencyToMiddleware", idempotencyToMiddleware},
+		{"IdempotentLockerRefuses", idempotentLockerRefuses},
+		{"IdempotentLostCommitReply", idempotentLostCommitReply},
+		{"IdempotentCluster", idempotentCluster},
+	}
+}
+
+// idempotencySecrets are what no error body of the idempotency middleware may show.
+func (v *idemEnv) secrets(keys ...string) []string {
+	return append([]string{v.r.Prefix, "fencing", "fencemw", ":idem", "}:"}, keys...)
+}
+
+// idempotentRunsOnceAndReplays sends a request with a key, then the same again: the handler
+// runs once, with a token; the first request costs the round trips of the Fence middleware
+// (the acquire, then the commit in the release's round trip); the retry gets the stored
+// response byte for byte, marked, in one round trip without a lock or a token.
+func idempotentRunsOnceAndReplays(t *testing.T, d Driver) {
+	v := newIdemEnv(t, d)
+	var trips Trips
+	var taken Acquisitions
+	c := v.r.NewClient(t)
+	c.AddHook(&trips)
+	l := fencing.New(c, fencing.WithPrefix(v.r.Prefix), fencing.WithHooks(taken.Hooks()))
+	t.Cleanup(func() { _ = l.Close() })
+	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{Locker: l}))
+	// Another key first: the connection is open and Redis knows the scripts before the count.
+	if r := v.send(http.MethodPost, "/payments/0", "warm-up", ""); r.status != http.StatusCreated {
+		t.Fatalf("warm-up: got %d %q", r.status, r.body)
+	}
+
+	before := trips.Load()
+	first := v.send(http.MethodPost, "/payments/7", "k-1", `{"amount":5}`)
+	if n := trips.Load() - before; n != 2 {
+		t.Errorf("first request: %d round trips, want 2 (acquire; commit with the release)", n)
+	}
+	p := first.payment(t)
+	if first.status != http.StatusCreated || p.Run != 2 || p.Token < 1 || p.Body != `{"amount":5}` || first.replayed() {
+		t.Fatalf("first request: got %d %q (replayed %v), want 201 from run 2 with a token and the body", first.status, first.body, first.replayed())
+	}
+	name := echofence.IdempotencyName("", "/payments/:id", "k-1")
+	recs := v.keys("{" + name + "}:idem")
+	if len(recs) != 1 {
+		t.Fatalf("got records %q, want 1", recs)
+	}
+	if ttl := v.r.Client.PTTL(t.Context(), recs[0]).Val(); ttl <= 23*time.Hour || ttl > 24*time.Hour {
+		t.Errorf("record TTL %v, want the default 24h", ttl)
+	}
+	fence := strings.TrimSuffix(recs[0], "idem") + "fence"
+	issued := v.r.Client.Get(t.Context(), fence).Val()
+
+	for _, key := range []string{"k-1", `"k-1"`} { // the same key, bare and as an sf-string
+		before, acquired := trips.Load(), taken.Load()
+		again := v.send(http.MethodPost, "/payments/7", key, `{"amount":5}`)
+		sameResponse(t, "retry with "+key, first, again)
+		if again.header.Get("X-Run") != "" {
+			t.Errorf("retry: X-Run %q replayed, want only ReplayHeaders", again.header.Get("X-Run"))
+		}
+		if n := trips.Load() - before; n != 1 {
+			t.Errorf("retry with %s: %d round trips, want 1", key, n)
+		}
+		if n := taken.Load() - acquired; n != 0 {
+			t.Errorf("retry with %s: %d locks taken, want 0", key, n)
+		}
+	}
+	if n := v.runs.Load(); n != 2 {
+		t.Errorf("handler ran %d times, want 2 (the warm-up's key, and k-1's once)", n)
+	}
+	if got := v.r.Client.Get(t.Context(), fence).Val(); got != issued {
+		t.Errorf("fence counter %s after the retries, want %s: no token issued", got, issued)
+	}
+	if keys := v.lockKeys(); len(keys) != 0 {
+		t.Errorf("lock keys left: %q", keys)
+	}
+}
+
+// idempotentKeys checks the key: optional (the request runs, nothing stored) or required
+// (400), one header of 1 to 255 bytes without control characters, bare or an sf-string.
+func idempotentKeys(t *testing.T, d Driver) {
+	v := newIdemEnv(t, d)
+	v.e.Add(http.MethodPost, "/optional/:id", v.pay, v.imw(IdemConfig{}))
+	v.e.Add(http.MethodPost, "/required/:id", v.pay, v.imw(IdemConfig{Required: true}))
+	v.e.Add(http.MethodPost, "/custom/:id", v.pay, v.imw(IdemConfig{Header: "x-request-key"}))
+
+	for range 2 {
+		if r := v.send(http.MethodPost, "/optional/1", "", "b"); r.status != http.StatusCreated || r.payment(t).Body != "b" {
+			t.Fatalf("no key, optional: got %d %q, want 201 with the body", r.status, r.body)
+		}
+	}
+	if n, recs := v.runs.Load(), v.records(); n != 2 || len(recs) != 0 || len(v.keys("*")) != 0 {
+		t.Fatalf("no key, optional: %d runs and records %q, want 2 runs and nothing in Redis", n, recs)
+	}
+
+	long := strings.Repeat("k", echofence.MaxIdempotencyKeyLen)
+	for _, tc := range []struct {
+		name, path string
+		header     []string
+		detail     string
+	}{
+		{"no key, required", "/required/1", nil, "needs an Idempotency-Key"},
+		{"empty", "/optional/1", []string{"Idempotency-Key", ""}, "1 to 255 bytes"},
+		{"256 bytes", "/optional/1", []string{"Idempotency-Key", long + "k"}, "1 to 255 bytes"},
+		{"256 bytes quoted", "/optional/1", []string{"Idempotency-Key", `"` + long + `k"`}, "1 to 255 bytes"},
+		{"two fields", "/optional/1", []string{"Idempotency-Key", "a", "Idempotency-Key", "b"}, "one Idempotency-Key"},
+		{"unterminated string", "/optional/1", []string{"Idempotency-Key", `"abc`}, "not a valid string"},
+		{"bad escape", "/optional/1", []string{"Idempotency-Key", `"a\qb"`}, "not a valid string"},
+		{"non-ASCII in a string", "/optional/1", []string{"Idempotency-Key", "\"\xc3\xa9\""}, "not a valid string"},
+		{"custom header empty", "/custom/1", []string{"X-Request-Key", ""}, "X-Request-Key header must"},
+	} {
+		r := v.send(http.MethodPost, tc.path, "", "b", tc.header...)
+		if r.status != http.StatusBadRequest || r.header.Get("Content-Type") != echofence.ContentTypeProblem {
+			t.Errorf("%s: got %d %s %q, want a 400 problem", tc.name, r.status, r.header.Get("Content-Type"), r.body)
+			continue
+		}
+		if detail, _ := r.problem(t)["detail"].(string); !strings.Contains(detail, tc.detail) {
+			t.Errorf("%s: got detail %q, want it to say %q", tc.name, detail, tc.detail)
+		}
+		AssertNoSecrets(t, r.body, v.secrets(long, "abc")...)
+		if err := v.lastErr(); !v.isHTTPError(err, http.StatusBadRequest) || !errors.Is(err, fencing.ErrInvalid) {
+			t.Errorf("%s: got error %v, want a 400 matching fencing.ErrInvalid", tc.name, err)
+		}
+	}
+	// Control characters cannot cross net/http's client: straight into Echo.
+	for _, key := range []string{"a\x00b", "a\x1fb", "a\tb", "a\x7fb"} {
+		req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/optional/1", strings.NewReader("b"))
+		req.Header.Set("Idempotency-Key", key)
+		rec := httptest.NewRecorder()
+		v.e.ServeHTTP(rec, req)
+		if rec.Code != http.StatusBadRequest {
+			t.Errorf("key %q: got status %d, want 400", key, rec.Code)
+		}
+	}
+	if n, recs := v.runs.Load(), v.records(); n != 2 || len(recs) != 0 {
+		t.Fatalf("after the refused keys: %d runs and records %q, want 2 runs and no record", n, recs)
+	}
+
+	// The longest key, bare and quoted (257 bytes with its quotes), and the custom header.
+	for _, tc := range []struct{ path, header, key string }{
+		{"/required/1", "Idempotency-Key", long},
+		{"/required/2", "Idempotency-Key", `"` + long[1:] + `\\"`},
+		{"/custom/1", "X-Request-Key", "c"},
+	} {
+		first := v.send(http.MethodPost, tc.path, "", "b", tc.header, tc.key)
+		again := v.send(http.MethodPost, tc.path, "", "b", tc.header, tc.key)
+		if first.status != http.StatusCreated {
+			t.Fatalf("%s %.20q: got %d %q, want 201", tc.path, tc.key, first.status, first.body)
+		}
+		sameResponse(t, tc.path+" again", first, again)
+	}
+	// Idempotency-Key means nothing to the route with another header.
+	for range 2 {
+		if r := v.send(http.MethodPost, "/custom/2", "k", "b"); r.status != http.StatusCreated || r.replayed() {
+			t.Errorf("custom route with Idempotency-Key only: got %d (replayed %v), want 201 not replayed", r.status, r.replayed())
+		}
+	}
+	if n := v.runs.Load(); n != 7 {
+		t.Errorf("handler ran %d times, want 7", n)
+	}
+}
+
+// idempotentKeyReused sends a key with another request: 422, whatever differs (the body, a
+// path value), while the first request's result stays replayable; another route has its
+// own keys; a Fingerprint decides what counts.
+func idempotentKeyReused(t *testing.T, d Driver) {
+	v := newIdemEnv(t, d)
+	keyReused, _ := d.IdempotencyErrors()
+	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{}))
+	v.e.Add(http.MethodPost, "/refunds/:id", v.pay, v.imw(IdemConfig{}))
+	v.e.Add(http.MethodPost, "/lenient/:id", v.pay, v.imw(IdemConfig{Fingerprint: func(r Request) (string, error) {
+		return r.Param("id"), nil // the body does not count
+	}}))
+	v.e.Add(http.MethodPost, "/query/:id", v.pay, v.imw(IdemConfig{Fingerprint: func(r Request) (string, error) {
+		fp, err := r.DefaultFingerprint()
+		return fp + " " + r.Request().URL.RawQuery, err
+	}}))
+
+	first := v.send(http.MethodPost, "/payments/1", "k", "a")
+	for _, tc := range []struct{ path, body string }{{"/payments/1", "b"}, {"/payments/2", "a"}, {"/payments/1", ""}} {
+		r := v.send(http.MethodPost, tc.path, "k", tc.body)
+		if r.status != http.StatusUnprocessableEntity {
+			t.Errorf("%s %q with the key of another request: got %d %q, want 422", tc.path, tc.body, r.status, r.body)
+			continue
+		}
+		if detail, _ := r.problem(t)["detail"].(string); !strings.Contains(detail, "another request") {
+			t.Errorf("422 detail %q, want it to say the key was used with another request", detail)
+		}
+		AssertNoSecrets(t, r.body, v.secrets("\"k\"")...)
+		if err := v.lastErr(); !v.isHTTPError(err, http.StatusUnprocessableEntity) || !errors.Is(err, keyReused) {
+			t.Errorf("got error %v, want a 422 matching ErrKeyReused", err)
+		}
+	}
+	sameResponse(t, "the first request again", first, v.send(http.MethodPost, "/payments/1", "k", "a"))
+	if r := v.send(http.MethodPost, "/refunds/1", "k", "a"); r.status != http.StatusCreated || r.replayed() {
+		t.Errorf("another route, same key: got %d (replayed %v), want its own 201", r.status, r.replayed())
+	}
+	lenient := v.send(http.MethodPost, "/lenient/1", "k", "a")
+	sameResponse(t, "lenient fingerprint, another body", lenient, v.send(http.MethodPost, "/lenient/1", "k", "b"))
+	q := v.send(http.MethodPost, "/query/1?x=1", "k", "a")
+	sameResponse(t, "query fingerprint, same query", q, v.send(http.MethodPost, "/query/1?x=1", "k", "a"))
+	if r := v.send(http.MethodPost, "/query/1?x=2", "k", "a"); r.status != http.StatusUnprocessableEntity {
+		t.Errorf("query fingerprint, another query: got %d, want 422", r.status)
+	}
+	if n := v.runs.Load(); n != 4 {
+		t.Errorf("handler ran %d times, want 4", n)
+	}
+}
+
+// idempotentBodies checks MaxBody: a request body over it is 413 before anything runs, also
+// when its length is not announced; a response body over it reaches the client whole and is
+// not stored.
+func idempotentBodies(t *testing.T, d Driver) {
+	v := newIdemEnv(t, d)
+	_, tooLarge := d.IdempotencyErrors()
+	const limit = 64
+	v.e.Add(http.MethodPost, "/payments/:id", func(r Request) error {
+		v.runs.Add(1)
+		return r.String(http.StatusCreated, "paid") // within the limit, unlike pay's answer
+	}, v.imw(IdemConfig{MaxBody: limit}))
+	report := strings.Repeat("r", limit+1)
+	v.e.Add(http.MethodPost, "/reports/:id", func(r Request) error {
+		v.runs.Add(1)
+		return r.String(http.StatusOK, report)
+	}, v.imw(IdemConfig{MaxBody: limit}))
+
+	if r := v.send(http.MethodPost, "/payments/1", "at", strings.Repeat("b", limit)); r.status != http.StatusCreated {
+		t.Fatalf("body of MaxBody bytes: got %d %q, want 201", r.status, r.body)
+	}
+	over := strings.Repeat("b", limit+1)
+	chunked := func() reply {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, v.srv.URL+"/payments/1", strings.NewReader(over))
+		req.ContentLength = -1 // sent chunked
+		req.Header.Set("Idempotency-Key", "chunked")
+		resp, err := v.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return reply{status: resp.StatusCode, header: resp.Header}
+	}
+	for what, r := range map[string]reply{"announced": v.send(http.MethodPost, "/payments/1", "over", over), "chunked": chunked()} {
+		if r.status != http.StatusRequestEntityTooLarge || r.header.Get("Content-Type") != echofence.ContentTypeProblem {
+			t.Errorf("body over MaxBody, %s: got %d %s, want a 413 problem", what, r.status, r.header.Get("Content-Type"))
+		}
+		if err := v.lastErr(); !v.isHTTPError(err, http.StatusRequestEntityTooLarge) || !errors.Is(err, tooLarge) {
+			t.Errorf("body over MaxBody, %s: got error %v, want a 413 matching ErrBodyTooLarge", what, err)
+		}
+	}
+	if n := v.runs.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want 1", n)
+	}
+
+	for i := range 2 {
+		r := v.send(http.MethodPost, "/reports/1", "big", "")
+		if r.status != http.StatusOK || r.body != report || r.replayed() {
+			t.Errorf("response over MaxBody, request %d: got %d with %d bytes (replayed %v), want 200 with %d, not replayed",
+				i, r.status, len(r.body), r.replayed(), len(report))
+		}
+	}
+	if n := v.runs.Load(); n != 3 {
+		t.Errorf("handler ran %d times, want 3: a response over MaxBody is not stored", n)
+	}
+	if recs := v.records(); len(recs) != 1 {
+		t.Errorf("got records %q, want the one of the first payment", recs)
+	}
+}
+
+// idempotentNotKept checks which results are stored: a 5xx, a panic and what Keep refuses
+// are not (a retry runs again, and nothing is left in Redis but counters); a handler's
+// error below 500, answered by Echo's error handler, is, and is replayed as Echo wrote it.
+func idempotentNotKept(t *testing.T, d Driver) {
+	v := newIdemEnv(t, d)
+	count := func(h Handler) Handler {
+		return func(r Request) error { v.runs.Add(1); return h(r) }
+	}
+	teapot := d.StatusError(http.StatusTeapot)
+	v.e.Add(http.MethodPost, "/fail/:id", count(func(Request) error { return errors.New("boom") }), v.imw(IdemConfig{}))
+	v.e.Add(http.MethodPost, "/panic/:id", count(func(Request) error { panic("kaput") }), v.imw(IdemConfig{}))
+	v.e.Add(http.MethodPost, "/teapot/:id", count(func(Request) error { return teapot }), v.imw(IdemConfig{}))
+	v.e.Add(http.MethodPost, "/only-2xx/:id", count(func(Request) error { return teapot }),
+		v.imw(IdemConfig{Keep: func(status int) bool { return status < 300 }}))
+	v.e.Add(http.MethodPost, "/accepted/:id", count(func(r Request) error { return r.NoContent(http.StatusAccepted) }),
+		v.imw(IdemConfig{Keep: func(status int) bool { return status == http.StatusAccepted }}))
+
+	for _, tc := range []struct {
+		path   string
+		status int
+		kept   bool
+	}{
+		{"/fail/1", http.StatusInternalServerError, false},
+		{"/panic/1", http.StatusInternalServerError, false},
+		{"/teapot/1", http.StatusTeapot, true},
+		{"/only-2xx/1", http.StatusTeapot, false},
+		{"/accepted/1", http.StatusAccepted, true},
+	} {
+		before := v.runs.Load()
+		first := v.send(http.MethodPost, tc.path, "k", "")
+		again := v.send(http.MethodPost, tc.path, "k", "")
+		runs := v.runs.Load() - before
+		switch {
+		case first.status != tc.status:
+			t.Errorf("%s: got %d %q, want %d", tc.path, first.status, first.body, tc.status)
+		case tc.kept:
+			sameResponse(t, tc.path+" again", first, again)
+			if runs != 1 {
+				t.Errorf("%s: handler ran %d times, want 1", tc.path, runs)
+			}
+		case runs != 2 || again.replayed() || again.status != tc.status:
+			t.Errorf("%s, not kept: retry got %d (replayed %v) after %d runs, want %d from a second run", tc.path, again.status, again.replayed(), runs, tc.status)
+		}
+	}
+	if recs := v.records(); len(recs) != 2 {
+		t.Errorf("got records %q, want those of /teapot and /accepted", recs)
+	}
+	if keys := v.lockKeys(); len(keys) != 0 {
+		t.Errorf("lock keys left: %q", keys)
+	}
+}
+
+// idempotentConcurrentRetries sends many requests with one key at once: with MaxWait long
+// enough, the handler runs once and every client gets the same response; with MaxWait 0,
+// those that arrive while it runs get 409 with Retry-After, and those after it the replay.
+func idempotentConcurrentRetries(t *testing.T, d Driver) {
+	const key = "pay-once"
+	// queued returns the length of the key's lock queue.
+	queued := func(v *idemEnv) int64 {
+		name := echofence.IdempotencyName("", "/payments/:id", key)
+		return v.r.Client.LLen(context.Background(), v.r.Prefix+"{"+name+"}:queue").Val()
+	}
+	t.Run("MaxWait", func(t *testing.T) {
+		t.Parallel()
+		const n = 100
+		v := newIdemEnv(t, d, fencing.WithRetryBackoff(time.Millisecond, 20*time.Millisecond))
+		v.e.Add(http.MethodPost, "/payments/:id", func(r Request) error {
+			// Every other request waits in the key's queue before this one ends.
+			eventually(t, 20*time.Second, "the other requests waiting", func() bool { return queued(v) == n-1 })
+			return v.pay(r)
+		}, v.imw(IdemConfig{MaxWait: 30 * time.Second}))
+		replies := sendMany(t, n, func(int) reply { return v.send(http.MethodPost, "/payments/1", key, "a") })
+		replayed := 0
+		for _, r := range replies {
+			if r.status != http.StatusCreated || r.body != replies[0].body {
+				t.Fatalf("got %d %q, want every reply 201 %q", r.status, r.body, replies[0].body)
+			}
+			if r.replayed() {
+				replayed++
+			}
+		}
+		if runs := v.runs.Load(); runs != 1 || replayed != n-1 {
+			t.Errorf("handler ran %d times, %d replies replayed; want 1 and %d", runs, replayed, n-1)
+		}
+		v.waitNoLocks()
+	})
+	t.Run("no wait", func(t *testing.T) {
+		t.Parallel()
+		const n = 20
+		v := newIdemEnv(t, d)
+		entered, release := make(chan struct{}), make(chan struct{})
+		v.e.Add(http.MethodPost, "/payments/:id", func(r Request) error {
+			close(entered)
+			<-release
+			return v.pay(r)
+		}, v.imw(IdemConfig{}))
+		done := make(chan reply, 1)
+		go func() { done <- v.send(http.MethodPost, "/payments/1", key, "a") }()
+		recv(t, entered, "the first request's handler")
+		for _, r := range sendMany(t, n, func(int) reply { return v.send(http.MethodPost, "/payments/1", key, "a") }) {
+			if r.status != http.StatusConflict || r.header.Get("Retry-After") != "1" {
+				t.Fatalf("while the first runs: got %d (Retry-After %q) %q, want 409 with Retry-After 1", r.status, r.header.Get("Retry-After"), r.body)
+			}
+			if detail, _ := r.problem(t)["detail"].(string); !strings.Contains(detail, "being processed") {
+				t.Errorf("409 detail %q, want it to say the key's request is being processed", detail)
+			}
+		}
+		if err := v.lastErr(); !v.isHTTPError(err, http.StatusConflict) || !errors.Is(err, fencing.ErrNotAcquired) {
+			t.Errorf("got error %v, want a 409 matching fencing.ErrNotAcquired", err)
+		}
+		close(release)
+		first := recv(t, done, "the first request")
+		if first.status != http.StatusCreated {
+			t.Fatalf("first request: got %d %q, want 201", first.status, first.body)
+		}
+		for _, r := range sendMany(t, n, func(int) reply { return v.send(http.MethodPost, "/payments/1", key, "a") }) {
+			sameResponse(t, "after the first", first, r)
+		}
+		if runs := v.runs.Load(); runs != 1 {
+			t.Errorf("handler ran %d times, want 1", runs)
+		}
+	})
+}
+
+// sendMany runs send(i) for i in [0, n) at once and returns the replies.
+func sendMany(t testing.TB, n int, send func(i int) reply) []reply {
+	t.Helper()
+	replies := make([]reply, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { replies[i] = send(i) })
+	}
+	wg.Wait()
+	return replies
+}
+
+// idempotentTTL stores a result for a second: once it has expired, the key runs again.
+func idempotentTTL(t *testing.T, d Driver) {
+	v := newIdemEnv(t, d)
+	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{TTL: time.Second}))
+	first := v.send(http.MethodPost, "/payments/1", "k", "a")
+	recs := v.records()
+	if len(recs) != 1 {
+		t.Fatalf("got records %q, want 1", recs)
+	}
+	if ttl := v.r.Client.PTTL(t.Context(), recs[0]).Val(); ttl <= 0 || ttl > time.Second {
+		t.Fatalf("record TTL %v, want at most 1s", ttl)
+	}
+	sameResponse(t, "retry within the TTL", first, v.send(http.MethodPost, "/payments/1", "k", "a"))
+	if v.r.Mini != nil {
+		v.r.Mini.FastForward(time.Second)
+	}
+	eventually(t, 10*time.Second, "the record's expiry", func() bool { return len(v.records()) == 0 })
+	later := v.send(http.MethodPost, "/payments/1", "k", "a")
+	if p := later.payment(t); later.status != http.StatusCreated || later.replayed() || p.Run != 2 || p.Token <= first.payment(t).Token {
+		t.Errorf("after the TTL: got %d %q (replayed %v), want a second run with a higher token", later.status, later.body, later.replayed())
+	}
+}
+
+// idempotentScope gives each client its own key space: the same key from two clients runs
+// twice; Scope's errors answer the request (an HTTP status error as it is).
+func idempotentScope(t *testing.T, d Driver) {
+	v := newIdemEnv(t, d)
+	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{Scope: func(r Request) (string, error) {
+		switch id := r.Request().Header.Get("X-Client"); id {
+		case "":
+			return "", d.StatusError(http.StatusUnauthorized)
+		case "ghost":
+			return "", errors.New("no such client")
+		default:
+			return id, nil
+		}
+	}}))
+	a := v.send(http.MethodPost, "/payments/1", "k", "x", "X-Client", "a b") // a space in a scope
+	b := v.send(http.MethodPost, "/payments/1", "k", "x", "X-Client", "a")
+	if a.payment(t).Run != 1 || b.payment(t).Run != 2 || b.replayed() {
+		t.Fatalf("two clients, one key: got runs %d and %d, want 1 and 2", a.payment(t).Run, b.payment(t).Run)
+	}
+	sameResponse(t, "client a again", a, v.send(http.MethodPost, "/payments/1", "k", "x", "X-Client", "a b"))
+	if r := v.send(http.MethodPost, "/payments/1", "k", "x"); r.status != http.StatusUnauthorized {
+		t.Errorf("Scope's status error: got %d, want 401", r.status)
+	}
+	if r := v.send(http.MethodPost, "/payments/1", "k", "x", "X-Client", "ghost"); r.status != http.StatusBadRequest {
+		t.Errorf("Scope's error: got %d, want 400", r.status)
+	} else {
+		AssertNoSecrets(t, r.body, "no such client")
+	}
+	if n := v.runs.Load(); n != 2 {
+		t.Errorf("handler ran %d times, want 2", n)
+	}
+}
+
+// idempotentLockLost loses the key's lock while the handler runs: its context is cancelled,
+// its client gets its answer, and nothing is stored, so a retry runs again.
+func idempotentLockLost(t *testing.T, d Driver) {
+	v := newIdemEnv(t, d, fencing.WithTTL(300*time.Millisecond)) // renewed every 100ms
+	causes := make(chan error, 1)
+	v.e.Add(http.MethodPost, "/payments/:id", func(r Request) error {
+		if v.runs.Load() == 0 {
+			entered := make(chan struct{})
+			go func() { <-entered; _ = v.r.Client.Del(context.Background(), v.lockKeys()...) }()
+			awaitCancel(r.Request().Context(), entered, causes)
+		}
+		return v.pay(r)
+	}, v.imw(IdemConfig{}))
+	first := v.send(http.MethodPost, "/payments/1", "k", "a")
+	if cause := recv(t, causes, "the handler's context"); !errors.Is(cause, fencing.ErrNotHeld) {
+		t.Fatalf("handler's context: got cause %v, want fencing.ErrNotHeld", cause)
+	}
+	if first.status != http.StatusCreated || first.replayed() {
+		t.Errorf("lost lock: got %d %q, want the handler's own 201", first.status, first.body)
+	}
+	if recs := v.records(); len(recs) != 0 {
+		t.Errorf("lost lock: got records %q, want none", recs)
+	}
+	if again := v.send(http.MethodPost, "/payments/1", "k", "a"); again.replayed() || again.payment(t).Run != 2 {
+		t.Errorf("retry after a lost lock: got %q (replayed %v), want a second run", again.body, again.replayed())
+	}
+}
+
+// idempotentChainWithFence runs the pattern docs/echo.md shows: the idempotency middleware
+// outside, the Fence middleware on the account inside. A busy account answers 423, which is
+// not stored; the retry runs under both locks, with the account's token, and is stored.
+func idempotentChainWithFence(t *testing.T, d Driver) {
+	v := newIdemEnv(t, d)
+	v.e.Add(http.MethodPost, "/accounts/:id/payouts", v.pay,
+		v.imw(IdemConfig{}), v.mw(Config{Namespace: "account", DefaultHandlers: true}))
+	lock := v.hold("account", "a1", 10*time.Second)
+	busy := v.send(http.MethodPost, "/accounts/a1/payouts", "k", "100")
+	var msg map[string]string
+	_ = json.Unmarshal([]byte(busy.body), &msg)
+	if busy.status != http.StatusLocked || busy.header.Get("Retry-After") == "" || msg["message"] != "account:a1 is busy" {
+		t.Fatalf("busy account: got %d %q (Retry-After %q), want 423 naming the account", busy.status, busy.body, busy.header.Get("Retry-After"))
+	}
+	if recs := v.records(); len(recs) != 0 {
+		t.Fatalf("busy account: got records %q, want none", recs)
+	}
+	if err := lock.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	first := v.send(http.MethodPost, "/accounts/a1/payouts", "k", "100")
+	if p := first.payment(t); first.status != http.StatusCreated || p.Token != lock.Token()+1 {
+		t.Fatalf("after the account's release: got %d %q, want 201 with the account's next token %d", first.status, first.body, lock.Token()+1)
+	}
+	sameResponse(t, "retry", first, v.send(http.MethodPost, "/accounts/a1/payouts", "k", "100"))
+	if n := v.runs.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want 1", n)
+	}
+}
+
+// idempotentOddKeys sends keys with every printable ASCII and every non-ASCII byte (braces,
+// quotes, spaces, '%', invalid UTF-8): each is a key of its own, stored and replayed.
+func idempotentOddKeys(t *testing.T, d Driver) {
+	v := newIdemEnv(t, d)
+	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{}))
+	var keys []string
+	for b := 0x20; b <= 0xff; b++ {
+		if b != 0x7f {
+			keys = append(keys, "k"+string([]byte{byte(b)})+"k")
+		}
+	}
+	keys = append(keys, "{", "}", "{x}", "}{", "%20", "a b", "\xff\xfe", `\"`, "ünï", strings.Repeat("{", 255))
+	first := make([]reply, len(keys))
+	sendMany(t, len(keys), func(i int) reply { first[i] = v.send(http.MethodPost, "/payments/1", keys[i], "a"); return first[i] })
+	runs := map[int32]string{}
+	for i, key := range keys {
+		if first[i].status != http.StatusCreated || first[i].replayed() {
+			t.Fatalf("key %q: got %d %q, want 201", key, first[i].status, first[i].body)
+		}
+		run := first[i].payment(t).Run
+		if other, dup := runs[run]; dup {
+			t.Fatalf("keys %q and %q got the same run", other, key)
+		}
+		runs[run] = key
+	}
+	again := sendMany(t, len(keys), func(i int) reply { return v.send(http.MethodPost, "/payments/1", keys[i], "a") })
+	for i, key := range keys {
+		sameResponse(t, "key "+strconv.Quote(key), first[i], again[i])
+	}
+	if n, recs := v.runs.Load(), v.records(); int(n) != len(keys) || len(recs) != len(keys) {
+		t.Errorf("%d keys: %d runs and %d records, want one each", len(keys), n, len(recs))
+	}
+}
+
+// idempotentSkipper checks the default Skipper: a GET runs every time and stores nothing,
+// unless no method is skipped.
+func idempotentSkipper(t *testing.T, d Driver) {
+	v := newIdemEnv(t, d)
+	v.e.Add(http.MethodGet, "/default/:id", v.pay, v.imw(IdemConfig{}))
+	v.e.Add(http.MethodGet, "/all/:id", v.pay, v.imw(IdemConfig{SkipNone: true}))
+	for range 2 {
+		if r := v.send(http.MethodGet, "/default/1", "k", ""); r.replayed() {
+			t.Error("GET under the default Skipper: replayed, want it to run")
+		}
+	}
+	first := v.send(http.MethodGet, "/all/1", "k", "")
+	sameResponse(t, "GET with no method skipped", first, v.send(http.MethodGet, "/all/1", "k", ""))
+	if n := v.runs.Load(); n != 3 {
+		t.Errorf("handler ran %d times, want 3", n)
+	}
+}
+
+// idempotencyToMiddleware checks the configurations refused where the middleware is built,
+// and that the constructors panic on them.
+func idempotencyToMiddleware(t *testing.T, d Driver) {
+	_, good, badOpts, closed := configLockers(t)
+	for _, tc := range []struct {
+		name string
+		cfg  IdemConfig
+		want error // nil: valid
+	}{
+		{"defaults", IdemConfig{Locker: good}, nil},
+		{"every field", IdemConfig{Locker: good, SkipNone: true, Header: "X-Key", Required: true,
+			Scope:       func(Request) (string, error) { return "", nil },
+			Fingerprint: func(Request) (string, error) { return "", nil }, MaxBody: 10, TTL: fencing.MaxTTL,
+			MaxWait: time.Second, Keep: func(int) bool { return true }, ReplayHeaders: []string{"etag"},
+			ErrorHandler: func(Request, error) error { return nil }}, nil},
+		{"nil Locker", IdemConfig{}, fencing.ErrInvalid},
+		{"Locker with invalid options", IdemConfig{Locker: badOpts}, fencing.ErrInvalid},
+		{"closed Locker", IdemConfig{Locker: closed}, fencing.ErrClosed},
+		{"negative MaxWait", IdemConfig{Locker: good, MaxWait: -1}, fencing.ErrInvalid},
+		{"negative MaxBody", IdemConfig{Locker: good, MaxBody: -1}, fencing.ErrInvalid},
+		{"negative TTL", IdemConfig{Locker: good, TTL: -time.Second}, fencing.ErrInvalid},
+		{"TTL too long", IdemConfig{Locker: good, TTL: fencing.MaxTTL + time.Millisecond}, fencing.ErrInvalid},
+		{"header not a token", IdemConfig{Locker: good, Header: "Idempotency Key"}, fencing.ErrInvalid},
+		{"replay header not a token", IdemConfig{Locker: good, ReplayHeaders: []string{"Location:"}}, fencing.ErrInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mw, err := d.IdempotencyToMiddleware(tc.cfg)
+			checkBuilt(t, mw, err, tc.want)
+		})
+	}
+	for name, f := range map[string]func(){
+		"Idempotent(nil)":                        func() { d.Idempotent(nil) },
+		"IdempotentWithConfig(closed)":           func() { d.IdempotentWithConfig(IdemConfig{Locker: closed}) },
+		"IdempotentWithConfig(negative MaxWait)": func() { d.IdempotentWithConfig(IdemConfig{Locker: good, MaxWait: -1}) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if err, _ := recover().(error); err == nil || !strings.HasPrefix(err.Error(), "fencemw: ") {
+					t.Errorf("got panic %v, want the configuration's error", err)
+				}
+			}()
+			f()
+		})
+	}
+}
+
+// idempotentLockerRefuses uses a Locker built with WithReplicas, whose acquisitions the
+// record's guard does not support: ToMiddleware cannot see it, and every request is answered
+// 500 (the server's configuration), without running.
+func idempotentLockerRefuses(t *testing.T, d Driver) {
+	v := newIdemEnv(t, d)
+	l := fencing.New(v.r.Client, fencing.WithPrefix(v.r.Prefix), fencing.WithReplicas(1, time.Second))
+	t.Cleanup(func() { _ = l.Close() })
+	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{Locker: l}))
+	r := v.send(http.MethodPost, "/payments/1", "k", "a")
+	if r.status != http.StatusInternalServerError || r.header.Get("Content-Type") != echofence.ContentTypeProblem {
+		t.Errorf("got %d %s %q, want a 500 problem", r.status, r.header.Get("Content-Type"), r.body)
+	}
+	AssertNoSecrets(t, r.body, v.secrets("replica", "guard")...)
+	if err := v.lastErr(); !errors.Is(err, fencing.ErrInvalid) {
+		t.Errorf("got error %v, want one matching fencing.ErrInvalid", err)
+	}
+	if n := v.runs.Load(); n != 0 || len(v.keys("*")) != 0 {
+		t.Errorf("handler ran %d times and keys %q are left, want none", n, v.keys("*"))
+	}
+}

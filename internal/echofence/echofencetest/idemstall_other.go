@@ -1,0 +1,6 @@
+//go:build !unix
+
+package echofencetest
+
+// stalledCases are the suite's cases that stop a process: none without SIGSTOP.
+func stalledCases() []testCase { return nil }

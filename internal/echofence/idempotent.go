@@ -1,0 +1,253 @@
+package echofence
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/errtext"
+	"github.com/fencekit/fencekit/internal/seam"
+)
+
+// Serve runs one request under the idempotency middleware: it reads the key, buffers the
+// body, takes the fingerprint, and then either replays the key's stored result, runs next
+// under the key's lock and stores its result, or builds the error response.
+func (m *Idempotency[C]) Serve(c C, next func(c C) error) error {
+	if m.skip(c) {
+		return next(c)
+	}
+	req := c.Request()
+	key, present, err := idempotencyKey(req.Header, m.header)
+	switch {
+	case err != nil:
+		return m.errorHandler(c, err)
+	case !present && m.required:
+		return m.errorHandler(c, keyErr("This request needs an "+m.header+" header.", "no %s", m.header))
+	case !present:
+		return next(c)
+	}
+	scope := ""
+	if m.scope != nil {
+		if scope, err = m.scope(c); err != nil {
+			return m.errorHandler(c, idemErr(http.StatusBadRequest, "", "Scope", fencing.ErrInvalid, err))
+		}
+	}
+	if err := bufferBody(req, m.maxBody); err != nil {
+		return m.errorHandler(c, err)
+	}
+	fp, err := m.fingerprint(c)
+	if err != nil {
+		return m.errorHandler(c, idemErr(http.StatusBadRequest, "", "Fingerprint", fencing.ErrInvalid, err))
+	}
+	name := IdempotencyName(scope, c.Path(), key)
+	if err := checkName(name); err != nil {
+		return m.errorHandler(c, err)
+	}
+	return m.serve(c, next, name, fp)
+}
+
+// attempt is one run of a request under the key's lock: what the handler answered and the
+// reply of the commit sent with the release.
+type attempt struct {
+	ran     bool
+	handled bool  // the handler's error was answered by Echo's error handler, into out
+	err     error // the handler's error
+	out     *capture
+	stored  string     // a record found before running (a call that waited)
+	commit  *redis.Cmd // the commit script, sent with the release; nil when none was
+}
+
+// serve takes the key's lock and runs next under it, or answers from the stored result.
+// The first try is a single attempt whose acquire script reads the record first (the
+// seam's guard): a stored result is replayed in that one round trip, without a lock. A
+// busy key is answered 409, or with MaxWait waited for in the lock's queue: a call granted
+// the lock from the queue was not checked, so it looks for a record before it runs.
+func (m *Idempotency[C]) serve(c C, next func(c C) error, name, fp string) error {
+	req := c.Request()
+	begin := time.Now()
+	call := &seam.Call{Guard: GuardSuffix}
+	var a attempt
+	err := m.locker.Do(seam.WithCall(req.Context(), call), name, func(work context.Context) error {
+		return m.run(work, c, next, name, call, fp, false, &a)
+	}, m.try...)
+	if errors.Is(err, fencing.ErrNotAcquired) && !errors.Is(err, seam.ErrGuarded) && m.maxWait > 0 {
+		wait := m.maxWait - time.Since(begin)
+		call = &seam.Call{Guard: GuardSuffix}
+		err = m.locker.Do(seam.WithCall(req.Context(), call), name, func(work context.Context) error {
+			return m.run(work, c, next, name, call, fp, true, &a)
+		}, fencing.WithMaxWait(max(wait, 0)), fencing.WithLimit(1))
+	}
+	switch {
+	case a.stored != "":
+		return m.replay(c, a.stored, fp)
+	case a.ran:
+		return m.finish(c, fp, &a)
+	case errors.Is(err, seam.ErrGuarded):
+		return m.replay(c, call.Guarded, fp)
+	case errors.Is(err, fencing.ErrNotAcquired):
+		return m.inProgress(c, err)
+	case errors.Is(err, fencing.ErrInvalid):
+		// The Locker refused its own settings for this call (WithReplicas, say, which the
+		// record's guard does not support): the server's fault.
+		err = errtext.New(Prefix, "Locker call", errSetup, err)
+	}
+	return m.errorHandler(c, err)
+}
+
+// errStored ends a run that found a stored result before running the handler.
+var errStored = errors.New("stored result found")
+
+// errProbeTook means the record's probe took the key's lock: the call's own had been lost.
+var errProbeTook = errtext.New(Prefix, "the lock was lost before the request ran", fencing.ErrNotAcquired)
+
+// run is the work of Locker.Do: it runs the handler with the token in the request's context
+// and its response captured, and sets the commit to send with the release. With probe (the
+// lock may come from the queue, whose grant reads no record) it first looks for a record.
+func (m *Idempotency[C]) run(work context.Context, c C, next func(c C) error, name string, call *seam.Call, fp string, probe bool, a *attempt) error {
+	req := c.Request()
+	if probe {
+		stored, err := m.probe(work, name)
+		switch {
+		case err != nil:
+			return err
+		case stored != "":
+			a.stored = stored
+			return errStored
+		}
+	}
+	token, _ := fencing.TokenFromContext(work)
+	out := newCapture(m.glue.Response(c), m.maxBody)
+	a.ran, a.out = true, out
+	restore := m.glue.Swap(c, out)
+	c.SetRequest(req.WithContext(work))
+	defer func() { // also when next panics: Recover, outside, answers on the client's response
+		c.SetRequest(req)
+		restore()
+	}()
+	a.err = next(c)
+	if a.err != nil && !out.written() {
+		// Echo answers an error after the middlewares return, too late to be captured: the
+		// error handler answers it now, into the capture, as Echo's own Timeout middleware
+		// does.
+		m.glue.HandleError(c, a.err)
+		a.handled = true
+	}
+
+	// The record is committed only while the token is the key's current one (commit.lua),
+	// in the round trip of the release. A call that lost its lock stores nothing, but still
+	// reads the result that won, for its client.
+	lost := errors.Is(context.Cause(work), fencing.ErrNotHeld)
+	status := out.code()
+	switch {
+	case out.streamed:
+		return nil
+	case !lost && (!m.keep(status) || errors.Is(a.err, fencing.ErrNotAcquired)):
+		// Not kept: a 5xx by default, or a busy lock inside (the Fence middleware's 423): the
+		// request did nothing a retry should not do again.
+		return nil
+	}
+	rec := &record{token: token, status: status, fingerprint: fp, body: out.body.Bytes()}
+	for _, h := range m.replayHeaders {
+		if values := out.header[h]; len(values) > 0 {
+			if rec.header == nil {
+				rec.header = http.Header{}
+			}
+			rec.header[h] = values
+		}
+	}
+	encoded := rec.encode()
+	ctx := context.WithoutCancel(req.Context())
+	call.BeforeRelease = func(pipe redis.Pipeliner) {
+		a.commit = commitCmd(ctx, pipe, call, token, encoded, m.ttl, !lost)
+	}
+	return nil
+}
+
+// probe looks for the key's record while the call holds the key's lock, in one round trip
+// and through the seam alone: a single attempt on the same lock, with the guard, returns the
+// record when there is one and is busy (the lock is the call's) when there is none.
+func (m *Idempotency[C]) probe(work context.Context, name string) (string, error) {
+	p := &seam.Call{Guard: GuardSuffix}
+	err := m.locker.Do(seam.WithCall(work, p), name, func(context.Context) error { return nil }, m.try...)
+	switch {
+	case errors.Is(err, seam.ErrGuarded):
+		return p.Guarded, nil
+	case errors.Is(err, fencing.ErrNotAcquired):
+		return "", nil
+	case err == nil:
+		return "", errProbeTook
+	}
+	return "", err
+}
+
+// finish answers a request whose handler ran, from the commit's reply: the handler's
+// response when it is the stored one (or none was to be stored, or the commit's outcome is
+// unknown), the result that won when another call committed first, and 409 when another
+// call holds the key and has not committed yet.
+func (m *Idempotency[C]) finish(c C, fp string, a *attempt) error {
+	result := a.err
+	if a.handled {
+		result = nil // answered already, by Echo's error handler
+	}
+	if a.out.streamed {
+		return result
+	}
+	if a.commit != nil {
+		reply, err := parseCommit(a.commit)
+		switch {
+		case err != nil, reply.mine, reply.free:
+			// Stored, nothing to store, or not known: the handler's answer is the truth.
+		case reply.stored != "":
+			return m.replay(c, reply.stored, fp)
+		default:
+			return m.inProgress(c, errtext.New(Prefix, "a later request holds the key", fencing.ErrNotAcquired))
+		}
+	}
+	a.out.send(m.glue.Response(c))
+	return result
+}
+
+// replay answers with a stored result, byte for byte, marked Idempotent-Replayed, or 422
+// when it is another request's.
+func (m *Idempotency[C]) replay(c C, stored, fp string) error {
+	rec, err := decodeRecord(stored)
+	if err != nil {
+		return m.errorHandler(c, idemErr(http.StatusInternalServerError, "", "stored result", errCorrupt, err))
+	}
+	if rec.fingerprint != fp {
+		return m.errorHandler(c, idemErr(http.StatusUnprocessableEntity,
+			"This "+m.header+" was used with another request (method, route, path values or body).",
+			"key used with another request", ErrKeyReused))
+	}
+	w := m.glue.Response(c)
+	h := w.Header()
+	for _, name := range m.replayHeaders {
+		h.Del(name)
+	}
+	h.Del("Content-Length")
+	for name, values := range rec.header {
+		h[name] = values
+	}
+	h.Set(HeaderIdempotentReplayed, "true")
+	w.WriteHeader(rec.status)
+	_, _ = w.Write(rec.body)
+	return nil
+}
+
+// inProgress answers 409 with Retry-After: another request with the key holds its lock.
+func (m *Idempotency[C]) inProgress(c C, err error) error {
+	m.glue.Header(c).Set(HeaderRetryAfter, strconv.Itoa(inProgressRetryAfter))
+	return m.errorHandler(c, idemErr(http.StatusConflict,
+		"A request with this "+m.header+" is being processed; retry later.", "key in use", err))
+}
+
+// inProgressRetryAfter is the Retry-After, in seconds, of a 409: a request that holds a key
+// is usually done well within a second, and a retry that finds it done costs one round
+// trip. (The holder's remaining lease, which the Fence middleware sends, is renewed while
+// the request runs and says nothing of when it ends.)
+const inProgressRetryAfter = 1
