@@ -67,7 +67,11 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, g []member, elem, ent
 	var behind int64
 	var r attemptReply
 	if len(g) == 1 {
-		tokens, behind, r, err = l.oneReply(ctx, cfg, g[0], res)
+		var refused error
+		tokens, behind, r, refused, err = l.oneReply(ctx, cfg, g[0], res)
+		if refused != nil {
+			return nil, attemptReply{}, refused // the script wrote nothing
+		}
 	} else {
 		var flag, left int64
 		flag, behind, left, tokens, err = parseAcquireAll(res, len(g))
@@ -103,24 +107,26 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, g []member, elem, ent
 	return locks, r, nil
 }
 
-// oneReply decodes acquire.lua's reply for m: the token taken, or what the script found.
-func (l *Locker) oneReply(ctx context.Context, cfg *config, m member, res any) ([]int64, int64, attemptReply, error) {
+// oneReply decodes acquire.lua's reply for m: the token taken, or what the script found, or
+// refused, the error of a call that the script refused without writing anything (holders of
+// another kind, a guard key), or err, a reply no script sends.
+func (l *Locker) oneReply(ctx context.Context, cfg *config, m member, res any) (tokens []int64, behind int64, r attemptReply, refused, err error) {
 	a, err := parseAcquire(res)
 	if err != nil {
-		return nil, 0, attemptReply{}, err
+		return nil, 0, attemptReply{}, nil, err
 	}
 	switch a.flag {
 	case flagBusy:
-		return nil, 0, attemptReply{busy: busyWith(m.name, a.left)}, nil
+		return nil, 0, attemptReply{busy: busyWith(m.name, a.left)}, nil, nil
 	case flagQueued:
-		return nil, 0, attemptReply{busy: busyWith(m.name, 0), queued: true, held: a.held}, nil
+		return nil, 0, attemptReply{busy: busyWith(m.name, 0), queued: true, held: a.held}, nil, nil
 	case flagMismatch:
-		return nil, 0, attemptReply{}, mismatchError(a.held, cfg.mode)
+		return nil, 0, attemptReply{}, mismatchError(a.held, cfg.mode), nil
 	case flagGuarded:
 		seam.CallFrom(ctx).Guarded = a.held
-		return nil, 0, attemptReply{}, join(ErrNotAcquired, seam.ErrGuarded)
+		return nil, 0, attemptReply{}, join(ErrNotAcquired, seam.ErrGuarded), nil
 	}
-	return []int64{a.token}, a.behind, attemptReply{}, nil
+	return []int64{a.token}, a.behind, attemptReply{}, nil, nil
 }
 
 // acquireOne sends acquire.lua for one resource (see its header for the arguments: those

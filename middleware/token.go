@@ -1,14 +1,19 @@
 package middleware
 
 import (
-	"github.com/fencekit/fencekit/fencing"
 	"github.com/labstack/echo/v4"
+
+	"github.com/fencekit/fencekit/internal/echofence"
 )
 
-// TokenFromEcho returns the fencing token of the innermost lock the middleware holds for
-// the request, read from the request's context (as [fencing.TokenFromContext] does), so it
-// does not depend on [Config.ContextKey]. The second result is false outside a locked
-// handler. After the handler returns, read c.Get(ContextKey) instead.
+// TokenFromEcho returns the fencing token of the lock the Fence middleware holds for the
+// request, read from the request's context, so it does not depend on [Config.ContextKey]:
+// the innermost Fence's, also inside the [Idempotent] middleware (whose lock fences the stored
+// response, not the handler's writes). The second result is false outside a locked handler,
+// and when Fences hold locks of more than one resource (a KeysExtractor, or nested Fences of
+// different resources), whose tokens come from unrelated counters: use [fencing.TokenFor]
+// with the resource whose writes the token fences. After the handler returns, read
+// c.Get(ContextKey) instead.
 func TokenFromEcho(c echo.Context) (int64, bool) {
-	return fencing.TokenFromContext(c.Request().Context())
+	return echofence.Token(c.Request().Context())
 }

@@ -39,13 +39,17 @@ const GuardSuffix = "idem"
 
 // commitCmd adds the commit script for a record of token to pipe: with write false it only
 // reads the record that won.
-func commitCmd(ctx context.Context, pipe redis.Pipeliner, call *seam.Call, token int64, rec []byte, ttl time.Duration, write bool) *redis.Cmd {
+func commitCmd(ctx context.Context, pipe redis.Pipeliner, call *seam.Call, token int64, rec []byte, ttl time.Duration, write, floored bool) *redis.Cmd {
 	mode := "0"
 	if write {
 		mode = "1"
 	}
 	ms := max(ttl.Milliseconds(), 1)
-	return pipe.Eval(ctx, CommitScript, []string{call.GuardKey, call.FenceKey}, strconv.FormatInt(token, 10), rec, ms, mode)
+	expire := "0"
+	if floored {
+		expire = "1"
+	}
+	return pipe.Eval(ctx, CommitScript, []string{call.GuardKey, call.FenceKey}, strconv.FormatInt(token, 10), rec, ms, mode, expire)
 }
 
 // commitReply is what the commit script answered.

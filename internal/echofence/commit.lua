@@ -4,7 +4,8 @@
 -- "<prefix>{R}:fence" (both in the lock's Cluster slot).
 -- ARGV[1]: the committing call's token, in decimal; ARGV[2]: the record; ARGV[3]: its TTL in
 -- ms; ARGV[4]: '1' to write the record, '0' only to read the result that won (the call has
--- lost its lock).
+-- lost its lock); ARGV[5]: '1' when the Locker's tokens are floored at the server clock
+-- (fencing.WithServerTimeFloor), so that the counter may expire with the record.
 -- Returns {1} when the record is the call's: written now, or by an earlier run of this same
 -- commit (go-redis sends the pipeline again after a lost reply), whose record carries the
 -- call's token. Returns {0, record} when another call's record exists: it is never replaced.
@@ -12,6 +13,12 @@
 -- above the token): that call runs, and commits. Returns {2} when there is neither and
 -- ARGV[4] is '0': nothing is written.
 local token = ARGV[1]
+-- The key's counter serves this record alone: with tokens floored at the server clock, a
+-- counter created again starts above every token before it, so unless it expires already
+-- (WithCounterExpiry) it expires with the record, and counters do not pile up, one per key.
+if ARGV[5] == '1' then
+  redis.call('PEXPIRE', KEYS[2], ARGV[3], 'NX')
+end
 local rec = redis.call('GET', KEYS[1])
 if rec then
   if string.match(rec, '^1:([0-9]+):') == token then

@@ -55,7 +55,7 @@ func TestCommitScript(t *testing.T) {
 				r.Client.Set(ctx, call.GuardKey, rec(tc.stored), 0)
 			}
 			pipe := r.Client.Pipeline()
-			cmd := commitCmd(ctx, pipe, call, tc.token, rec(tc.token), time.Hour, tc.write)
+			cmd := commitCmd(ctx, pipe, call, tc.token, rec(tc.token), time.Hour, tc.write, false)
 			_, _ = pipe.Exec(ctx)
 			got, err := parseCommit(cmd)
 			if err != nil || got != tc.want {
@@ -85,7 +85,7 @@ func TestCommitScriptKeys(t *testing.T) {
 	ctx := context.Background()
 	call := &seam.Call{GuardKey: r.Prefix + "{k}:idem", FenceKey: r.Prefix + "{k}:fence"}
 	pipe := r.Client.Pipeline()
-	cmd := commitCmd(ctx, pipe, call, 1, []byte("1:1:200:0:0:"), time.Second, true)
+	cmd := commitCmd(ctx, pipe, call, 1, []byte("1:1:200:0:0:"), time.Second, true, false)
 	if args := cmd.Args(); args[0] != "eval" || args[2] != 2 || args[3] != call.GuardKey || args[4] != call.FenceKey {
 		t.Fatalf("command %v: want EVAL with the record and the fence keys", args)
 	}
@@ -101,5 +101,36 @@ func TestCommitScriptBody(t *testing.T) {
 	if strings.Contains(CommitScript, "--") || !strings.HasPrefix(CommitScript, "local token = ARGV[1]\n") ||
 		strings.Count(commitSource, "redis.call") != strings.Count(CommitScript, "redis.call") {
 		t.Fatalf("body sent:\n%s", CommitScript)
+	}
+}
+
+// TestCommitCounterExpiry checks that the commit of a Locker whose tokens are floored at the
+// server clock gives the key's counter the record's expiry, unless it has one already, and
+// that without the floor the counter is left as it is.
+func TestCommitCounterExpiry(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		floored bool
+		before  time.Duration // the counter's TTL before; 0: none
+		want    func(time.Duration) bool
+	}{
+		{"floored", true, 0, func(d time.Duration) bool { return d > 59*time.Minute && d <= time.Hour }},
+		{"floored, counter expiring already", true, time.Minute, func(d time.Duration) bool { return d > 0 && d <= time.Minute }},
+		{"not floored", false, 0, func(d time.Duration) bool { return d == -1 }},
+	} {
+		call := &seam.Call{GuardKey: r.Prefix + "{" + tc.name + "}:idem", FenceKey: r.Prefix + "{" + tc.name + "}:fence"}
+		r.Client.Set(ctx, call.FenceKey, "1", tc.before)
+		pipe := r.Client.Pipeline()
+		cmd := commitCmd(ctx, pipe, call, 1, []byte("1:1:200:0:0:"), time.Hour, true, tc.floored)
+		_, _ = pipe.Exec(ctx)
+		if err := cmd.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if ttl := r.Client.PTTL(ctx, call.FenceKey).Val(); !tc.want(ttl) {
+			t.Errorf("%s: counter TTL %v", tc.name, ttl)
+		}
 	}
 }

@@ -176,7 +176,7 @@ func (f *Fence[C]) Serve(c C, next func(c C) error) error {
 // run calls next with the work context of Do as the request's context, and puts the
 // original request back when next returns or panics.
 func (f *Fence[C]) run(ctx context.Context, c C, next func(c C) error, req *http.Request, resource string) error {
-	token, _ := fencing.TokenFromContext(ctx)
+	token, _ := fencing.TokenFor(ctx, resource)
 	f.expose(c, token)
 	c.SetRequest(req.WithContext(withHeld(ctx, f.locker, resource, token)))
 	defer c.SetRequest(req)

@@ -83,6 +83,7 @@ type Idempotency[C Context] struct {
 	errorHandler  func(c C, err error) error
 	glue          Glue[C]
 	try           []fencing.CallOption // a single attempt: WithMaxWait(0), WithLimit(1)
+	floored       bool                 // the Locker's tokens are floored at the server clock: counters may expire
 }
 
 // NewIdempotency applies the defaults to s and checks it. It returns an error wrapping
@@ -93,6 +94,7 @@ type Idempotency[C Context] struct {
 func NewIdempotency[C Context, S ~func(C) bool](g Glue[C], s IdempotencySettings[C, S]) (*Idempotency[C], error) {
 	m := &Idempotency[C]{
 		locker:       s.Locker,
+		floored:      s.Locker != nil && s.Locker.Settings().ServerTimeFloor,
 		header:       s.Header,
 		required:     s.Required,
 		scope:        s.Scope,

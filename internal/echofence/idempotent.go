@@ -58,8 +58,9 @@ type attempt struct {
 	handled bool  // the handler's error was answered by Echo's error handler, into out
 	err     error // the handler's error
 	out     *capture
-	stored  string     // a record found before running (a call that waited)
-	commit  *redis.Cmd // the commit script, sent with the release; nil when none was
+	stored  string                            // a record found before running (a call that waited)
+	commit  *redis.Cmd                        // the commit script, sent with the release; nil when none was
+	again   func(c redis.Scripter) *redis.Cmd // sends the commit script with EVAL
 }
 
 // serve takes the key's lock and runs next under it, or answers from the stored result.
@@ -120,11 +121,11 @@ func (m *Idempotency[C]) run(work context.Context, c C, next func(c C) error, na
 			return errStored
 		}
 	}
-	token, _ := fencing.TokenFromContext(work)
+	token, _ := fencing.TokenFor(work, name)
 	out := newCapture(m.glue.Response(c), m.maxBody)
 	a.ran, a.out = true, out
 	restore := m.glue.Swap(c, out)
-	c.SetRequest(req.WithContext(work))
+	c.SetRequest(req.WithContext(withRecordHeld(work, name, token)))
 	defer func() { // also when next panics: Recover, outside, answers on the client's response
 		c.SetRequest(req)
 		restore()
@@ -143,12 +144,16 @@ func (m *Idempotency[C]) run(work context.Context, c C, next func(c C) error, na
 	// reads the result that won, for its client.
 	lost := errors.Is(context.Cause(work), fencing.ErrNotHeld)
 	status := out.code()
-	switch {
-	case out.streamed:
-		return nil
-	case !lost && (!m.keep(status) || errors.Is(a.err, fencing.ErrNotAcquired)):
-		// Not kept: a 5xx by default, or a busy lock inside (the Fence middleware's 423): the
-		// request did nothing a retry should not do again.
+	ctx := context.WithoutCancel(req.Context())
+	if out.streamed || (!lost && (!m.keep(status) || errors.Is(a.err, fencing.ErrNotAcquired))) {
+		// Not kept: streamed, a 5xx by default, or a busy lock inside (the Fence middleware's
+		// 423): the request did nothing a retry should not do again. The key's counter
+		// expires all the same, as commit.lua lets it.
+		if m.floored {
+			call.BeforeRelease = func(pipe redis.Pipeliner) {
+				pipe.Do(ctx, "pexpire", call.FenceKey, max(m.ttl.Milliseconds(), 1), "NX")
+			}
+		}
 		return nil
 	}
 	rec := &record{token: token, status: status, fingerprint: fp, body: out.body.Bytes()}
@@ -161,9 +166,8 @@ func (m *Idempotency[C]) run(work context.Context, c C, next func(c C) error, na
 		}
 	}
 	encoded := rec.encode()
-	ctx := context.WithoutCancel(req.Context())
 	call.BeforeRelease = func(pipe redis.Pipeliner) {
-		a.commit = commitCmd(ctx, pipe, call, token, encoded, m.ttl, !lost)
+		a.commit = commitCmd(ctx, pipe, call, token, encoded, m.ttl, !lost, m.floored)
 	}
 	return nil
 }

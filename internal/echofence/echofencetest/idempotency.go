@@ -644,23 +644,23 @@ func idempotencyToMiddleware(t *testing.T, d Driver) {
 	}
 }
 
-// idempotentLockerRefuses uses a Locker built with WithReplicas, whose acquisitions the
-// record's guard does not support: ToMiddleware cannot see it, and every request is answered
-// 500 (the server's configuration), without running.
+// idempotentLockerRefuses uses a Locker built with WithReplicas on a server without replicas:
+// every acquisition fails with fencing.ErrNotReplicated, so every request is answered 503,
+// without running, and leaves no lock and no record (its token is used up).
 func idempotentLockerRefuses(t *testing.T, d Driver) {
 	v := newIdemEnv(t, d)
-	l := fencing.New(v.r.Client, fencing.WithPrefix(v.r.Prefix), fencing.WithReplicas(1, time.Second))
+	l := fencing.New(v.r.Client, fencing.WithPrefix(v.r.Prefix), fencing.WithReplicas(1, 200*time.Millisecond))
 	t.Cleanup(func() { _ = l.Close() })
 	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{Locker: l}))
 	r := v.send(http.MethodPost, "/payments/1", "k", "a")
-	if r.status != http.StatusInternalServerError || r.header.Get("Content-Type") != echofence.ContentTypeProblem {
-		t.Errorf("got %d %s %q, want a 500 problem", r.status, r.header.Get("Content-Type"), r.body)
+	if r.status != http.StatusServiceUnavailable || r.header.Get("Content-Type") != echofence.ContentTypeProblem {
+		t.Errorf("got %d %s %q, want a 503 problem", r.status, r.header.Get("Content-Type"), r.body)
 	}
 	AssertNoSecrets(t, r.body, v.secrets("replica", "guard")...)
-	if err := v.lastErr(); !errors.Is(err, fencing.ErrInvalid) {
-		t.Errorf("got error %v, want one matching fencing.ErrInvalid", err)
+	if err := v.lastErr(); !errors.Is(err, fencing.ErrNotReplicated) {
+		t.Errorf("got error %v, want one matching fencing.ErrNotReplicated", err)
 	}
-	if n := v.runs.Load(); n != 0 || len(v.keys("*")) != 0 {
-		t.Errorf("handler ran %d times and keys %q are left, want none", n, v.keys("*"))
+	if n := v.runs.Load(); n != 0 || len(v.lockKeys()) != 0 || len(v.records()) != 0 {
+		t.Errorf("handler ran %d times, locks %q and records %q are left, want none", n, v.lockKeys(), v.records())
 	}
 }
