@@ -49,7 +49,7 @@ local owner, lease, publish = ARGV[1], ARGV[2], ARGV[3] or 'P'
 local kind, floor, expiry = ARGV[4] or 'x', ARGV[5] or '0', ARGV[6] or '0'
 local element = ARGV[7]
 local r = resource(1)
-local h = holders(r)
+local h = holders(r, kind)
 local mine = owner .. ':'
 -- A retried call: this owner holds the resource already.
 if h and h.kind == 'x' then
@@ -60,7 +60,7 @@ if h and h.kind == 'x' then
 elseif h then
   for _, f in ipairs(h.fields) do
     if h.ends[f] and string.sub(f, 1, #mine) == mine then
-      hold(r, h, f, h.now + tonumber(lease))
+      hold(h, f, h.now + tonumber(lease))
       settle(r, h)
       return string.sub(f, #mine + 1)
     end
@@ -73,10 +73,12 @@ if other then
 end
 -- Serve the queue first. EXISTS before LPOP: under maxmemory, Redis refuses a script's INCR
 -- only while the script has not written yet, and LPOP counts as a write even on a missing key.
-local queued = false
+local queued, empty = false, false
 if not free(h) or redis.call('EXISTS', r.queue) == 1 then
   local granted
   h, granted, queued = fill(r, h, publish, '')
+else
+  empty = true
 end
 if not queued and admits(h, kind) then
   local token, behind = next_token(r.fence, floor, expiry)
@@ -85,8 +87,11 @@ if not queued and admits(h, kind) then
   else
     if free(h) then
       h = open(r, h, kind)
+      if empty then
+        h.queued, h.mark = true, false -- nobody queued: marked so in the same write
+      end
     end
-    hold(r, h, mine .. token, h.now + tonumber(lease))
+    hold(h, mine .. token, h.now + tonumber(lease))
     settle(r, h)
   end
   if behind > 0 then
@@ -94,8 +99,8 @@ if not queued and admits(h, kind) then
   end
   return token
 end
-settle(r, h)
 if not element then
+  settle(r, h)
   return {0, lease_left(r, h)}
 end
 local n = redis.call('RPUSH', r.queue, element)
@@ -105,7 +110,10 @@ if h.kind == 'x' then
   if string.sub(held, -1) ~= '+' then
     redis.call('APPEND', r.lock, '+') -- mark the lock: a waiter is queued behind its holder
   end
+else
+  h.mark = true -- mark the hash (see lib.lua)
 end
+settle(r, h)
 if ARGV[8] ~= '' or n == 1 then -- a new queue always gets its TTL
   redis.call('PEXPIRE', r.queue, ENTRY_TTL)
 end

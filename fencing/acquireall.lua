@@ -32,7 +32,7 @@ for i = 1, #KEYS / 3 do
     most = math.max(most, behind)
     redis.call('SET', r.lock, mine .. t, 'PX', ARGV[2])
   else
-    local h = holders(r)
+    local h = holders(r, 'x')
     if not (h and h.kind == 'x' and string.sub(h.value, 1, #mine) == mine) then
       settle(r, h)
       local reply = {0, i - 1, free(h) and -2 or lease_left(r, h)}

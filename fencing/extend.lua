@@ -18,12 +18,17 @@ if (ARGV[3] or 'x') == 'x' then
 end
 -- #include lib.lua
 local now = clock()
-local ending = redis.pcall('HGET', KEYS[1], ARGV[1])
-if type(ending) ~= 'string' or tonumber(ending) <= now then
+local got = redis.pcall('HMGET', KEYS[1], ARGV[1], 'until')
+if got.err or not got[1] or tonumber(got[1]) <= now then
   return 5
 end
-redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', now + tonumber(ARGV[2])))
-if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local ending = now + tonumber(ARGV[2])
+if ending <= tonumber(got[2] or '0') then
+  redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', ending))
+  return 1
 end
+-- Past the key's expiry: move it on, with room for as long again (see lib.lua).
+local expires = 2 * ending - now
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', ending), 'until', string.format('%d', expires))
+redis.call('PEXPIRE', KEYS[1], string.format('%d', expires - now))
 return 1

@@ -10,9 +10,12 @@
 --   lock:  "<prefix><tag>:lock", who holds the resource, in one of two shapes.
 --          A string "<owner>:<token>", followed by '+' when waiters may be queued behind the
 --          holder: an exclusive holder, whose lease is the key's TTL.
---          A hash: the field 'limit' holds the holders' kind, 'shared' or a limit n > 1, and
---          one field "<owner>:<token>" per holder holds the end of its lease in the server's
---          milliseconds (TIME); the key expires with the latest lease.
+--          A hash: the field 'limit' holds the holders' kind, 'shared' or a limit n > 1; one
+--          field "<owner>:<token>" per holder holds the end of its lease in the server's
+--          milliseconds (TIME); 'until' holds when the key expires (server ms), which is set
+--          past the latest lease with room to spare, so that most acquisitions and renewals
+--          need not move it; 'q' is '1' when waiters may be queued behind the holders (the
+--          mark '+' of a string), '0' otherwise.
 --   fence: "<prefix><tag>:fence", the resource's token counter.
 --   queue: "<prefix><tag>:queue", a list of the queued waiters' elements (see parse), the
 --          next to be served at the head.
@@ -98,26 +101,42 @@ local function parse(element)
   return id, lease, kind, floor, expiry
 end
 
--- holders reads r's lock: nil when nobody holds it; {kind = 'x', value = v} for an exclusive
--- holder; for a hash, a table with the holders' kind, live (their number), fields (theirs),
--- ends (each one's lease end, by field) and now (the server time read), after deleting the
--- fields whose lease ended (changed is then set). A lock that no live holder keeps is free
--- (see free).
-local function holders(r)
-  local v = redis.pcall('GET', r.lock)
-  if type(v) == 'string' then
-    return {kind = 'x', value = v}
-  elseif not v then
-    return nil
+-- holders reads r's lock, whose shape a call of kind expects: nil when nobody holds it;
+-- {kind = 'x', value = v} for an exclusive holder; for a hash, a table with the holders'
+-- kind, live (their number), fields (theirs), ends (each one's lease end, by field), now
+-- (the server time read), expires (the key's 'until') and queued (its mark 'q'), after
+-- deleting the fields whose lease ended (changed is then set). One read for the shape
+-- expected; a second only for the other. A lock that no live holder keeps is free (see
+-- free).
+local function holders(r, kind)
+  local v, all
+  if kind == 'x' then
+    v = redis.pcall('GET', r.lock)
+    if type(v) == 'string' then
+      return {kind = 'x', value = v}
+    elseif not v then
+      return nil
+    end
+    all = redis.call('HGETALL', r.lock)
+  else
+    all = redis.pcall('HGETALL', r.lock)
+    if all.err then
+      return {kind = 'x', value = redis.call('GET', r.lock)}
+    elseif #all == 0 then
+      return nil
+    end
   end
   local now = clock()
-  local all = redis.call('HGETALL', r.lock)
-  local h = {kind = 'x', live = 0, fields = {}, ends = {}, now = now}
+  local h = {kind = 'x', live = 0, fields = {}, ends = {}, now = now, expires = 0, writes = {}}
   local gone = {}
   for i = 1, #all, 2 do
     local f, e = all[i], all[i + 1]
     if f == 'limit' then
       h.kind = e
+    elseif f == 'until' then
+      h.expires = tonumber(e)
+    elseif f == 'q' then
+      h.queued = e == '1'
     elseif tonumber(e) <= now then
       gone[#gone + 1] = f
     else
@@ -171,38 +190,41 @@ end
 
 -- lease_left returns, for holders h that are not free, how long until the resource can change
 -- hands in milliseconds: the exclusive holder's remaining lease, the latest lease of shared
--- holders (the key's), the earliest of a limit's holders (a slot frees).
+-- holders, the earliest of a limit's holders (a slot frees).
 local function lease_left(r, h)
-  if h.kind == 'x' or h.kind == 'shared' then
+  if h.kind == 'x' then
     return redis.call('PTTL', r.lock)
   end
-  local first
+  local pick
   for _, e in pairs(h.ends) do
-    if not first or e < first then
-      first = e
+    if not pick or (h.kind == 'shared' and e > pick) or (h.kind ~= 'shared' and e < pick) then
+      pick = e
     end
   end
-  return first - h.now
+  return pick - h.now
 end
 
 -- hold gives (or renews) the hash holder field f a lease that ends at the server millisecond
--- ending.
-local function hold(r, h, f, ending)
+-- ending; settle writes it.
+local function hold(h, f, ending)
   if not h.ends[f] then
     h.live = h.live + 1
     h.fields[#h.fields + 1] = f
   end
   h.ends[f] = ending
   h.changed = true
-  redis.call('HSET', r.lock, f, string.format('%d', ending))
+  h.writes[#h.writes + 1] = f
+  h.writes[#h.writes + 1] = string.format('%d', ending)
 end
 
--- drop removes the hash holder field f.
+-- drop removes the hash holder field f; with no holder left, settle deletes the key instead.
 local function drop(r, h, f)
-  redis.call('HDEL', r.lock, f)
   h.ends[f] = nil
   h.live = h.live - 1
   h.changed = true
+  if h.live > 0 then
+    redis.call('HDEL', r.lock, f)
+  end
 end
 
 -- open returns new hash holders of kind for a free resource, deleting what its lock key
@@ -211,21 +233,28 @@ local function open(r, h, kind)
   if h then
     redis.call('DEL', r.lock)
   end
-  return {kind = kind, live = 0, fields = {}, ends = {}, now = (h and h.now) or clock(), fresh = true}
+  return {kind = kind, live = 0, fields = {}, ends = {}, now = (h and h.now) or clock(), expires = 0, writes = {'limit', kind}}
 end
 
--- settle writes what changed of holders h: a released exclusive lock is deleted; a hash gets
--- its kind when new and expires with its latest lease, or is deleted with no holder left.
+-- settle writes what changed of holders h, in one HSET and, when the latest lease passes the
+-- key's expiry, one PEXPIRE: a released exclusive lock is deleted; a hash gets its new fields,
+-- its mark (h.mark: true or false, set by fill) and an expiry past its latest lease, or is
+-- deleted with no holder left.
 local function settle(r, h)
-  if not h or not (h.changed or h.gone) then
+  if not h or not (h.changed or h.gone or h.mark ~= nil) then
     return
   end
   if h.gone or h.live <= 0 then
     redis.call('DEL', r.lock)
     return
   end
-  if h.fresh then
-    redis.call('HSET', r.lock, 'limit', h.kind)
+  if h.kind == 'x' then
+    return
+  end
+  local w = h.writes
+  if h.mark ~= nil and h.mark ~= (h.queued or false) then
+    w[#w + 1] = 'q'
+    w[#w + 1] = h.mark and '1' or '0'
   end
   local last = 0
   for _, e in pairs(h.ends) do
@@ -233,7 +262,18 @@ local function settle(r, h)
       last = e
     end
   end
-  redis.call('PEXPIRE', r.lock, string.format('%d', last - h.now))
+  local expire = last > h.expires
+  if expire then
+    h.expires = 2 * last - h.now -- room for as long again
+    w[#w + 1] = 'until'
+    w[#w + 1] = string.format('%d', h.expires)
+  end
+  if #w > 0 then
+    redis.call('HSET', r.lock, unpack(w))
+  end
+  if expire then
+    redis.call('PEXPIRE', r.lock, string.format('%d', h.expires - h.now))
+  end
 end
 
 -- fill grants r's lock to the waiters at the head of its queue, in order, while each fits
@@ -252,18 +292,27 @@ local function fill(r, h, publish, self)
   while not (h and h.kind == 'x' and not h.gone) do
     local element
     if free(h) then
+      if h and h.live == 0 and h.queued == false then
+        return h, mine, false -- the last holder of a hash left, and nobody was queued
+      end
       element = redis.call('LPOP', r.queue)
+    elseif h.queued == false and h.mark == nil then
+      return h, mine, false -- a hash marked with nobody queued
     else
       element = redis.call('LINDEX', r.queue, 0)
       if element then
         local _, _, kind = parse(element)
         if kind and not admits(h, kind) then
+          h.mark = true
           return h, mine, true
         end
         redis.call('LPOP', r.queue)
       end
     end
     if not element then
+      if h and h.kind ~= 'x' then
+        h.mark = false
+      end
       return h, mine, false
     end
     local id, lease, kind, floor, expiry = parse(element)
@@ -285,8 +334,9 @@ local function fill(r, h, publish, self)
         else
           if free(h) then
             h = open(r, h, kind)
+            h.queued = true -- popped from a queue: more may follow
           end
-          hold(r, h, value, h.now + tonumber(lease))
+          hold(h, value, h.now + tonumber(lease))
         end
         if id == self then
           mine[#mine + 1] = element

@@ -16,12 +16,16 @@ import (
 )
 
 // holders returns the fields of a limited resource's hash: its holders and the limit.
+// holders returns the hash of a limited (or shared) resource's holders: its field limit and
+// one field per holder, without the key's bookkeeping (until, q).
 func holders(t *testing.T, r *redistest.Redis, resource string) map[string]string {
 	t.Helper()
 	m, err := r.Client.HGetAll(context.Background(), r.Prefix+"{"+resource+"}:lock").Result()
 	if err != nil {
 		t.Fatalf("HGETALL: %v", err)
 	}
+	delete(m, "until")
+	delete(m, "q")
 	return m
 }
 

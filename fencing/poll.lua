@@ -17,7 +17,7 @@
 -- #include lib.lua
 local id, publish = ARGV[1], ARGV[3]
 local r = resource(1)
-local h = holders(r)
+local h = holders(r, 'x')
 local out = {}
 local mine = {}
 for i = 4, #ARGV do
@@ -54,6 +54,8 @@ if #ARGV >= 4 then
       if h and h.kind == 'x' and string.sub(h.value, -1) ~= '+' then
         redis.call('APPEND', r.lock, '+') -- mark the lock (see lib.lua)
         h.value = h.value .. '+'
+      elseif h and h.kind ~= 'x' then
+        h.mark = true
       end
     end
   end

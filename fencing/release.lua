@@ -28,13 +28,13 @@ if n == 1 and (ARGV[3] or 'x') == 'x' and redis.pcall('GET', KEYS[1]) == ARGV[1]
   return 4
 end
 -- #include lib.lua
-local publish, self = ARGV[n + 1] or 'P', ARGV[n + 3] or ''
+local publish, kind, self = ARGV[n + 1] or 'P', ARGV[n + 2] or 'x', ARGV[n + 3] or ''
 
 -- release releases value on r and returns its reply.
 local function release(r, value)
   local exact = string.sub(value, -1) ~= ':'
   local record = r.base .. 'r:' .. value
-  local h = holders(r)
+  local h = holders(r, kind)
   local held
   if h and h.kind == 'x' then
     local v = h.value
