@@ -98,8 +98,11 @@ func (l *Locker) releaseOne(ctx context.Context, k keys, value string, m mode, b
 // release record answers it as the first run went (a release is idempotent), whatever
 // retries the client makes of its own.
 func lostReply(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil {
+		return false
+	}
 	var reply redis.Error
-	return err != nil && ctx.Err() == nil && !errors.As(err, &reply)
+	return !errors.As(err, &reply)
 }
 
 // resend sends again, with send, the calls whose replies were lost (see lostReply), and puts
