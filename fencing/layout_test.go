@@ -30,6 +30,7 @@ var layoutPlaceholders = strings.NewReplacer(
 	`<owner>`, `(?:[A-Za-z0-9_-]{22}|[A-Za-z0-9_-]*\.[0-9]+\.[1-9][0-9]*`+layoutRules+`)`,
 	`<element>`, `[A-Za-z0-9_-]*\.[0-9]+\.[1-9][0-9]*`+layoutRules,
 	`<rules>`, layoutRules,
+	`<more>`, `(?::[A-Za-z0-9_-]*\.[0-9]+\.[1-9][0-9]*`+layoutRules+`:[1-9][0-9]*)*`,
 	`<token>`, `[1-9][0-9]*`,
 	`<id>`, `[A-Za-z0-9_-]*`,
 	`<n>`, `[0-9]+`,
@@ -179,6 +180,40 @@ func TestKeyLayout(t *testing.T) {
 	}
 	snapshot()
 	for _, lock := range []*fencing.Lock{two, a.lock} {
+		if err := lock.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snapshot()
+
+	// The same with shared holders: two hold, a writer queues behind them (the hash's mark),
+	// readers queue behind the writer, and the writer's release grants them as a run.
+	readers := []*fencing.Lock{mustAcquire(t, holder, resource, fencing.Shared()), mustAcquire(t, holder, resource, fencing.Shared())}
+	writer := acquireAsync(ctx, waiter, resource)
+	waitFor(t, 5*time.Second, "the writer in the queue", func() bool { return queueLen(r, resource) == 1 })
+	queuedReaders := []<-chan acquired{acquireAsync(ctx, waiter, resource, fencing.Shared()), acquireAsync(ctx, waiter, resource, fencing.Shared())}
+	waitFor(t, 5*time.Second, "the readers in the queue", func() bool { return queueLen(r, resource) == 3 })
+	snapshot()
+	for _, lock := range readers {
+		if err := lock.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a = <-writer; a.err != nil {
+		t.Fatal(a.err)
+	}
+	snapshot()
+	if err := a.lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range queuedReaders {
+		if a = <-ch; a.err != nil {
+			t.Fatal(a.err)
+		}
+		readers = append(readers, a.lock)
+	}
+	snapshot()
+	for _, lock := range readers[2:] {
 		if err := lock.Release(ctx); err != nil {
 			t.Fatal(err)
 		}

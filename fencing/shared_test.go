@@ -230,3 +230,63 @@ func TestSharedContention(t *testing.T) {
 	}
 	t.Logf("at most %d readers at once", maxReaders.Load())
 }
+
+// TestSharedHolderLeaseEnds checks that a shared holder that never releases (a killed
+// process) frees its place when its lease ends: a writer queued behind it gets the resource,
+// with a token above the reader's, once the lease has run out.
+func TestSharedHolderLeaseEnds(t *testing.T) {
+	r := redistest.New(t)
+	ctx := t.Context()
+	l := newLocker(t, r)
+	dead := mustAcquire(t, l, "acct", shared, fencing.WithTTL(time.Second))
+	live := mustAcquire(t, l, "acct", shared, fencing.WithTTL(time.Minute))
+	writer := acquireAsync(ctx, newLocker(t, r), "acct")
+	waitFor(t, 5*time.Second, "the writer in the queue", func() bool { return queueLen(r, "acct") == 1 })
+	if err := live.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.Advance(1100 * time.Millisecond) // the dead reader's lease ends
+	w := <-writer
+	if w.err != nil {
+		t.Fatal(w.err)
+	}
+	defer func() { _ = w.lock.Release(context.Background()) }()
+	if w.lock.Token() <= live.Token() {
+		t.Fatalf("writer token %d, want above the readers' %d", w.lock.Token(), live.Token())
+	}
+	if err := dead.Extend(ctx, time.Minute); !errors.Is(err, fencing.ErrNotHeld) {
+		t.Fatalf("the dead reader's Extend: got %v, want ErrNotHeld", err)
+	}
+}
+
+// TestSharedTokensAcrossLostCounter checks shared acquisitions with the server-time floor
+// and with a counter expiry: after the counter is lost, a shared token is still above every
+// earlier one, and the counter expires as configured.
+func TestSharedTokensAcrossLostCounter(t *testing.T) {
+	for name, opt := range map[string]fencing.Option{
+		"time floor":     fencing.WithServerTimeFloor(),
+		"counter expiry": fencing.WithCounterExpiry(time.Hour),
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := redistest.New(t)
+			ctx := t.Context()
+			l := newLocker(t, r, opt)
+			first := mustAcquire(t, l, "acct", shared)
+			if err := first.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Client.Del(ctx, r.Prefix+"{acct}:fence").Err(); err != nil {
+				t.Fatal(err)
+			}
+			next := mustAcquire(t, l, "acct", shared)
+			defer func() { _ = next.Release(context.Background()) }()
+			if next.Token() <= first.Token() {
+				t.Fatalf("token %d after the lost counter, want above %d", next.Token(), first.Token())
+			}
+			ttl := r.Client.PTTL(ctx, r.Prefix+"{acct}:fence").Val()
+			if name == "counter expiry" && (ttl <= 59*time.Minute || ttl > time.Hour) {
+				t.Fatalf("counter TTL %v, want the hour of WithCounterExpiry", ttl)
+			}
+		})
+	}
+}
