@@ -18,16 +18,25 @@
 //
 // # How
 //
-// One Lua script checks the lock, increments the resource's counter and sets the lock with
-// its TTL in a single round trip; release, extend and TTL checks compare the owner value,
-// which is random and unique per acquisition. [Locker.Do] runs a function under the lock,
+// One Lua script per verb serves every kind of acquisition: the acquire script checks the
+// lock, increments the resource's counter and writes the holder with its lease in a single
+// round trip; release, extend and TTL checks compare the holder's value, which is random and
+// unique per acquisition. [Locker.Do] runs a function under the lock,
 // renews the lease in the background, and cancels the function's context as soon as the lock
 // is lost. A busy resource has a first-come, first-served queue in Redis, next to the lock:
 // the release script hands the lock to the longest-waiting waiter of any Locker in the same
 // round trip and announces it with pub/sub (sharded pub/sub on a Cluster, one connection per
 // primary), so a release wakes one waiter, not every process.
 // [Locker.Lead] elects a leader per name on the same machinery: candidates wait in the queue,
-// each term's token is its epoch, and losing the lease ends the term.
+// each term's token is its epoch, and losing the lease ends the term; an [Elector] gives a
+// scheduler that asks before each run (gocron v2) the same leadership and epoch.
+//
+// # Readers and writers
+//
+// [Shared] makes an acquisition shared: any number of shared holders at once, an exclusive
+// holder alone, one first-come, first-served queue for both (a reader waits behind a writer
+// queued before it), and one token counter for both, so a writer's token is above every
+// earlier reader's (see docs/shared.md).
 //
 // # Several resources
 //
@@ -49,7 +58,8 @@
 // persistence, a restore from an older snapshot or an allkeys-* eviction policy can move it
 // back and issue a token twice. Run Redis with appendonly yes and appendfsync always (or
 // accept the risk), maxmemory-policy noeviction or volatile-*, and see [WithReplicas] and
-// [WithServerTimeFloor] for failover. A Redis Ring spreads resources over independent servers
+// [WithServerTimeFloor] for failover; package servercheck reads a server's settings and says
+// whether its tokens can go back. A Redis Ring spreads resources over independent servers
 // and cannot keep tokens increasing when shards change. Lease expiry uses the Redis server's
 // wall clock; the local validity that Do watches uses the monotonic clock.
 package fencing

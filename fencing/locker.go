@@ -120,12 +120,12 @@ func (l *Locker) Close() error {
 	return nil
 }
 
-// TryAcquire makes one attempt to take the lock on resource (with [WithLimit], one of its
-// slots). It returns the lock and its fencing token, or an error wrapping [ErrNotAcquired]
-// when another owner holds it (every slot is taken) or waiters are queued for it (the error
-// also carries the holder's remaining TTL, the earliest lease end of a limited resource's
-// holders; see [RetryAfter]) or when the reply came back too late to trust the lease. Any other error
-// (Redis unreachable, invalid input wrapping [ErrInvalid], a context already done) means
+// TryAcquire makes one attempt to take resource: exclusively, or with [Shared] beside other
+// shared holders, or with [WithLimit] one of its slots. It returns the lock and its fencing
+// token, or a [*BusyError] (matching [ErrNotAcquired]) when the resource is busy: held in a
+// way this call cannot join, or waiters are queued for it (the error says how long the
+// holders' lease had left), or when the reply came back too late to trust the lease. Any other
+// error (Redis unreachable, invalid input wrapping [ErrInvalid], a context already done) means
 // nothing is held. A call refused before it reaches Redis (invalid input, a closed Locker, a
 // context already done) sends nothing, and hooks still observe it. Options override the
 // Locker's settings for this call, such as [WithTTL].
@@ -164,27 +164,23 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...CallOp
 	return lock, err
 }
 
-// Acquire takes the lock on resource (with [WithLimit], one of its slots), waiting while
-// another owner holds it (every slot is taken). A waiter that finds the resource busy joins
-// the resource's queue in Redis; the holder's release hands the
-// lock to the longest-waiting waiter (of any Locker) in the same round trip, with a new token
-// and a lease of the TTL or 3s, whichever is shorter, and announces it on the resource's
-// channel, which one pub/sub connection per Locker carries (one per primary on a Cluster; a
-// Ring polls). Acquire returns at once; the Lock extends a shorter lease to the TTL a third of
-// the way into it, in the background, unless it is released or extended first (so
-// [Lock.TTL] may show 3s at first). A queued waiter also checks with Redis at
-// least once a second, which keeps its place alive and takes a lock whose holder's lease ran
-// out. Waiting is first come, first served: while waiters are queued, neither TryAcquire nor
-// Acquire takes the lock ahead of them, even when it is free.
+// Acquire takes resource as TryAcquire does, waiting while it is busy. Waiting is first come,
+// first served across every process that locks the resource, in a queue kept in Redis: while
+// waiters are queued, neither TryAcquire nor Acquire takes the resource ahead of them, even
+// when it is free, and a shared request waits behind an exclusive one queued before it. A
+// release hands the resource to the longest-waiting waiters in the same round trip and wakes
+// only their processes; a holder whose lease runs out is replaced about a round trip after
+// its end. The Lock returned may start with a shorter lease than the TTL and is extended to
+// it in the background, unless it is released or extended first (see docs/waiting.md).
 //
 // When ctx ends first, Acquire returns an error that matches both [ErrNotAcquired] and
-// ctx.Err() under errors.Is, and holds nothing: the waiter leaves the queue, and a lock
-// granted to it meanwhile goes to the next waiter. A Redis error on the way into the queue
-// ends the call at once and is returned as it is (it does not match ErrNotAcquired). Once
-// queued, a waiter keeps its place through errors that can pass by themselves (a lost
-// connection, a timeout, LOADING, READONLY, CLUSTERDOWN, MASTERDOWN, TRYAGAIN, BUSY: a restart
-// or a failover) and checks again with a back-off, for up to 30s of them in a row; the
-// error that ends the wait then also matches the last of them. Any other error ends it at once.
+// ctx.Err() under errors.Is, and holds nothing: the waiter leaves the queue, and a grant to it
+// meanwhile goes to the next waiter. A Redis error on the way into the queue ends the call at
+// once and is returned as it is (it does not match ErrNotAcquired). Once queued, a waiter keeps
+// its place through errors that can pass by themselves (a lost connection, a timeout,
+// LOADING, READONLY, CLUSTERDOWN, MASTERDOWN, TRYAGAIN, BUSY: a restart or a failover) for up
+// to 30s of them in a row; the error that ends the wait then also matches the last of them.
+// Any other error ends it at once.
 func (l *Locker) Acquire(ctx context.Context, resource string, opts ...CallOption) (*Lock, error) {
 	return l.acquire(ctx, l.cfg.with(opts), resource)
 }

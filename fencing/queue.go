@@ -13,7 +13,7 @@ import (
 )
 
 // Waiting (see docs/waiting.md): what a waiter does with the queue in Redis. A waiter that
-// finds the resource busy joins its queue, one element "<Locker id>.<n>.<lease ms>[f]" per
+// finds the resource busy joins its queue, one element "<Locker id>.<n>.<lease ms><rules>" per
 // waiter. The release script grants the lock to the head element with a new token and the
 // element's lease and announces "<element>:<token>" on the channel of the resource and the
 // element's Locker alone (keys.grants; to the releasing Locker itself, in its reply): the
@@ -25,7 +25,7 @@ import (
 
 const (
 	// entryTTL is how long a waiter key outlives its last renewal, the same for every Locker:
-	// any of them may renew the queue key for all (ENTRY_TTL in grant.lua).
+	// any of them may renew the queue key for all (ENTRY_TTL in the scripts, see scripts.go).
 	entryTTL = 3 * time.Second
 	// pollEvery is how far apart, at most (less jitter), the front waiter of a Locker checks
 	// with Redis when no announcement arrives; it renews the key well within entryTTL.

@@ -1073,7 +1073,7 @@ func TestLeaveWaitsForPollInFlight(t *testing.T) {
 	join := newGate(evalsha(acquireSHA, 10)) // an acquire script with a queue element
 	poll := newGate(evalsha(pollSHA, 7))     // a poll with at least one element
 	a := hooked(t, r, join, poll)
-	w1Elem, w2Elem := fencing.ID(a)+".1.3000", fencing.ID(a)+".2.3000" // see grant.lua
+	w1Elem, w2Elem := fencing.ID(a)+".1.3000", fencing.ID(a)+".2.3000" // see lib.lua
 
 	held := mustAcquire(t, holder, "res", fencing.WithTTL(time.Hour))
 	// w1 is first in a's line, but its join is held until w2's element is in Redis.
@@ -1135,7 +1135,7 @@ func TestReleaseSkipsOnlyDeadWaiters(t *testing.T) {
 	if err := r.Client.RPush(ctx, queueKey, "deadlocker.1.3000").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Client.Append(ctx, lockKey, "+").Err(); err != nil { // the mark of a queue (see grant.lua)
+	if err := r.Client.Append(ctx, lockKey, "+").Err(); err != nil { // the mark of a queue (see lib.lua)
 		t.Fatal(err)
 	}
 	if err := lock.Release(ctx); err != nil {

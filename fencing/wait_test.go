@@ -60,7 +60,7 @@ func TestWaiterWakesOnRelease(t *testing.T) {
 }
 
 // waitSubscribed waits until someone listens for the grants of resource: on a channel
-// <prefix>{resource}:grant... (each waiting Locker has one of its own, see grant.lua).
+// <prefix>{resource}:grant... (each waiting Locker has one of its own, see lib.lua).
 func waitSubscribed(t *testing.T, r *redistest.Redis, resource string) {
 	t.Helper()
 	pattern := r.Prefix + "{" + resource + "}:grant*"

@@ -13,7 +13,7 @@ import (
 )
 
 const checkHelp = `Audits the settings of every server behind the URL (every primary with --cluster) with
-fencing's CheckServer: the eviction policy, persistence and replicas, and whether they let
+package servercheck's Check: the eviction policy, persistence and replicas, and whether they let
 tokens go back; it also names the server and version found (Redis or Valkey). It sends no write. Pass --time-floor and --replicas as your Locker is
 configured (WithServerTimeFloor, WithReplicas) for the same verdict.
 
@@ -31,7 +31,7 @@ type checkOutput struct {
 	TokensCanRegress bool         `json:"tokens_can_regress"`
 	Unsafe           bool         `json:"unsafe"`
 	Warnings         []string     `json:"warnings"`
-	// Error is the error CheckServer returned, if any.
+	// Error is the error servercheck.Check returned, if any.
 	Error string `json:"error,omitempty"`
 }
 

@@ -24,7 +24,7 @@ const (
 	exitOK       = 0 // done
 	exitError    = 1 // Redis unreachable or failing, a release declined or overtaken
 	exitUsage    = 2 // bad command line
-	exitUnsafe   = 3 // check: a server may evict fence counters (ErrUnsafeServer)
+	exitUnsafe   = 3 // check: a server may evict fence counters (servercheck.ErrUnsafe)
 	exitNotFound = 4 // show or release: no lock held on the resource
 )
 
@@ -74,7 +74,7 @@ type command struct {
 var commands = []command{
 	{"locks", "list the locks held, soonest to expire first", (*cli).locks},
 	{"show", "show one resource: its lock, last token, counter expiry and queue", (*cli).show},
-	{"check", "audit the server settings (CheckServer); exit 3 when unsafe", (*cli).check},
+	{"check", "audit the server settings (servercheck.Check); exit 3 when unsafe", (*cli).check},
 	{"release", "free a stuck lock (needs --force)", (*cli).release},
 	{"stats", "count locks, fence counters, queues and their memory", (*cli).stats},
 }

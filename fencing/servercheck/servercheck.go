@@ -159,7 +159,7 @@ func Check(ctx context.Context, locker *fencing.Locker) (Report, error) {
 	return rep, errors.Join(errs...)
 }
 
-// configParams are the settings CheckServer reads with CONFIG GET, one per command so that
+// configParams are the settings Check reads with CONFIG GET, one per command so that
 // servers older than Redis 7 answer too.
 var configParams = []string{"maxmemory-policy", "maxmemory", "appendonly", "appendfsync", "save"}
 
