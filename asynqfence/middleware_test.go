@@ -214,7 +214,7 @@ func TestWrapInvalid(t *testing.T) {
 }
 
 // TestWrapTTL checks that the lease is the Locker's TTL unless WithTTL or WithLockOptions
-// says otherwise, whatever the task's deadline (issue 32, point 4).
+// says otherwise, whatever the task's deadline.
 func TestWrapTTL(t *testing.T) {
 	tests := []struct {
 		name       string
@@ -268,7 +268,7 @@ func TestWrapTTL(t *testing.T) {
 
 // TestWrapLockerErr checks that a Locker that can never work, or is closed, is refused where
 // the adapter is built: its Err is the error of every task, with SkipRetry, and neither the
-// handler nor Redis is reached (issue 32, point 5).
+// handler nor Redis is reached.
 func TestWrapLockerErr(t *testing.T) {
 	tests := []struct {
 		name  string

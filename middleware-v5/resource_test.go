@@ -14,7 +14,7 @@ import (
 
 // TestResourceName checks that ResourceName and RouteResourceName give the names the
 // middleware locks: a lock taken on the name from other code makes the request busy, and
-// DenyHandler is told the same name (issue 32, point 6).
+// DenyHandler is told the same name.
 func TestResourceName(t *testing.T) {
 	tests := []struct {
 		name      string

@@ -9,7 +9,7 @@ import (
 )
 
 // TestTable_errorTextsQuoteResource checks that every error a Table returns names its row
-// one way, quoted: update "ns/a1": …, whatever went wrong (issue 32, point 7).
+// one way, quoted: update "ns/a1": …, whatever went wrong.
 func TestTable_errorTextsQuoteResource(t *testing.T) {
 	table := mustTable(t, "ns")
 	ctx := t.Context()

@@ -27,7 +27,7 @@ func configLockers(t *testing.T) (r *redistest.Redis, good, badOpts, closed *fen
 
 func toMiddleware(t *testing.T, d Driver) {
 	r, good, badOpts, closed := configLockers(t)
-	// Issue 32's example: New accepts it, but no call with the default 30s TTL can work.
+	// New accepts it, but no call with the default 30s TTL can work.
 	shortExpiry := fencing.New(r.Client, fencing.WithCounterExpiry(time.Second))
 	defer shortExpiry.Close()
 
@@ -101,7 +101,7 @@ func fenceWithConfigPanics(t *testing.T, d Driver) {
 	for name, f := range map[string]func(){
 		"Fence(nil)":                func() { d.Fence(nil) },
 		"FenceWithConfig(Config{})": func() { d.FenceWithConfig(Config{}) },
-		// A Locker whose Err is set is refused where the middleware is built (issue 32).
+		// A Locker whose Err is set is refused where the middleware is built.
 		"Fence(counter expiry below the TTL)":           func() { d.Fence(shortExpiry) },
 		"FenceWithConfig(counter expiry below the TTL)": func() { d.FenceWithConfig(Config{Locker: shortExpiry}) },
 	} {
