@@ -12,7 +12,7 @@ import (
 
 // BenchmarkSets measures fencekit's uncontended lock of two resources at once, TryAcquireAll
 // + LockSet.Release, against one TryAcquire + Release, on the standalone Redis of
-// FENCING_REDIS_ADDR, at 1 and 16 goroutines on one client (issue #30: at most 1.3x).
+// FENCING_REDIS_ADDR, at 1 and 16 goroutines on one client.
 //
 //   - interleaved/goroutines=N: every goroutine runs both in turn, rotating the order, so both
 //     see the same load; of-one is the pair's time over the single lock's (the cost of the

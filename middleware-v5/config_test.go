@@ -11,8 +11,7 @@ import (
 )
 
 // TestConfigGoDoc checks that go doc lists every field of Config and IdempotencyConfig, each
-// with its own doc comment, as it lists the fields of Echo's own middleware configs (issue
-// 32, point 1).
+// with its own doc comment, as it lists the fields of Echo's own middleware configs.
 func TestConfigGoDoc(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
