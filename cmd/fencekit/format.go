@@ -97,3 +97,11 @@ func yesNo(b bool) string {
 	}
 	return "no"
 }
+
+// plural formats a count of things: "1 holder", "2 holders".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return strconv.Itoa(n) + " " + thing + "s"
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +27,10 @@ func TestGolden(t *testing.T) {
 		golden(t, "show-order-42.golden", r.stdout, prefix...)
 		r = tg.run(t, exitOK, "show", "{braced}")
 		golden(t, "show-braced.golden", r.stdout, prefix...)
+		r = tg.run(t, exitOK, "show", "report-7")
+		golden(t, "show-report-7.golden", r.stdout, prefix...)
+		r = tg.run(t, exitOK, "show", "pool")
+		golden(t, "show-pool.golden", r.stdout, prefix...)
 		r = tg.run(t, exitNotFound, "show", "idle-ttl")
 		golden(t, "show-idle-ttl.golden", r.stdout, prefix...)
 		r = tg.run(t, exitNotFound, "show", "never-locked")
@@ -62,9 +67,10 @@ func checkLocksJSON(t *testing.T, tg target) {
 			continue
 		}
 		lease := int64(want.minutes)*60_000 + margin.Milliseconds()
-		if l.Token != want.token || l.Owner != ownerID || l.Waiters != want.waiters || l.Key != keysFor(tg.prefix, want.name).lock {
-			t.Errorf("%q: got %+v, want token %d, owner %s, waiters %d", want.name, l, want.token, ownerID, want.waiters)
+		if l.Token != want.token || l.Waiters != want.waiters || l.Key != keysFor(tg.prefix, want.name).lock {
+			t.Errorf("%q: got %+v, want token %d, waiters %d", want.name, l, want.token, want.waiters)
 		}
+		checkMode(t, want, l.Mode, l.Limit, l.Owner, l.Holders)
 		if l.TTLMs <= 0 || l.TTLMs > lease {
 			t.Errorf("%q: ttl_ms %d, want in (0, %d]", want.name, l.TTLMs, lease)
 		}
@@ -77,26 +83,98 @@ func checkLocksJSON(t *testing.T, tg target) {
 	}
 }
 
+// checkMode checks a lock's mode, limit, owner and holders in JSON against the fixture.
+func checkMode(t *testing.T, want fixtureLock, mode string, limit int, owner string, holders []holderInfo) {
+	t.Helper()
+	wantMode, wantLimit, wantOwner := modeExclusive, 0, ownerID
+	switch want.kind {
+	case "":
+	case "shared":
+		wantMode, wantOwner = modeShared, ""
+	default:
+		wantLimit, _ = strconv.Atoi(want.kind)
+		wantMode, wantOwner = modeLimit, ""
+	}
+	if mode != wantMode || limit != wantLimit || owner != wantOwner {
+		t.Errorf("%q: got mode %q, limit %d, owner %q; want %q, %d, %q", want.name, mode, limit, owner, wantMode, wantLimit, wantOwner)
+	}
+	if len(holders) != len(want.holders) {
+		t.Fatalf("%q: got holders %+v, want %d", want.name, holders, len(want.holders))
+	}
+	for i, h := range holders {
+		w := want.holders[i]
+		lease := int64(w.minutes)*60_000 + margin.Milliseconds()
+		if h.Owner != w.owner || h.Token != w.token || h.TTLMs <= lease-60_000 || h.TTLMs > lease {
+			t.Errorf("%q: holder %d: got %+v, want owner %s, token %d, ttl_ms in (%d, %d]", want.name, i, h, w.owner, w.token, lease-60_000, lease)
+		}
+	}
+}
+
+// fixtureLockNamed returns the fixture's lock of that name.
+func fixtureLockNamed(t *testing.T, name string) fixtureLock {
+	t.Helper()
+	for _, l := range fixtureLocks {
+		if l.name == name {
+			return l
+		}
+	}
+	t.Fatalf("no fixture lock %q", name)
+	return fixtureLock{}
+}
+
 func checkShowJSON(t *testing.T, tg target) {
 	r := tg.run(t, exitOK, "show", "--json", "order-42")
 	var got showOutput
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
 		t.Fatalf("%v in\n%s", err, r.stdout)
 	}
-	if got.Lock == nil || got.Lock.Token != 7 || got.Lock.Owner != ownerID || got.Fence.LastToken == nil || *got.Fence.LastToken != 7 || got.Fence.TTLMs != -1 {
+	if got.Lock == nil || got.Lock.Mode != modeExclusive || got.Lock.Token != 7 || got.Lock.Owner != ownerID || got.Lock.Holders != nil || got.Fence.LastToken == nil || *got.Fence.LastToken != 7 || got.Fence.TTLMs != -1 {
 		t.Errorf("lock and fence: got %+v, %+v", got.Lock, got.Fence)
 	}
-	wantIDs := []string{deadID, liveB, liveC, liveB}
-	if got.Queue.Length != 4 || len(got.Queue.Entries) != 4 {
-		t.Fatalf("queue: got %+v, want 4 entries", got.Queue)
+	ptr := func(n int64) *int64 { return &n }
+	type entry struct {
+		id, mode          string
+		live, floor       bool
+		lease             int64
+		expiry, waitingMs *int64
 	}
-	for i, e := range got.Queue.Entries {
-		if e.ID != wantIDs[i] || e.Live != (i > 0) {
-			t.Errorf("entry %d: got %s live=%v, want %s live=%v", i, e.ID, e.Live, wantIDs[i], i > 0)
+	checkQueue(t, got.Queue, order42Queue, []entry{
+		{id: deadID, mode: modeExclusive, lease: 3000},
+		{id: liveB, mode: modeShared, live: true, lease: 3000, waitingMs: ptr(90_000)},
+		{id: liveC, mode: modeExclusive, live: true, floor: true, lease: 2000, expiry: ptr(3_600_000), waitingMs: ptr(30_000)},
+		{id: liveB, mode: modeShared, live: true, floor: true, lease: 3000, waitingMs: ptr(90_000)},
+	}, func(e queueEntry, w entry) bool {
+		return e.ID == w.id && e.Mode == w.mode && e.Limit == 0 && e.Live == w.live &&
+			e.Floor != nil && *e.Floor == w.floor && e.LeaseMs != nil && *e.LeaseMs == w.lease &&
+			equalPtr(e.CounterExpiryMs, w.expiry) && equalPtr(e.WaitingMs, w.waitingMs) &&
+			(w.waitingMs == nil) == (e.SinceUnixMs == nil) && (e.SinceUnixMs == nil || *e.SinceUnixMs == testNow.UnixMilli()-*w.waitingMs)
+	})
+
+	for _, name := range []string{"report-7", "pool"} {
+		r = tg.run(t, exitOK, "show", "--json", name)
+		got = showOutput{}
+		if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+			t.Fatalf("%v in\n%s", err, r.stdout)
 		}
-	}
-	if e := got.Queue.Entries[2]; e.LeaseMs == nil || *e.LeaseMs != 5000 || !*e.Floor || *e.WaitingMs != 30_000 || *e.SinceUnixMs != testNow.UnixMilli()-30_000 {
-		t.Errorf("entry 2: got %+v", e)
+		want := fixtureLockNamed(t, name)
+		if got.Lock == nil {
+			t.Fatalf("%s: no lock in\n%s", name, r.stdout)
+		}
+		checkMode(t, want, got.Lock.Mode, got.Lock.Limit, got.Lock.Owner, got.Lock.Holders)
+		if got.Lock.Token != want.token || got.Lock.Value != "" {
+			t.Errorf("%s: got %+v, want token %d and no value", name, got.Lock, want.token)
+		}
+		if name == "pool" {
+			checkQueue(t, got.Queue, nil, []entry{}, nil)
+			continue
+		}
+		checkQueue(t, got.Queue, report7Queue, []entry{
+			{id: liveC, mode: modeExclusive, live: true, floor: true, lease: 3000, expiry: ptr(3_600_000), waitingMs: ptr(45_000)},
+			{id: deadID, mode: modeShared, floor: true, lease: 3000},
+		}, func(e queueEntry, w entry) bool {
+			return e.ID == w.id && e.Mode == w.mode && e.Live == w.live && *e.Floor == w.floor && *e.LeaseMs == w.lease &&
+				equalPtr(e.CounterExpiryMs, w.expiry) && equalPtr(e.WaitingMs, w.waitingMs)
+		})
 	}
 
 	r = tg.run(t, exitNotFound, "show", "idle-ttl", "--json")
@@ -109,6 +187,23 @@ func checkShowJSON(t *testing.T, tg target) {
 	}
 }
 
+// checkQueue checks a queue's entries against its elements and the entries wanted.
+func checkQueue[E any](t *testing.T, q queueState, elements []string, want []E, match func(queueEntry, E) bool) {
+	t.Helper()
+	if q.Length != int64(len(elements)) || len(q.Entries) != len(elements) {
+		t.Fatalf("queue: got %+v, want %d entries", q, len(elements))
+	}
+	for i, e := range q.Entries {
+		if e.Position != i || e.Element != elements[i] || !match(e, want[i]) {
+			t.Errorf("entry %d: got %+v, want element %s, %+v", i, e, elements[i], want[i])
+		}
+	}
+}
+
+func equalPtr[T comparable](a, b *T) bool {
+	return (a == nil && b == nil) || (a != nil && b != nil && *a == *b)
+}
+
 func checkStatsJSON(t *testing.T, tg target) {
 	r := tg.run(t, exitOK, "stats", "--json")
 	var got statsOutput
@@ -119,9 +214,14 @@ func checkStatsJSON(t *testing.T, tg target) {
 	want := map[string][3]int64{ // keys, with TTL, without
 		"lock":   {n, n, 0},
 		"fence":  {n + 2, 2, n},
-		"queue":  {2, 2, 0},
-		"waiter": {2, 2, 0},
+		"queue":  {3, 3, 0},
+		"waiter": {3, 3, 0},
+		"record": {1, 1, 0},
+		"idem":   {1, 1, 0},
 		"other":  {1, 0, 1},
+	}
+	if len(got.Kinds) != len(want) {
+		t.Errorf("got %d kinds, want %d", len(got.Kinds), len(want))
 	}
 	for _, k := range got.Kinds {
 		w := want[k.Kind]
@@ -132,7 +232,7 @@ func checkStatsJSON(t *testing.T, tg target) {
 			t.Errorf("%s: sampled %d of %d keys, %d bytes, estimated %d", k.Kind, k.Sampled, k.Keys, k.SampleBytes, k.EstimatedBytes)
 		}
 	}
-	if got.Total.Keys != 2*n+7 || !strings.HasPrefix(got.Prefix, tg.prefix) {
+	if got.Total.Keys != 2*n+11 || !strings.HasPrefix(got.Prefix, tg.prefix) {
 		t.Errorf("total: got %+v, prefix %q", got.Total, got.Prefix)
 	}
 }

@@ -9,9 +9,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// holderInfo is one holder of a limited resource (fencing.WithLimit), whose lock key is a
-// hash: the field "limit" and one field "<owner>:<token>" per holder holding the end of its
-// lease in the server's unix milliseconds.
+// holderInfo is one holder of a shared resource (fencing.Shared) or a limited one
+// (fencing.WithLimit), whose lock key is a hash: the field "limit" ("shared", or the limit
+// n) and one field "<owner>:<token>" per holder holding the end of its lease in the server's
+// unix milliseconds.
 type holderInfo struct {
 	Owner string `json:"owner"`
 	Token int64  `json:"token"`
@@ -19,13 +20,21 @@ type holderInfo struct {
 	TTLMs int64 `json:"ttl_ms"`
 }
 
-// parseHolders reads a limited resource's hash at the server time now: its limit (0 when
-// the hash has none) and its live holders, by token.
-func parseHolders(h map[string]string, now time.Time) (limit int, holders []holderInfo) {
+// parseHolders reads the hash of a shared or limited resource at the server time now: its
+// mode (modeShared, modeLimit with its limit, or modeUnknown when the field limit is missing
+// or neither "shared" nor a number above 1) and its live holders, by token.
+func parseHolders(h map[string]string, now time.Time) (mode string, limit int, holders []holderInfo) {
+	mode = modeUnknown
+	if v, ok := h["limit"]; ok {
+		if v == "shared" {
+			mode = modeShared
+		} else if n, err := strconv.Atoi(v); err == nil && n > 1 {
+			mode, limit = modeLimit, n
+		}
+	}
 	nowMs := now.UnixMilli()
 	for f, v := range h {
 		if f == "limit" {
-			limit, _ = strconv.Atoi(v)
 			continue
 		}
 		end, err := strconv.ParseInt(v, 10, 64)
@@ -35,8 +44,10 @@ func parseHolders(h map[string]string, now time.Time) (limit int, holders []hold
 		owner, token := parseLockValue(f)
 		holders = append(holders, holderInfo{Owner: owner, Token: token, TTLMs: end - nowMs})
 	}
-	slices.SortFunc(holders, func(a, b holderInfo) int { return cmp.Compare(a.Token, b.Token) })
-	return limit, holders
+	slices.SortFunc(holders, func(a, b holderInfo) int {
+		return cmp.Or(cmp.Compare(a.Token, b.Token), cmp.Compare(a.Owner, b.Owner))
+	})
+	return mode, limit, holders
 }
 
 // serverNow returns the server's clock from a TIME reply, or the local clock without one.

@@ -12,8 +12,9 @@ const (
 	suffixLock   = "lock"
 	suffixFence  = "fence"
 	suffixQueue  = "queue"
-	suffixWaiter = "w:" // followed by the Locker's id
-	suffixRecord = "r:" // followed by a released lock's value: a release's outcome, for 10 s
+	suffixWaiter = "w:"   // followed by the Locker's id
+	suffixRecord = "r:"   // followed by a released lock's value: a release's outcome, for 10 s
+	suffixIdem   = "idem" // the Echo idempotency middleware's record of a request's result
 	b64Marker    = ":b64"
 )
 
@@ -38,14 +39,14 @@ func (k resourceKeys) waiter(element string) string {
 	return k.base + suffixWaiter + lockerOf(element)
 }
 
-// lockerOf returns the Locker id of a queue element, "<Locker id>.<n>".
+// lockerOf returns the Locker id of a queue element, "<Locker id>.<n>.<lease ms><rules>".
 func lockerOf(element string) string {
 	id, _, _ := strings.Cut(element, ".")
 	return id
 }
 
 // parseKey splits a key of the layout into its resource name and suffix ("lock", "fence",
-// "queue", "w:<id>", "r:<owner>:<token>"). ok is false for a key that does not follow the layout.
+// "queue", "w:<id>", "r:<owner>:<token>", "idem"). ok is false for a key that does not follow the layout.
 func parseKey(prefix, key string) (resource, suffix string, ok bool) {
 	rest, found := strings.CutPrefix(key, prefix)
 	if !found || !strings.HasPrefix(rest, "{") {

@@ -14,11 +14,13 @@ import (
 )
 
 const locksHelp = `Lists the locks held: every key P{...}:lock found with SCAN (never KEYS), on every
-primary with --cluster. For each: the resource (decoded, also names with braces), its token,
-the lease left (PTTL), the waiters queued (LLEN of the queue) and how long the oldest live
-waiter has waited. A limited resource (fencing.WithLimit) has one row per holder, its name
-followed by (holders/limit), each with its own token and lease left. Sorted by lease left, soonest to expire first. Progress is printed on
-stderr when the scan takes longer than a second.
+primary with --cluster. For each: the resource (decoded, also names with braces), its mode
+(exclusive, shared or limit n), its token, the lease left (PTTL), the waiters queued (LLEN of
+the queue) and how long the oldest live waiter has waited. A shared resource (fencing.Shared)
+and a limited one (fencing.WithLimit) have one row per holder, each with its own token and
+lease left; a limited resource's name is followed by (holders/limit). Sorted by lease left
+(for several holders, the latest), soonest to expire first. Progress is printed on stderr when
+the scan takes longer than a second.
 
 --match takes a glob with the rules of Redis's MATCH ('*' also matches '/') and is applied
 to the decoded names, so it finds names with braces too.
@@ -35,18 +37,21 @@ const maxQueueRead = 32
 type lockInfo struct {
 	Resource string `json:"resource"`
 	Key      string `json:"key"`
-	Value    string `json:"value"`
-	Owner    string `json:"owner"`
-	Token    int64  `json:"token"`
+	// Mode is "exclusive", "shared" (fencing.Shared), "limit" (fencing.WithLimit; Limit is
+	// then n), or "unknown" for a hash whose field limit is neither.
+	Mode  string `json:"mode"`
+	Value string `json:"value"`
+	Owner string `json:"owner"`
+	Token int64  `json:"token"`
 	// TTLMs is the lease left in milliseconds; -1 if the key has no expiry.
 	TTLMs int64 `json:"ttl_ms"`
 	// Waiters is the length of the queue (0 when there is none).
 	Waiters int64 `json:"waiters"`
 	// OldestWaitMs is how long the oldest live waiter has waited; null without one.
 	OldestWaitMs *int64 `json:"oldest_wait_ms"`
-	// Limit is a limited resource's limit (fencing.WithLimit), left out for a lock of one
-	// holder; Holders are its live holders, by token (Token is then the highest, Value and
-	// Owner are empty, and TTLMs is the latest lease).
+	// Limit is a limited resource's limit, left out otherwise. Holders are the live holders
+	// of a shared or limited resource, by token (Token is then the highest, Value and Owner
+	// are empty, and TTLMs is the latest lease); left out for an exclusive lock.
 	Limit   int          `json:"limit,omitempty"`
 	Holders []holderInfo `json:"holders,omitempty"`
 }
@@ -99,17 +104,22 @@ func (c *cli) locks(ctx context.Context, args []string) int {
 		return exitOK
 	}
 	tw := newTable(c.stdout)
-	fmt.Fprintln(tw, "RESOURCE\tTOKEN\tLEASE LEFT\tWAITERS\tOLDEST WAIT")
+	fmt.Fprintln(tw, "RESOURCE\tMODE\tTOKEN\tLEASE LEFT\tWAITERS\tOLDEST WAIT")
 	for _, l := range found {
-		if l.Limit > 0 {
-			// A limited resource: one row per holder, the name followed by holders/limit.
-			wait := "-"
-			if l.OldestWaitMs != nil {
-				wait = duration(msDuration(*l.OldestWaitMs))
+		wait := "-"
+		if l.OldestWaitMs != nil {
+			wait = duration(msDuration(*l.OldestWaitMs))
+		}
+		mode := modeText(l.Mode, l.Limit)
+		if l.Mode != modeExclusive {
+			// A shared or limited resource: one row per holder; a limited resource's name is
+			// followed by holders/limit.
+			name := displayName(l.Resource)
+			if l.Mode == modeLimit {
+				name = fmt.Sprintf("%s (%d/%d)", name, len(l.Holders), l.Limit)
 			}
-			name := fmt.Sprintf("%s (%d/%d)", displayName(l.Resource), len(l.Holders), l.Limit)
 			for _, h := range l.Holders {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\n", name, h.Token, c.ttl(h.TTLMs), l.Waiters, wait)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", name, mode, h.Token, c.ttl(h.TTLMs), l.Waiters, wait)
 			}
 			continue
 		}
@@ -117,11 +127,7 @@ func (c *cli) locks(ctx context.Context, args []string) int {
 		if l.Token == 0 {
 			token = "? " + strconv.Quote(l.Value)
 		}
-		wait := "-"
-		if l.OldestWaitMs != nil {
-			wait = duration(msDuration(*l.OldestWaitMs))
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", displayName(l.Resource), token, c.ttl(l.TTLMs), l.Waiters, wait)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", displayName(l.Resource), mode, token, c.ttl(l.TTLMs), l.Waiters, wait)
 	}
 	if err := tw.Flush(); err != nil {
 		return c.fail("locks", err)
@@ -186,7 +192,7 @@ func (c *cli) readLocks(ctx context.Context, node redis.Cmdable, prefix string, 
 		k := keysFor(prefix, name)
 		rs[i] = reads{
 			get:  pipe.Get(ctx, k.lock),
-			hash: pipe.HGetAll(ctx, k.lock), // a limited resource's holders (GET fails)
+			hash: pipe.HGetAll(ctx, k.lock), // a shared or limited resource's holders (GET fails)
 			pttl: pipe.PTTL(ctx, k.lock),
 			llen: pipe.LLen(ctx, k.queue),
 			head: pipe.LRange(ctx, k.queue, 0, maxQueueRead-1),
@@ -221,10 +227,10 @@ func (c *cli) readLocks(ctx context.Context, node redis.Cmdable, prefix string, 
 			Waiters:  r.llen.Val(),
 		}
 		if value, err := r.get.Result(); err == nil {
-			info.Value = value
+			info.Mode, info.Value = modeExclusive, value
 			info.Owner, info.Token = parseLockValue(value)
 		} else if h, err := r.hash.Result(); err == nil && len(h) > 0 {
-			info.Limit, info.Holders = parseHolders(h, server)
+			info.Mode, info.Limit, info.Holders = parseHolders(h, server)
 			if len(info.Holders) == 0 {
 				continue // every lease ended since the scan
 			}
@@ -262,10 +268,10 @@ func parseLockValue(v string) (owner string, token int64) {
 	return v[:i], t
 }
 
-// waiterState is the value of a w:<id> key: "<leaseMs>:<floor 0|1>:<sinceUnixMs>".
+// waiterState is the value of a w:<id> key: "<lease ms>:<floor>:<since unix ms>". Only the
+// time its Locker started waiting is used: the lease is the longest of the Locker's grants,
+// and the floor is 0 (each queue element carries its own rules).
 type waiterState struct {
-	leaseMs int64
-	floor   bool
 	sinceMs int64
 }
 
@@ -274,12 +280,12 @@ func parseWaiter(v string) (waiterState, bool) {
 	if len(parts) != 3 {
 		return waiterState{}, false
 	}
-	lease, err1 := strconv.ParseInt(parts[0], 10, 64)
+	_, err1 := strconv.ParseInt(parts[0], 10, 64)
 	since, err2 := strconv.ParseInt(parts[2], 10, 64)
 	if err1 != nil || err2 != nil || (parts[1] != "0" && parts[1] != "1") {
 		return waiterState{}, false
 	}
-	return waiterState{leaseMs: lease, floor: parts[1] == "1", sinceMs: since}, true
+	return waiterState{sinceMs: since}, true
 }
 
 // pttlMs returns a PTTL reply in milliseconds: -1 for no expiry, -2 for no key.

@@ -23,11 +23,13 @@ holder and the next one may both write. Nothing is published: waiters take the l
 about a second through their own polling. The old holder's Extend and Release fail with
 ErrNotHeld.
 
-A limited resource (fencing.WithLimit) has one slot per holder: release frees one, the
-only holder's or, with several, the one --token names; the other holders keep theirs.
+A shared resource (fencing.Shared) and a limited one (fencing.WithLimit) have several
+holders: release frees one, the only holder's or, with several, the one --token names; the
+other holders keep theirs. With --token, an exclusive lock is released only if its token is N.
 
-Exits 4 when no lock is held, 1 when the answer is not "yes" or the lock changed meanwhile
-(or a limited resource has several holders and no --token).
+Exits 4 when no lock is held (or no holder has the --token given), 1 when the answer is not
+"yes" or the lock changed meanwhile (or a shared or limited resource has several holders and
+no --token).
 
 Example:
   fencekit release --force order-42
@@ -48,11 +50,14 @@ var releaseSlotScript = redis.NewScript(releaseSlotLua)
 type releaseOutput struct {
 	Resource string `json:"resource"`
 	Released bool   `json:"released"`
-	Value    string `json:"value"`
-	Owner    string `json:"owner"`
-	Token    int64  `json:"token"`
+	// Mode is the mode of the lock found: "exclusive", "shared", "limit" or "unknown"; left
+	// out when none was found.
+	Mode  string `json:"mode,omitempty"`
+	Value string `json:"value"`
+	Owner string `json:"owner"`
+	Token int64  `json:"token"`
 	// Reason says why the lock was not released: "not found", "declined", "changed" or
-	// "several holders" (a limited resource, without --token).
+	// "several holders" (a shared or limited resource, without --token).
 	Reason string `json:"reason,omitempty"`
 }
 
@@ -60,7 +65,7 @@ func (c *cli) release(ctx context.Context, args []string) int {
 	fs, o := c.newFlags("release", "--force [--yes] [flags] RESOURCE", releaseHelp)
 	force := fs.Bool("force", false, "required: take the lock away from its holder")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
-	slot := fs.Int64("token", 0, "for a limited resource with several holders: free the slot of the holder with token `N`")
+	slot := fs.Int64("token", 0, "release only the holder with token `N` (needed for a shared or limited resource with several holders)")
 	pos, code, ok := c.parse(fs, args)
 	if !ok {
 		return code
@@ -87,7 +92,7 @@ func (c *cli) release(ctx context.Context, args []string) int {
 	}
 	value, err := get.Result()
 	if err != nil && strings.Contains(err.Error(), "WRONGTYPE") {
-		return c.releaseSlot(ctx, client, o, k, name, *slot, *yes, out)
+		return c.releaseHolder(ctx, client, o, k, name, *slot, *yes, out)
 	}
 	if errors.Is(err, redis.Nil) {
 		out.Reason = "not found"
@@ -96,8 +101,12 @@ func (c *cli) release(ctx context.Context, args []string) int {
 	if err != nil {
 		return c.fail("release", fmt.Errorf("read %s: %w", k.lock, err))
 	}
-	out.Value = value
+	out.Mode, out.Value = modeExclusive, value
 	out.Owner, out.Token = parseLockValue(value)
+	if *slot != 0 && out.Token != *slot {
+		out.Reason = "not found"
+		return c.releaseDone(o, out, exitNotFound, fmt.Sprintf("No holder of %s has token %d (its exclusive lock has %s); nothing to release.", strconv.Quote(name), *slot, tokenText(out.Token)))
+	}
 	if !o.json && out.Token > 0 {
 		fmt.Fprintf(c.stdout, "Lock on %s: token %d, owner %s, lease left %s.\n", strconv.Quote(name), out.Token, out.Owner, c.ttl(pttlMs(pttl)))
 	} else if !o.json {
@@ -120,6 +129,10 @@ func (c *cli) release(ctx context.Context, args []string) int {
 		if v == 0 {
 			out.Reason = "not found"
 			return c.releaseDone(o, out, exitNotFound, "The lock was released or expired meanwhile; nothing to release.")
+		}
+		if v < 0 {
+			out.Reason = "changed"
+			return c.releaseDone(o, out, exitError, "The lock changed hands meanwhile (shared or limited holders hold it now); not released. Run again to see them.")
 		}
 	case string:
 		out.Reason = "changed"
@@ -150,16 +163,28 @@ func (c *cli) releaseDone(o *common, out releaseOutput, code int, text string) i
 	return code
 }
 
-// releaseSlot frees one holder's slot of a limited resource, whose lock key k.lock is a hash:
-// the holder with token slot, or the only holder when slot is 0.
-func (c *cli) releaseSlot(ctx context.Context, client redis.UniversalClient, o *common, k resourceKeys, name string, slot int64, yes bool, out releaseOutput) int {
+// releaseHolder frees one holder of a shared or limited resource, whose lock key k.lock is
+// a hash: the holder with token slot, or the only holder when slot is 0.
+func (c *cli) releaseHolder(ctx context.Context, client redis.UniversalClient, o *common, k resourceKeys, name string, slot int64, yes bool, out releaseOutput) int {
 	pipe := client.Pipeline()
 	clock := pipe.Time(ctx)
 	hash := pipe.HGetAll(ctx, k.lock)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return c.fail("release", fmt.Errorf("read %s: %w", k.lock, err))
 	}
-	limit, holders := parseHolders(hash.Val(), serverNow(clock, c.now()))
+	mode, limit, holders := parseHolders(hash.Val(), serverNow(clock, c.now()))
+	what := map[string]string{
+		modeShared: "a shared resource",
+		modeLimit:  fmt.Sprintf("a limited resource (limit %d)", limit),
+	}[mode]
+	if what == "" {
+		what = "a resource of unknown mode (its field limit is neither shared nor a limit)"
+	}
+	if len(holders) == 0 {
+		out.Reason = "not found"
+		return c.releaseDone(o, out, exitNotFound, fmt.Sprintf("No lock is held on %s (key %s: every lease ended); nothing to release.", strconv.Quote(name), k.lock))
+	}
+	out.Mode = mode
 	var pick *holderInfo
 	for i, h := range holders {
 		if h.Token == slot || (slot == 0 && len(holders) == 1) {
@@ -167,13 +192,13 @@ func (c *cli) releaseSlot(ctx context.Context, client redis.UniversalClient, o *
 		}
 	}
 	if pick == nil {
-		if slot == 0 && len(holders) > 1 {
+		if slot == 0 {
 			tokens := make([]string, len(holders))
 			for i, h := range holders {
 				tokens[i] = strconv.FormatInt(h.Token, 10)
 			}
 			out.Reason = "several holders"
-			return c.releaseDone(o, out, exitError, fmt.Sprintf("%s is a limited resource (limit %d) with %d holders, tokens %s; name one with --token.", strconv.Quote(name), limit, len(holders), strings.Join(tokens, ", ")))
+			return c.releaseDone(o, out, exitError, fmt.Sprintf("%s is %s with %d holders, tokens %s; name one with --token.", strconv.Quote(name), what, len(holders), strings.Join(tokens, ", ")))
 		}
 		out.Reason = "not found"
 		return c.releaseDone(o, out, exitNotFound, fmt.Sprintf("No holder of %s has token %d; nothing to release.", strconv.Quote(name), slot))
@@ -181,7 +206,7 @@ func (c *cli) releaseSlot(ctx context.Context, client redis.UniversalClient, o *
 	out.Owner, out.Token = pick.Owner, pick.Token
 	out.Value = pick.Owner + ":" + strconv.FormatInt(pick.Token, 10)
 	if !o.json {
-		fmt.Fprintf(c.stdout, "Slot of %s (limit %d): token %d, owner %s, lease left %s.\n", strconv.Quote(name), limit, pick.Token, pick.Owner, c.ttl(pick.TTLMs))
+		fmt.Fprintf(c.stdout, "Holder of %s, %s: token %d, owner %s, lease left %s.\n", strconv.Quote(name), what, pick.Token, pick.Owner, c.ttl(pick.TTLMs))
 	}
 	if !yes {
 		fmt.Fprintf(c.stderr, "Release it? Its holder is not told and may still be working. Type yes or no: ")
@@ -197,11 +222,25 @@ func (c *cli) releaseSlot(ctx context.Context, client redis.UniversalClient, o *
 	}
 	if n == 0 {
 		out.Reason = "not found"
-		return c.releaseDone(o, out, exitNotFound, "The slot was released or expired meanwhile; nothing to release.")
+		return c.releaseDone(o, out, exitNotFound, "The holder released it or its lease ended meanwhile; nothing to release.")
 	}
 	out.Released = true
+	if mode == modeShared {
+		return c.releaseDone(o, out, exitOK, fmt.Sprintf(`Released a shared holder of %s: it had token %d (owner %s).
+The other shared holders keep theirs; once none is left, an exclusive holder can take the
+resource, with a token above %d. Waiters take it within about a second through their own
+polling; nothing was published.`, strconv.Quote(name), out.Token, out.Owner, out.Token))
+	}
 	return c.releaseDone(o, out, exitOK, fmt.Sprintf(`Released a slot of %s: its holder had token %d (owner %s). The other holders keep
 theirs. Fence what the holders write, not the resource: the token cannot exclude the other
 holders. Waiters take the slot within about a second through their own polling; nothing was
 published.`, strconv.Quote(name), out.Token, out.Owner))
+}
+
+// tokenText formats a lock's token, 0 when its value has none.
+func tokenText(token int64) string {
+	if token <= 0 {
+		return "no token"
+	}
+	return "token " + strconv.FormatInt(token, 10)
 }

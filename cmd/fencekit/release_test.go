@@ -112,6 +112,14 @@ func TestRelease(t *testing.T) {
 			t.Errorf("stdout %q, want %s and token 3", r.stdout, want)
 		}
 	})
+	t.Run("shared-holder", func(t *testing.T) {
+		r := tg.run(t, exitOK, "release", "--force", "--yes", "--token", "11", "report-7")
+		golden(t, "release-shared.golden", r.stdout)
+		r = tg.run(t, exitOK, "show", "report-7")
+		if !strings.Contains(r.stdout, "shared by 1 holder\n  holder:    token 10,") {
+			t.Errorf("show after the release: got\n%s", r.stdout)
+		}
+	})
 	t.Run("not-found", func(t *testing.T) {
 		r := tg.run(t, exitNotFound, "release", "--force", "--yes", "idle")
 		if !strings.Contains(r.stdout, "No lock is held on \"idle\"") {
@@ -140,12 +148,16 @@ func TestOddKeys(t *testing.T) {
 	ctx := context.Background()
 	odd := keysFor(tg.prefix, "odd")
 	junk := keysFor(tg.prefix, "junk")
+	hash := keysFor(tg.prefix, "odd-hash")
 	pipe := tg.client.Pipeline()
 	pipe.Set(ctx, odd.lock, ownerID+":7", time.Hour)
 	pipe.Set(ctx, odd.queue, "not a list", time.Hour)
 	pipe.Set(ctx, junk.lock, "no-token-here", time.Hour)
-	pipe.RPush(ctx, junk.queue, liveB)
+	pipe.RPush(ctx, junk.queue, liveB) // an element without a lease: the scripts drop it
 	pipe.Set(ctx, junk.waiter(liveB), "garbage", time.Hour)
+	end := time.Now().Add(time.Hour).UnixMilli()
+	pipe.HSet(ctx, hash.lock, "limit", "many", ownerID+":5", end)
+	pipe.PExpire(ctx, hash.lock, time.Hour)
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -154,27 +166,50 @@ func TestOddKeys(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Locks) != 2 {
-		t.Fatalf("got %+v, want 2 locks", got.Locks)
+	if len(got.Locks) != 3 {
+		t.Fatalf("got %+v, want 3 locks", got.Locks)
 	}
 	for _, l := range got.Locks {
 		switch l.Resource {
 		case "odd":
-			if l.Token != 7 || l.Waiters != 0 {
+			if l.Token != 7 || l.Waiters != 0 || l.Mode != modeExclusive {
 				t.Errorf("odd: got %+v", l)
 			}
 		case "junk":
-			if l.Token != 0 || l.Waiters != 1 || l.OldestWaitMs != nil || l.Value != "no-token-here" {
+			if l.Token != 0 || l.Waiters != 1 || l.OldestWaitMs != nil || l.Value != "no-token-here" || l.Mode != modeExclusive {
 				t.Errorf("junk: got %+v", l)
+			}
+		case "odd-hash":
+			if l.Token != 5 || l.Mode != modeUnknown || l.Limit != 0 || len(l.Holders) != 1 {
+				t.Errorf("odd-hash: got %+v", l)
 			}
 		}
 	}
 	tg.run(t, exitOK, "locks")
-	tg.run(t, exitOK, "show", "junk")
+	r = tg.run(t, exitOK, "show", "junk")
+	if !strings.Contains(r.stdout, "  0    "+liveB+"  ?     no    -      -      -\n") {
+		t.Errorf("show junk: got\n%s", r.stdout)
+	}
+	r = tg.run(t, exitOK, "show", "--json", "junk")
+	var show showOutput
+	if err := json.Unmarshal([]byte(r.stdout), &show); err != nil {
+		t.Fatal(err)
+	}
+	if e := show.Queue.Entries; len(e) != 1 || e[0].Mode != modeUnknown || e[0].LeaseMs != nil || e[0].Floor != nil || e[0].Live {
+		t.Errorf("show --json junk: got %+v", e)
+	}
 	tg.run(t, exitOK, "show", "odd")
+	r = tg.run(t, exitOK, "show", "odd-hash")
+	if !strings.Contains(r.stdout, "Lock:        unknown mode") {
+		t.Errorf("show odd-hash: got\n%s", r.stdout)
+	}
 	tg.run(t, exitOK, "stats")
 	r = tg.run(t, exitOK, "release", "--force", "--yes", "junk")
 	if !strings.Contains(r.stdout, `value "no-token-here" without a token`) || !strings.Contains(r.stdout, "had no token") {
 		t.Errorf("release junk: stdout %q", r.stdout)
+	}
+	r = tg.run(t, exitOK, "release", "--force", "--yes", "odd-hash")
+	if !strings.Contains(r.stdout, "Released a slot of \"odd-hash\": its holder had token 5") {
+		t.Errorf("release odd-hash: stdout %q", r.stdout)
 	}
 }

@@ -8,11 +8,19 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-const showHelp = `Shows one resource: its lock (value, owner, token, lease left; for a limited resource,
-fencing.WithLimit, the limit and every holder with its token and lease left), the last token issued
-(the fence counter) and when the counter expires, and the queue of waiters, each with
-whether it is still alive (its w:<id> key exists), its lease and how long it has waited.
-A dead waiter is skipped at the next grant.
+const showHelp = `Shows one resource: its lock, the last token issued (the fence counter) and when the
+counter expires, and the queue of waiters.
+
+The lock is shown with its mode: exclusive (its value, owner, token and lease left), shared
+(fencing.Shared: every shared holder with its token, lease left and owner) or limit n
+(fencing.WithLimit: the limit and every holder likewise).
+
+Each queue entry is shown with what its element says of its grant: the mode (exclusive,
+shared or limit n), its first lease (the waiter's TTL, at most 3s, which the Locker extends),
+and whether its tokens are floored at the server clock (WithServerTimeFloor; "yes, expiry D"
+with WithCounterExpiry(D), which implies the floor); and with whether its Locker still waits
+(its w:<id> key exists) and how long it has waited. A dead waiter is skipped at the next
+grant.
 
 Exits 4 when no lock is held on the resource; the counter and the queue are shown anyway.
 Quote the name for your shell; a name with braces is found under its base64 key.
@@ -37,13 +45,17 @@ type showOutput struct {
 }
 
 type lockState struct {
+	// Mode is "exclusive" for a lock of one holder (a string key); "shared" (fencing.Shared)
+	// or "limit" (fencing.WithLimit, Limit is then n) for a hash of holders; "unknown" for a
+	// hash whose field limit is neither.
+	Mode  string `json:"mode"`
 	Value string `json:"value"`
 	Owner string `json:"owner"`
 	Token int64  `json:"token"`
 	TTLMs int64  `json:"ttl_ms"`
-	// Limit and Holders describe a limited resource (fencing.WithLimit), whose lock key is a
-	// hash: its limit and live holders, by token (Token is then the highest, TTLMs the key's,
-	// the latest lease). Left out for a lock of one holder.
+	// Limit and Holders describe a shared or limited resource, whose lock key is a hash: the
+	// limit (left out for shared) and the live holders, by token. Token is then the highest,
+	// TTLMs the key's (the latest lease), Value and Owner empty. Left out for an exclusive lock.
 	Limit   int          `json:"limit,omitempty"`
 	Holders []holderInfo `json:"holders,omitempty"`
 }
@@ -66,14 +78,23 @@ type queueState struct {
 
 type queueEntry struct {
 	Position int `json:"position"`
-	// ID is the waiting Locker's id; Element is the waiter's queue element, "<id>.<n>".
+	// ID is the waiting Locker's id; Element is the waiter's queue element,
+	// "<id>.<n>.<lease ms><rules>".
 	ID      string `json:"id"`
 	Element string `json:"element"`
-	// Live reports whether the waiter's w:<id> key exists; the others fields are null
-	// without it.
+	// Mode, Limit, LeaseMs, Floor and CounterExpiryMs are what the element says of the
+	// grant: its mode ("exclusive", "shared", or "limit" with Limit n), its first lease (the
+	// waiter's TTL, at most 3 s), whether its tokens are floored at the server clock (rule f,
+	// or e<ms>), and the counter's expiry (rule e<ms>; null without it). For an element the
+	// scripts cannot read (they drop it), Mode is "unknown" and the others are null.
+	Mode            string `json:"mode"`
+	Limit           int    `json:"limit,omitempty"`
+	LeaseMs         *int64 `json:"lease_ms"`
+	Floor           *bool  `json:"floor"`
+	CounterExpiryMs *int64 `json:"counter_expiry_ms"`
+	// Live reports whether the waiter's w:<id> key exists; SinceUnixMs and WaitingMs are
+	// null without it.
 	Live        bool   `json:"live"`
-	LeaseMs     *int64 `json:"lease_ms"`
-	Floor       *bool  `json:"floor"`
 	SinceUnixMs *int64 `json:"since_unix_ms"`
 	WaitingMs   *int64 `json:"waiting_ms"`
 }
@@ -128,7 +149,7 @@ func (c *cli) readResource(ctx context.Context, client redis.Cmdable, prefix, na
 	pipe := client.Pipeline()
 	clock := pipe.Time(ctx)
 	lockGet, lockTTL := pipe.Get(ctx, k.lock), pipe.PTTL(ctx, k.lock)
-	lockHash := pipe.HGetAll(ctx, k.lock) // a limited resource's holders (GET fails)
+	lockHash := pipe.HGetAll(ctx, k.lock) // a shared or limited resource's holders (GET fails)
 	fenceGet, fenceTTL := pipe.Get(ctx, k.fence), pipe.PTTL(ctx, k.fence)
 	qLen, qTTL := pipe.LLen(ctx, k.queue), pipe.PTTL(ctx, k.queue)
 	qRange := pipe.LRange(ctx, k.queue, 0, limit-1)
@@ -137,11 +158,11 @@ func (c *cli) readResource(ctx context.Context, client redis.Cmdable, prefix, na
 	}
 	if v, err := lockGet.Result(); err == nil {
 		owner, token := parseLockValue(v)
-		out.Lock = &lockState{Value: v, Owner: owner, Token: token, TTLMs: pttlMs(lockTTL)}
+		out.Lock = &lockState{Mode: modeExclusive, Value: v, Owner: owner, Token: token, TTLMs: pttlMs(lockTTL)}
 	} else if h, err := lockHash.Result(); err == nil && len(h) > 0 {
-		limit, holders := parseHolders(h, serverNow(clock, c.now()))
+		mode, limit, holders := parseHolders(h, serverNow(clock, c.now()))
 		if len(holders) > 0 {
-			out.Lock = &lockState{Token: holders[len(holders)-1].Token, TTLMs: pttlMs(lockTTL), Limit: limit, Holders: holders}
+			out.Lock = &lockState{Mode: mode, Token: holders[len(holders)-1].Token, TTLMs: pttlMs(lockTTL), Limit: limit, Holders: holders}
 		}
 	}
 	if v, err := fenceGet.Result(); err == nil {
@@ -170,11 +191,17 @@ func (c *cli) readResource(ctx context.Context, client redis.Cmdable, prefix, na
 	}
 	now := c.now().UnixMilli()
 	for i, id := range ids {
-		e := queueEntry{Position: i, ID: lockerOf(id), Element: id}
+		e := queueEntry{Position: i, ID: lockerOf(id), Element: id, Mode: modeUnknown}
+		if el, ok := parseElement(id); ok {
+			e.Mode, e.Limit, e.LeaseMs, e.Floor = el.mode, el.limit, &el.leaseMs, &el.floor
+			if el.expiryMs > 0 {
+				e.CounterExpiryMs = &el.expiryMs
+			}
+		}
 		if v, err := waiters[id].Result(); err == nil {
 			if ws, ok := parseWaiter(v); ok {
 				wait := max(now-ws.sinceMs, 0)
-				e.Live, e.LeaseMs, e.Floor, e.SinceUnixMs, e.WaitingMs = true, &ws.leaseMs, &ws.floor, &ws.sinceMs, &wait
+				e.Live, e.SinceUnixMs, e.WaitingMs = true, &ws.sinceMs, &wait
 			}
 		}
 		out.Queue.Entries = append(out.Queue.Entries, e)
@@ -186,19 +213,27 @@ func (c *cli) printShow(out showOutput) {
 	w := c.stdout
 	fmt.Fprintf(w, "Resource:    %s\n", displayName(out.Resource))
 	fmt.Fprintf(w, "Keys:        %s*\n", out.Keys.Lock[:len(out.Keys.Lock)-len(suffixLock)])
-	if l := out.Lock; l != nil && l.Limit > 0 {
-		fmt.Fprintf(w, "Lock:        %d of limit %d held\n", len(l.Holders), l.Limit)
-		for _, h := range l.Holders {
-			fmt.Fprintf(w, "  holder:    token %d, lease left %s, owner %s\n", h.Token, c.ttl(h.TTLMs), h.Owner)
-		}
-	} else if l != nil {
+	switch l := out.Lock; {
+	case l == nil:
+		fmt.Fprintln(w, "Lock:        not held")
+	case l.Mode == modeExclusive:
 		token := strconv.FormatInt(l.Token, 10)
 		if l.Token == 0 {
 			token = "unreadable"
 		}
-		fmt.Fprintf(w, "Lock:        held, token %s, lease left %s, owner %s\n", token, c.ttl(l.TTLMs), l.Owner)
-	} else {
-		fmt.Fprintln(w, "Lock:        not held")
+		fmt.Fprintf(w, "Lock:        exclusive, token %s, lease left %s, owner %s\n", token, c.ttl(l.TTLMs), l.Owner)
+	default:
+		switch l.Mode {
+		case modeShared:
+			fmt.Fprintf(w, "Lock:        shared by %s\n", plural(len(l.Holders), "holder"))
+		case modeLimit:
+			fmt.Fprintf(w, "Lock:        limit %d, %d held\n", l.Limit, len(l.Holders))
+		default:
+			fmt.Fprintf(w, "Lock:        unknown mode (field limit is neither shared nor a limit), %s\n", plural(len(l.Holders), "holder"))
+		}
+		for _, h := range l.Holders {
+			fmt.Fprintf(w, "  holder:    token %d, lease left %s, owner %s\n", h.Token, c.ttl(h.TTLMs), h.Owner)
+		}
 	}
 	switch f := out.Fence; {
 	case f.LastToken == nil && f.Raw == "":
@@ -231,13 +266,22 @@ func (c *cli) printShow(out showOutput) {
 	}
 	fmt.Fprintf(w, "Queue:       %d waiter(s) queued, %d%s alive; %s\n", q.Length, live, shown, expiry)
 	tw := newTable(w)
-	fmt.Fprintln(tw, "  POS\tLOCKER\tLIVE\tLEASE\tFLOOR\tWAITING")
+	fmt.Fprintln(tw, "  POS\tLOCKER\tMODE\tLIVE\tLEASE\tFLOOR\tWAITING")
 	for _, e := range q.Entries {
-		if !e.Live {
-			fmt.Fprintf(tw, "  %d\t%s\tno\t-\t-\t-\n", e.Position, displayName(e.ID))
-			continue
+		lease, floor, wait := "-", "-", "-"
+		if e.LeaseMs != nil {
+			lease = duration(msDuration(*e.LeaseMs))
 		}
-		fmt.Fprintf(tw, "  %d\t%s\tyes\t%s\t%s\t%s\n", e.Position, displayName(e.ID), duration(msDuration(*e.LeaseMs)), yesNo(*e.Floor), duration(msDuration(*e.WaitingMs)))
+		if e.Floor != nil {
+			floor = yesNo(*e.Floor)
+		}
+		if e.CounterExpiryMs != nil {
+			floor = "yes, expiry " + duration(msDuration(*e.CounterExpiryMs))
+		}
+		if e.WaitingMs != nil {
+			wait = duration(msDuration(*e.WaitingMs))
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Position, displayName(e.ID), modeText(e.Mode, e.Limit), yesNo(e.Live), lease, floor, wait)
 	}
 	_ = tw.Flush()
 }

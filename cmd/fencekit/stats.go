@@ -9,8 +9,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-const statsHelp = `Counts the keys under the prefix by kind (locks, fence counters, queues, waiter keys, and
-keys that do not follow the layout), with and without an expiry, and estimates their memory
+const statsHelp = `Counts the keys under the prefix by kind (locks, fence counters, queues, waiter keys,
+release records, the Echo idempotency middleware's records, and keys that do not follow the
+layout), with and without an expiry, and estimates their memory
 from MEMORY USAGE on a sample of each kind (the first --sample keys found), scaled to the
 count. A fence counter stays after its lock is released, so counters without an expiry grow
 with the number of resources ever locked. One SCAN over every primary with --cluster;
@@ -21,14 +22,26 @@ Example:
   fencekit stats --cluster -u 'redis://10.0.0.1:7000' --sample 200 --json
 `
 
-// keyKinds are the kinds stats counts, in the order it prints them.
+// The kinds stats counts, in the order it prints them: indices into keyKinds.
+const (
+	kindLock = iota
+	kindFence
+	kindQueue
+	kindWaiter
+	kindRecord
+	kindIdem
+	kindOther
+)
+
+// keyKinds names the kinds, in the order of their constants.
 var keyKinds = []struct{ id, label string }{
-	{"lock", "locks"},
-	{"fence", "fence counters"},
-	{"queue", "queues"},
-	{"waiter", "waiter keys"},
-	{"record", "release records"},
-	{"other", "other keys"},
+	kindLock:   {"lock", "locks"},
+	kindFence:  {"fence", "fence counters"},
+	kindQueue:  {"queue", "queues"},
+	kindWaiter: {"waiter", "waiter keys"},
+	kindRecord: {"record", "release records"},
+	kindIdem:   {"idem", "idempotency records"},
+	kindOther:  {"other", "other keys"},
 }
 
 // kindStats is one kind's line of stats --json.
@@ -100,19 +113,21 @@ func kindOf(prefix, key string) int {
 	_, suffix, ok := parseKey(prefix, key)
 	switch {
 	case !ok:
-		return 5
+		return kindOther
 	case suffix == suffixLock:
-		return 0
+		return kindLock
 	case suffix == suffixFence:
-		return 1
+		return kindFence
 	case suffix == suffixQueue:
-		return 2
+		return kindQueue
+	case suffix == suffixIdem:
+		return kindIdem
 	case strings.HasPrefix(suffix, suffixWaiter) && len(suffix) > len(suffixWaiter):
-		return 3
+		return kindWaiter
 	case strings.HasPrefix(suffix, suffixRecord) && len(suffix) > len(suffixRecord):
-		return 4
+		return kindRecord
 	}
-	return 5
+	return kindOther
 }
 
 func (c *cli) collectStats(ctx context.Context, client redis.UniversalClient, prefix string, sample, count int64) (statsOutput, error) {
