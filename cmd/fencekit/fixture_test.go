@@ -104,7 +104,8 @@ func prepare(t testing.TB, client redis.UniversalClient, prefix string) {
 		if l.kind == "" {
 			pipe.Set(ctx, k.lock, ownerID+":"+strconv.FormatInt(l.token, 10), min(l.minutes))
 		} else {
-			fields := []any{"limit", l.kind}
+			// The key's bookkeeping, as the library writes it: its expiry and its queue mark.
+			fields := []any{"limit", l.kind, "until", server.Add(min(l.minutes)).UnixMilli(), "q", "1"}
 			for _, h := range l.holders {
 				end := server.Add(min(h.minutes)).UnixMilli()
 				fields = append(fields, h.owner+":"+strconv.FormatInt(h.token, 10), end)

@@ -11,8 +11,9 @@ import (
 
 // holderInfo is one holder of a shared resource (fencing.Shared) or a limited one
 // (fencing.WithLimit), whose lock key is a hash: the field "limit" ("shared", or the limit
-// n) and one field "<owner>:<token>" per holder holding the end of its lease in the server's
-// unix milliseconds.
+// n), the key's bookkeeping ("until", its expiry, and "q", its queue mark) and one field
+// "<owner>:<token>" per holder holding the end of its lease in the server's unix
+// milliseconds.
 type holderInfo struct {
 	Owner string `json:"owner"`
 	Token int64  `json:"token"`
@@ -34,7 +35,7 @@ func parseHolders(h map[string]string, now time.Time) (mode string, limit int, h
 	}
 	nowMs := now.UnixMilli()
 	for f, v := range h {
-		if f == "limit" {
+		if f == "limit" || f == "until" || f == "q" {
 			continue
 		}
 		end, err := strconv.ParseInt(v, 10, 64)
