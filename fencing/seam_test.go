@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -13,40 +12,6 @@ import (
 	"github.com/fencekit/fencekit/internal/redistest"
 	"github.com/fencekit/fencekit/internal/seam"
 )
-
-// trips counts a client's round trips: each command or pipeline sent, but for the handshake
-// of a new connection (HELLO, CLIENT).
-type trips struct{ n atomic.Int64 }
-
-func (c *trips) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *trips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !handshake(cmd) {
-			c.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (c *trips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) > 0 && !handshake(cmds[0]) {
-			c.n.Add(1)
-		}
-		return next(ctx, cmds)
-	}
-}
-
-// handshake reports whether cmd is part of a new connection's handshake, which go-redis sends
-// through the hooks too.
-func handshake(cmd redis.Cmder) bool {
-	switch cmd.Name() {
-	case "hello", "client", "auth", "select":
-		return true
-	}
-	return false
-}
 
 // TestSeamGuard checks the guard of a seam.Call: while the guard key exists, Do takes nothing,
 // does not call its function, and returns an error matching seam.ErrGuarded and
@@ -86,7 +51,7 @@ func TestSeamGuard(t *testing.T) {
 // round trip, before the release script, and that a Do nested in the work sees no Call.
 func TestSeamBeforeRelease(t *testing.T) {
 	r := redistest.New(t)
-	var count trips
+	var count redistest.Trips
 	c := r.NewClient(t)
 	c.AddHook(&count)
 	l := fencing.New(c, fencing.WithPrefix(r.Prefix))
@@ -104,13 +69,13 @@ func TestSeamBeforeRelease(t *testing.T) {
 		call.BeforeRelease = func(p redis.Pipeliner) {
 			set = p.Set(ctx, call.GuardKey, "committed", 0)
 		}
-		before = count.n.Load()
+		before = count.Load()
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := count.n.Load() - before; n != 1 {
+	if n := count.Load() - before; n != 1 {
 		t.Fatalf("the release and its commands took %d round trips, want 1", n)
 	}
 	if set == nil || set.Err() != nil {

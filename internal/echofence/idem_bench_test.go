@@ -75,7 +75,7 @@ func BenchmarkIdempotent(b *testing.B) {
 	for _, row := range []struct{ name, key string }{{"fence", ""}, {"first", "first"}, {"replay", "replay"}} {
 		b.Run(row.name, func(b *testing.B) {
 			r := redistest.New(b)
-			var trips echofencetest.Trips
+			var trips redistest.Trips
 			var taken echofencetest.Acquisitions
 			c := r.NewClient(b)
 			c.AddHook(&trips)

@@ -15,6 +15,7 @@ import (
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/echofence"
 	"github.com/fencekit/fencekit/internal/redisproc"
+	"github.com/fencekit/fencekit/internal/redistest"
 )
 
 // idempotentLostCommitReply drops the reply to the round trip that carries the commit and
@@ -64,7 +65,7 @@ func idempotentLostCommitReply(t *testing.T, d Driver) {
 func idempotentCluster(t *testing.T, d Driver) {
 	redisproc.Require(t)
 	cl := redisproc.StartCluster(t, 3)
-	var trips Trips
+	var trips redistest.Trips
 	cc := cl.Client(t)
 	cc.AddHook(&trips)
 	const prefix = "idem:"

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/echofence"
+	"github.com/fencekit/fencekit/internal/redistest"
 )
 
 // idempotencyCases are the suite's cases of the idempotency middleware.
@@ -49,7 +50,7 @@ func (v *idemEnv) secrets(keys ...string) []string {
 // response byte for byte, marked, in one round trip without a lock or a token.
 func idempotentRunsOnceAndReplays(t *testing.T, d Driver) {
 	v := newIdemEnv(t, d)
-	var trips Trips
+	var trips redistest.Trips
 	var taken Acquisitions
 	c := v.r.NewClient(t)
 	c.AddHook(&trips)
