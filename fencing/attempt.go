@@ -236,7 +236,7 @@ func (l *Locker) releaseOwner(ctx context.Context, cfg *config, g []member, owne
 	for i, m := range g {
 		ks[i], values[i] = m.keys, owner+":"
 	}
-	l.release(rctx, ks, values, cfg.mode, nil)
+	l.release(rctx, ks, values, cfg.mode)
 }
 
 // triples returns the keys of g's resources as a multi-resource script takes them.

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fencekit/fencekit/internal/seam"
 )
 
@@ -99,12 +97,8 @@ func (l *Locker) hold(ctx context.Context, cfg *config, locks []*Lock, set *Lock
 		if !errors.Is(lost, ErrNotHeld) {
 			lost = nil
 		}
-		var before func(redis.Pipeliner)
-		if call != nil {
-			before = call.BeforeRelease
-		}
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), min(cfg.ttl, releaseTimeout))
-		errs := h.release(rctx, before)
+		errs := h.release(rctx, call)
 		rcancel()
 		if !returned {
 			return
@@ -154,13 +148,13 @@ func (h *hold) extend(ctx context.Context, ttl time.Duration) []error {
 	return []error{h.locks[0].extend(ctx, ttl, OpRenew)}
 }
 
-// release releases every lock of h, one lock with the commands of before in the same round
-// trip, and returns the error of each.
-func (h *hold) release(ctx context.Context, before func(redis.Pipeliner)) []error {
+// release releases every lock of h, one lock with what call commits with it (see
+// seam.Call), and returns the error of each.
+func (h *hold) release(ctx context.Context, call *seam.Call) []error {
 	if h.set != nil {
 		return h.set.releaseAll(ctx)
 	}
-	return []error{h.locks[0].releaseWith(ctx, before)}
+	return []error{h.locks[0].releaseWith(ctx, call)}
 }
 
 // named returns cancel with a cause that names resource, the lock that was lost.

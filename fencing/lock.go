@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/fencekit/fencekit/internal/seam"
 )
 
 // A Lock is one acquisition of a resource, with its fencing token. Its methods are safe for
@@ -67,9 +67,8 @@ func (k *Lock) Release(ctx context.Context) error {
 	return k.releaseWith(ctx, nil)
 }
 
-// releaseWith is Release, with the commands that before adds sent in the same pipeline, just
-// before the release script (see seam.Call).
-func (k *Lock) releaseWith(ctx context.Context, before func(redis.Pipeliner)) error {
+// releaseWith is Release, with what call commits with it (see seam.Call; nil: nothing).
+func (k *Lock) releaseWith(ctx context.Context, call *seam.Call) error {
 	if k == nil {
 		return opErr("release", "", ErrNotHeld)
 	}
@@ -80,7 +79,7 @@ func (k *Lock) releaseWith(ctx context.Context, before func(redis.Pipeliner)) er
 	if !k.released.Load() {
 		// Once released, the record in Redis would answer a new release as it answers a
 		// retry: nil. It is not a retry, and the lock is not this acquisition's.
-		released, err = k.locker.releaseOne(ctx, k.keys, k.value, k.mode, before)
+		released, err = k.locker.releaseOne(ctx, k.keys, k.value, k.mode, call)
 	}
 	err = k.releasedAs(released, err)
 	k.hooks.end(ctx, k.event(OpRelease, begin, err))

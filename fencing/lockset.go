@@ -85,7 +85,7 @@ func (s *LockSet) release(ctx context.Context) []error {
 		}
 		ks, values, which = append(ks, k.keys), append(values, k.value), append(which, i)
 	}
-	held, rerrs := s.locker.release(ctx, ks, values, mode{}, nil)
+	held, rerrs := s.locker.release(ctx, ks, values, mode{})
 	for j, i := range which {
 		errs[i] = s.locks[i].releasedAs(held[j], rerrs[j])
 	}
@@ -126,7 +126,7 @@ func (s *LockSet) extendAll(ctx context.Context, ttl time.Duration, op Op) ([]er
 	for i, k := range s.locks {
 		calls[i] = scriptCall{keys: []string{k.keys.lock}, args: k.extendArgs(ms)}
 	}
-	cmds := s.locker.pipeScripts(ctx, extendScript, calls, nil)
+	cmds := s.locker.pipeScripts(ctx, extendScript, calls)
 	errs := make([]error, len(s.locks))
 	for i, k := range s.locks {
 		res, err := cmds[i].Result()

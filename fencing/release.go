@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/internal/seam"
 )
 
 // releaseTimeout bounds releases made with a fresh context.
@@ -15,11 +17,10 @@ const releaseTimeout = 5 * time.Second
 
 // release runs release.lua for lock values of one acquisition of mode m: values[i] on the
 // resource of ks[i], or "<owner>:" for whatever token that owner holds. One script takes the
-// resources that one script can (see groups), and the scripts go in one pipeline, after the
-// commands that before adds (nil: none). It reports for each value whether it held its
-// resource, or the error. Grants to this Locker's own waiters, which the script returns
-// instead of announcing, are delivered to them.
-func (l *Locker) release(ctx context.Context, ks []keys, values []string, m mode, before func(redis.Pipeliner)) ([]bool, []error) {
+// resources that one script can (see groups), and the scripts go in one pipeline. It reports
+// for each value whether it held its resource, or the error. Grants to this Locker's own
+// waiters, which the script returns instead of announcing, are delivered to them.
+func (l *Locker) release(ctx context.Context, ks []keys, values []string, m mode) ([]bool, []error) {
 	held, errs := make([]bool, len(ks)), make([]error, len(ks))
 	if len(ks) == 0 {
 		return held, errs
@@ -40,8 +41,8 @@ func (l *Locker) release(ctx context.Context, ks []keys, values []string, m mode
 		calls[j] = c
 	}
 	sent := time.Now()
-	cmds := l.pipeScripts(ctx, releaseScript, calls, before)
-	resend(ctx, cmds, func(which []scriptCall) []*redis.Cmd { return l.pipeScripts(ctx, releaseScript, which, nil) }, calls)
+	cmds := l.pipeScripts(ctx, releaseScript, calls)
+	resend(ctx, cmds, func(which []scriptCall) []*redis.Cmd { return l.pipeScripts(ctx, releaseScript, which) }, calls)
 	for j, cmd := range cmds {
 		res, err := cmd.Result()
 		run := runs[j]
@@ -71,21 +72,30 @@ func (l *Locker) release(ctx context.Context, ks []keys, values []string, m mode
 	return held, errs
 }
 
-// releaseOne is release of one value, with no slice but the arguments'.
-func (l *Locker) releaseOne(ctx context.Context, k keys, value string, m mode, before func(redis.Pipeliner)) (bool, error) {
-	if before != nil {
-		held, errs := l.release(ctx, []keys{k}, []string{value}, m, before)
-		return held[0], errs[0]
-	}
+// releaseOne is release of one value, with no slice but the arguments', and with what call
+// commits with it (see seam.Call; nil: nothing).
+func (l *Locker) releaseOne(ctx context.Context, k keys, value string, m mode, call *seam.Call) (bool, error) {
 	self := ""
 	if l.waits.queuedOn(k.channel) {
 		self = l.waits.id
 	}
 	sent := time.Now()
-	args := releaseArgs([]any{value}, l.topo.Publish(), m, self)
-	res, err := releaseScript.runOn(ctx, l.client, k, args...).Result()
-	if lostReply(ctx, err) {
+	var res any
+	var err error
+	if call != nil && call.GuardKey != "" && (call.Commit != "" || call.CounterTTL > 0) {
+		args := []any{value, l.topo.Publish(), m.arg(), self, call.Commit, max(call.CommitTTL.Milliseconds(), 1), call.CounterTTL.Milliseconds()}
+		ks := []string{k.lock, k.fence, k.queue, call.GuardKey}
+		res, err = releaseScript.run(ctx, l.client, ks, args...).Result()
+		if lostReply(ctx, err) {
+			res, err = releaseScript.run(ctx, l.client, ks, args...).Result()
+		}
+		defer func() { call.Committed = err == nil && res != int64(flagNotHeld) }()
+	} else {
+		args := releaseArgs([]any{value}, l.topo.Publish(), m, self)
 		res, err = releaseScript.runOn(ctx, l.client, k, args...).Result()
+		if lostReply(ctx, err) {
+			res, err = releaseScript.runOn(ctx, l.client, k, args...).Result()
+		}
 	}
 	if err != nil {
 		return false, err

@@ -1,7 +1,8 @@
 -- Release one or several resources of one acquisition, each if the acquisition still holds it,
 -- and hand each to the next waiters of its queue in the same step (see lib.lua).
 -- KEYS: three per resource, the i-th resource's lock, fence and queue keys at 3i-2, 3i-1 and
---       3i; n = #KEYS / 3 resources. On a Cluster they all share one slot.
+--       3i; n resources. On a Cluster they all share one slot.
+-- KEYS[4]: with one resource, optionally, a guard key of it (internal/seam): with ARGV[5..7].
 -- ARGV[1..n]: value: the lock value of the i-th resource's holder, "<owner>:<token>"; or
 --          "<owner>:" to release whatever token that owner holds (after an acquire whose
 --          reply was lost).
@@ -10,6 +11,10 @@
 --          holder expects (only the exclusive one has a fast path; the lock's shape decides).
 -- ARGV[n+3]: self: the releasing Locker's id when it has waiters queued for these resources
 --          (grants to them come back in the reply, unannounced), or '' (the default).
+-- ARGV[5], ARGV[6], ARGV[7]: with KEYS[4]: commit, a value the release writes to KEYS[4] with
+--          an expiry of ARGV[6] milliseconds when ARGV[1] holds the resource ('' for none),
+--          and counter, an expiry in milliseconds the release gives the fence counter unless
+--          it has one ('0' for none), also only when ARGV[1] holds the resource.
 -- Trailing arguments may be left out when they have their defaults.
 -- Returns, for one resource, 5 when ARGV[1] does not hold it; 4 when it was released and
 -- nothing was granted to the Locker self; {2, element, token, ...} when it was also granted to
@@ -19,10 +24,24 @@
 -- retried call: go-redis retries after a lost reply, and the retry, finding the lock gone or
 -- handed on, returns what the first run did ('1' for 4, '2:<element>:<token>...' for a grant
 -- to self) instead of 5.
-local n = #KEYS / 3
+local n = math.floor(#KEYS / 3)
+-- guarded: one resource and its guard key (KEYS[4] is another resource's lock otherwise).
+local guarded = #KEYS == 4
+-- commit writes what the caller commits with its release (see KEYS[4]).
+local function commit()
+  if ARGV[5] ~= '' then
+    redis.call('SET', KEYS[4], ARGV[5], 'PX', ARGV[6])
+  end
+  if ARGV[7] ~= '0' then
+    redis.call('PEXPIRE', KEYS[2], ARGV[7], 'NX')
+  end
+end
 -- The exclusive fast path, before lib.lua's functions are created: a holder that nobody
 -- waits behind (no mark '+') deletes its lock.
 if n == 1 and (ARGV[3] or 'x') == 'x' and redis.pcall('GET', KEYS[1]) == ARGV[1] then
+  if guarded then
+    commit()
+  end
   redis.call('DEL', KEYS[1])
   redis.call('SET', string.sub(KEYS[1], 1, -5) .. 'r:' .. ARGV[1], '1', 'PX', RECORD_TTL)
   return 4
@@ -63,6 +82,9 @@ local function release(r, value)
       reply[#reply + 1] = t
     end
     return reply
+  end
+  if guarded then
+    commit()
   end
   if h.kind == 'x' then
     if string.sub(held, -1) ~= '+' then

@@ -147,19 +147,15 @@ type scriptCall struct {
 }
 
 // pipeScripts runs s once per call, with EVALSHA in one pipeline (one round trip per server),
-// after the commands that before adds (nil: none), then the calls that Redis answered with
-// NOSCRIPT again with EVAL, in a second pipeline.
-func (l *Locker) pipeScripts(ctx context.Context, s *script, calls []scriptCall, before func(redis.Pipeliner)) []*redis.Cmd {
+// then the calls that Redis answered with NOSCRIPT again with EVAL, in a second pipeline.
+func (l *Locker) pipeScripts(ctx context.Context, s *script, calls []scriptCall) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
-	if len(calls) == 1 && before == nil {
+	if len(calls) == 1 {
 		cmds[0] = s.run(ctx, l.client, calls[0].keys, calls[0].args...)
 		return cmds
 	}
-	send := func(verb string, which []int, before func(redis.Pipeliner)) {
+	send := func(verb string, which []int) {
 		pipe := l.client.Pipeline()
-		if before != nil {
-			before(pipe)
-		}
 		for _, i := range which {
 			cmd := redis.NewCmd(ctx, s.command(verb, calls[i].keys, calls[i].args)...)
 			cmd.SetFirstKeyPos(3)
@@ -172,7 +168,7 @@ func (l *Locker) pipeScripts(ctx context.Context, s *script, calls []scriptCall,
 	for i := range all {
 		all[i] = i
 	}
-	send("evalsha", all, before)
+	send("evalsha", all)
 	var unknown []int
 	for i, cmd := range cmds {
 		if noScript(cmd.Err()) {
@@ -180,7 +176,7 @@ func (l *Locker) pipeScripts(ctx context.Context, s *script, calls []scriptCall,
 		}
 	}
 	if len(unknown) > 0 {
-		send("eval", unknown, nil)
+		send("eval", unknown)
 	}
 	return cmds
 }

@@ -3,10 +3,8 @@ package fencing_test
 import (
 	"context"
 	"errors"
-
 	"testing"
-
-	"github.com/redis/go-redis/v9"
+	"time"
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/redistest"
@@ -47,9 +45,10 @@ func TestSeamGuard(t *testing.T) {
 	}
 }
 
-// TestSeamBeforeRelease checks that the commands of BeforeRelease go with Do's release in one
-// round trip, before the release script, and that a Do nested in the work sees no Call.
-func TestSeamBeforeRelease(t *testing.T) {
+// TestSeamCommit checks the commit of a seam.Call: the release script writes the guard key and
+// gives the counter its expiry in the same round trip as the release, only while the call
+// holds the lock, and reports it in Committed; a Do nested in the work sees no Call.
+func TestSeamCommit(t *testing.T) {
 	r := redistest.New(t)
 	var count redistest.Trips
 	c := r.NewClient(t)
@@ -59,16 +58,13 @@ func TestSeamBeforeRelease(t *testing.T) {
 	ctx := t.Context()
 
 	call := &seam.Call{Guard: "idem"}
-	var set *redis.StatusCmd
 	var before int64
 	err := l.Do(seam.WithCall(ctx, call), "res", func(ctx context.Context) error {
-		// A nested Do is a plain one: the guard is not checked, BeforeRelease not sent.
+		// A nested Do is a plain one: the guard is not checked, nothing is committed.
 		if err := l.Do(ctx, "inner", func(context.Context) error { return nil }); err != nil {
 			return err
 		}
-		call.BeforeRelease = func(p redis.Pipeliner) {
-			set = p.Set(ctx, call.GuardKey, "committed", 0)
-		}
+		call.Commit, call.CommitTTL, call.CounterTTL = "committed", time.Hour, 2*time.Hour
 		before = count.Load()
 		return nil
 	})
@@ -76,15 +72,71 @@ func TestSeamBeforeRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := count.Load() - before; n != 1 {
-		t.Fatalf("the release and its commands took %d round trips, want 1", n)
+		t.Fatalf("the release and its commit took %d round trips, want 1", n)
 	}
-	if set == nil || set.Err() != nil {
-		t.Fatalf("the command before the release: %v", set)
+	if !call.Committed {
+		t.Fatal("Committed is false after a release that held the lock")
 	}
 	if v := r.Client.Get(ctx, call.GuardKey).Val(); v != "committed" {
 		t.Fatalf("guard key %q, want committed", v)
 	}
-	if n := r.Client.Exists(ctx, call.LockKey).Val(); n != 0 {
-		t.Fatal("the lock was not released")
+	if ttl := r.Client.PTTL(ctx, call.GuardKey).Val(); ttl <= 59*time.Minute || ttl > time.Hour {
+		t.Fatalf("guard key TTL %v, want an hour", ttl)
+	}
+	if ttl := r.Client.PTTL(ctx, call.FenceKey).Val(); ttl <= 119*time.Minute || ttl > 2*time.Hour {
+		t.Fatalf("counter TTL %v, want two hours", ttl)
+	}
+	if n := r.Client.Exists(ctx, call.LockKey, r.Prefix+"{inner}:idem").Val(); n != 0 {
+		t.Fatal("the lock was not released, or the nested Do committed")
+	}
+
+	// A call that lost its lock commits nothing.
+	call = &seam.Call{Guard: "other"}
+	err = l.Do(seam.WithCall(ctx, call), "lost", func(ctx context.Context) error {
+		call.Commit, call.CommitTTL = "late", time.Hour
+		return r.Client.Del(ctx, call.LockKey).Err() // the lease ran out
+	})
+	if !errors.Is(err, fencing.ErrNotHeld) || call.Committed {
+		t.Fatalf("lost lock: got %v, committed %v; want ErrNotHeld and nothing committed", err, call.Committed)
+	}
+	if n := r.Client.Exists(ctx, call.GuardKey).Val(); n != 0 {
+		t.Fatal("a call that lost its lock wrote its commit")
+	}
+}
+
+// TestSeamCommitHandsOver checks the commit of a release that hands the lock to a waiter queued
+// behind it (the release script's path past the exclusive fast one): the commit is written, the
+// counter's expiry set, and the waiter granted with the next token, in the release's one step.
+func TestSeamCommitHandsOver(t *testing.T) {
+	r := redistest.New(t)
+	l := fencing.New(r.Client, fencing.WithPrefix(r.Prefix))
+	waiter := fencing.New(r.Client, fencing.WithPrefix(r.Prefix))
+	t.Cleanup(func() { _ = l.Close(); _ = waiter.Close() })
+	ctx := t.Context()
+
+	call := &seam.Call{Guard: "idem"}
+	var granted <-chan acquired
+	err := l.Do(seam.WithCall(ctx, call), "res", func(ctx context.Context) error {
+		granted = acquireAsync(t.Context(), waiter, "res")
+		waitFor(t, 5*time.Second, "the waiter in the queue", func() bool { return queueLen(r, "res") == 1 })
+		call.Commit, call.CommitTTL, call.CounterTTL = "committed", time.Hour, 2*time.Hour
+		return nil
+	})
+	if err != nil || !call.Committed {
+		t.Fatalf("Do: %v, committed %v; want nil and the commit written", err, call.Committed)
+	}
+	a := <-granted
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	t.Cleanup(func() { _ = a.lock.Release(context.Background()) })
+	if a.lock.Token() != 2 {
+		t.Fatalf("the waiter's token %d, want 2", a.lock.Token())
+	}
+	if v := r.Client.Get(ctx, call.GuardKey).Val(); v != "committed" {
+		t.Fatalf("guard key %q, want committed", v)
+	}
+	if ttl := r.Client.PTTL(ctx, call.FenceKey).Val(); ttl <= 119*time.Minute || ttl > 2*time.Hour {
+		t.Fatalf("counter TTL %v, want two hours", ttl)
 	}
 }

@@ -54,13 +54,15 @@ func (m *Idempotency[C]) Serve(c C, next func(c C) error) error {
 // attempt is one run of a request under the key's lock: what the handler answered and the
 // reply of the commit sent with the release.
 type attempt struct {
-	ran     bool
-	handled bool  // the handler's error was answered by Echo's error handler, into out
-	err     error // the handler's error
-	out     *capture
-	stored  string                            // a record found before running (a call that waited)
-	commit  *redis.Cmd                        // the commit script, sent with the release; nil when none was
-	again   func(c redis.Scripter) *redis.Cmd // sends the commit script with EVAL
+	ran        bool
+	handled    bool  // the handler's error was answered by Echo's error handler, into out
+	err        error // the handler's error
+	out        *capture
+	stored     string            // a record found before running (a call that waited)
+	call       *seam.Call        // the call's, whose Committed says whether the release committed
+	committing bool              // a record went with the release (seam.Call.Commit)
+	lost       bool              // the call lost its lock while the handler ran
+	read       func() *redis.Cmd // reads the result that won (result.lua)
 }
 
 // serve takes the key's lock and runs next under it, or answers from the stored result.
@@ -123,7 +125,7 @@ func (m *Idempotency[C]) run(work context.Context, c C, next func(c C) error, na
 	}
 	token, _ := fencing.TokenFor(work, name)
 	out := newCapture(m.glue.Response(c), m.maxBody)
-	a.ran, a.out = true, out
+	a.ran, a.out, a.call = true, out, call
 	restore := m.glue.Swap(c, out)
 	c.SetRequest(req.WithContext(withRecordHeld(work, name, token)))
 	defer func() { // also when next panics: Recover, outside, answers on the client's response
@@ -139,35 +141,36 @@ func (m *Idempotency[C]) run(work context.Context, c C, next func(c C) error, na
 		a.handled = true
 	}
 
-	// The record is committed only while the token is the key's current one (commit.lua),
-	// in the round trip of the release. A call that lost its lock stores nothing, but still
-	// reads the result that won, for its client.
+	// The record is committed by the release script itself, in the same step, only while the
+	// call still holds the key's lock (seam.Call.Commit). A call that lost its lock stores
+	// nothing, but still reads the result that won, for its client (finish).
 	lost := errors.Is(context.Cause(work), fencing.ErrNotHeld)
 	status := out.code()
+	if m.floored {
+		// Tokens floored at the server clock: a counter created again starts above every
+		// token before it, so the key's counter may expire with its record.
+		call.CounterTTL = m.ttl
+	}
 	ctx := context.WithoutCancel(req.Context())
-	if out.streamed || (!lost && (!m.keep(status) || errors.Is(a.err, fencing.ErrNotAcquired))) {
+	a.read = func() *redis.Cmd { return resultCmd(ctx, m.locker.Client(), call, token) }
+	switch {
+	case out.streamed, !lost && (!m.keep(status) || errors.Is(a.err, fencing.ErrNotAcquired)):
 		// Not kept: streamed, a 5xx by default, or a busy lock inside (the Fence middleware's
-		// 423): the request did nothing a retry should not do again. The key's counter
-		// expires all the same, as commit.lua lets it.
-		if m.floored {
-			call.BeforeRelease = func(pipe redis.Pipeliner) {
-				pipe.Do(ctx, "pexpire", call.FenceKey, max(m.ttl.Milliseconds(), 1), "NX")
+		// 423): the request did nothing a retry should not do again.
+	case lost:
+		a.lost = true
+	default:
+		rec := &record{token: token, status: status, fingerprint: fp, body: out.body.Bytes()}
+		for _, h := range m.replayHeaders {
+			if values := out.header[h]; len(values) > 0 {
+				if rec.header == nil {
+					rec.header = http.Header{}
+				}
+				rec.header[h] = values
 			}
 		}
-		return nil
-	}
-	rec := &record{token: token, status: status, fingerprint: fp, body: out.body.Bytes()}
-	for _, h := range m.replayHeaders {
-		if values := out.header[h]; len(values) > 0 {
-			if rec.header == nil {
-				rec.header = http.Header{}
-			}
-			rec.header[h] = values
-		}
-	}
-	encoded := rec.encode()
-	call.BeforeRelease = func(pipe redis.Pipeliner) {
-		a.commit = commitCmd(ctx, pipe, call, token, encoded, m.ttl, !lost, m.floored)
+		call.Commit, call.CommitTTL = string(rec.encode()), m.ttl
+		a.committing = true
 	}
 	return nil
 }
@@ -201,8 +204,9 @@ func (m *Idempotency[C]) finish(c C, fp string, a *attempt) error {
 	if a.out.streamed {
 		return result
 	}
-	if a.commit != nil {
-		reply, err := parseCommit(a.commit)
+	if (a.committing && !a.call.Committed) || a.lost {
+		// The release found the lock lost: nothing was written. Read what won.
+		reply, err := parseResult(a.read())
 		switch {
 		case err != nil, reply.mine, reply.free:
 			// Stored, nothing to store, or not known: the handler's answer is the truth.

@@ -7,8 +7,7 @@ package seam
 import (
 	"context"
 	"errors"
-
-	"github.com/redis/go-redis/v9"
+	"time"
 )
 
 // ErrGuarded is the error of an acquisition refused because its [Call]'s guard key exists.
@@ -33,11 +32,16 @@ type Call struct {
 	// (the token counter) keys, and of the guard key ("" without Guard).
 	LockKey, FenceKey, GuardKey string
 
-	// BeforeRelease, when the function sets it, adds commands to the pipeline that carries
-	// Do's release: they run just before the release script, in the same round trip (on a
-	// Cluster, keys in the lock's slot only). Their replies are theirs to read once Do
-	// returns; when the release cannot be sent at all, they carry its error.
-	BeforeRelease func(pipe redis.Pipeliner)
+	// Commit, when the function sets it, is written to the guard key by Do's release script
+	// itself, in the same step as the release and only while this call still holds the lock:
+	// SET <guard> Commit PX CommitTTL. With CounterTTL set, the same step gives the resource's
+	// counter that expiry unless it has one (PEXPIRE NX), also without a Commit. Committed
+	// reports, once Do returns, whether the release found the lock held, and so wrote them;
+	// when it did not (the lease lapsed), nothing was written.
+	Commit     string
+	CommitTTL  time.Duration
+	CounterTTL time.Duration
+	Committed  bool
 }
 
 type callKey struct{}

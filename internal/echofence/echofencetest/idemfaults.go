@@ -18,10 +18,10 @@ import (
 	"github.com/fencekit/fencekit/internal/redistest"
 )
 
-// idempotentLostCommitReply drops the reply to the round trip that carries the commit and
-// the release, once: go-redis sends the pipeline again, the commit finds its own record and
-// the release its own outcome (docs/design.md), so the client gets its answer, the record is
-// the one of that request's token, written once, and no lock is left.
+// idempotentLostCommitReply drops the reply to the release script that carries the commit,
+// once: go-redis sends it again, and the retry finds the release's own outcome in its record
+// (docs/design.md), so the client gets its answer, the record is the one of that request's
+// token, written once, and no lock is left.
 func idempotentLostCommitReply(t *testing.T, d Driver) {
 	v := newIdemEnv(t, d)
 	proxy := newDropProxy(t, v.r.Addr)
@@ -33,7 +33,7 @@ func idempotentLostCommitReply(t *testing.T, d Driver) {
 	t.Cleanup(func() { _ = l.Close() })
 	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{Locker: l}))
 
-	proxy.Arm(echofence.CommitScript[:60])
+	proxy.Arm("/payments/1") // the stored Location: only the release that commits the record sends it
 	first := v.send(http.MethodPost, "/payments/1", "k", "a")
 	if n := proxy.dropped.Load(); n != 1 {
 		t.Fatalf("the proxy dropped %d replies, want 1", n)
