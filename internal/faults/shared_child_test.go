@@ -25,23 +25,13 @@ import (
 	"github.com/fencekit/fencekit/store"
 )
 
-// sharedEnv, when set to a role, makes TestSharedChild run sharedChildMain instead of a test:
-// one process of the shared-mode tests. The role "cmd" takes and releases locks as its stdin
-// tells it (TestSharedFIFOProcesses); "loop" runs Do on one resource again and again, shared
-// or exclusive, until its stdin ends or it has made its rounds (TestSharedWriterNotStarved,
-// TestSharedReadersKilledAndStopped). The settings come in more variables, sharedEnv + "_"
-// + a name: see childSettings.
+// sharedEnv, when set to a role, makes TestMain run sharedChildMain instead of the tests: one
+// process of the shared-mode tests, the test binary re-executed. The role "cmd" takes and
+// releases locks as its stdin tells it (TestSharedFIFOProcesses); "loop" runs Do on one
+// resource again and again, shared or exclusive, until its stdin ends or it has made its
+// rounds (TestSharedWriterNotStarved, TestSharedReadersKilledAndStopped). The settings come in
+// more variables, sharedEnv + "_" + a name: see childSettings.
 const sharedEnv = "FENCEKIT_FAULTS_SHARED"
-
-// TestSharedChild is the entry point of the shared-mode tests' child processes: the test
-// binary re-executed with -test.run=^TestSharedChild$ and sharedEnv set. It exits the process
-// itself; run directly, it skips.
-func TestSharedChild(t *testing.T) {
-	if os.Getenv(sharedEnv) == "" {
-		t.Skip("the child process of the shared-mode tests: runs only when re-executed by them")
-	}
-	os.Exit(sharedChildMain())
-}
 
 // childSettings are a child's settings, from its environment.
 type childSettings struct {
@@ -428,7 +418,7 @@ type sharedProc struct {
 func startShared(t *testing.T, name string, s childSettings) *sharedProc {
 	t.Helper()
 	p := &sharedProc{name: name, done: make(chan struct{})}
-	p.cmd = exec.Command(os.Args[0], "-test.run=^TestSharedChild$")
+	p.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	p.cmd.Env = s.env()
 	p.cmd.SysProcAttr = childAttr()
 	p.cmd.Stderr = p
