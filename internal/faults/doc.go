@@ -6,7 +6,9 @@
 // that missed the latest acquisitions, Redis going down while work runs under Do, SCRIPT
 // FLUSH, CLIENT PAUSE, a busy script, running out of memory, eviction policies, a Redis
 // Cluster with awkward resource names, and waiters on many resources of a Cluster through
-// killed pub/sub connections, a slot migration, a primary restart and a failover. Each test checks the promise that no stale write is
+// killed pub/sub connections, a slot migration, a primary restart and a failover, and shared
+// (reader) locks through the same: processes queued, killed and stopped, replies lost, a
+// Cluster and a replica. Each test checks the promise that no stale write is
 // accepted by a store that checks the token, or shows where a configuration breaks it,
 // and logs its measurements as lines of the form
 //

@@ -16,5 +16,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(transferEnv) != "" {
 		os.Exit(transferMain())
 	}
+	// Re-executed as one process of the shared-mode tests.
+	if os.Getenv(sharedEnv) != "" {
+		os.Exit(sharedChildMain())
+	}
 	goleak.VerifyTestMain(m)
 }

@@ -1,0 +1,315 @@
+package faults_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/redisproc"
+)
+
+// sharedScript matches a request, sent with EVALSHA or EVAL, of a shared call on the resource
+// whose lock key is lock: of the acquire script (op "acquire": its ARGV[1] is an owner,
+// without ':'), of the acquire script that queues the waiter when the resource is busy ("join":
+// with a queue element), or of the release script ("release": its ARGV[1] is a lock value,
+// not the "<owner>:" of an undo).
+func sharedScript(lock, op string) func([]byte) bool {
+	return func(p []byte) bool {
+		args := respArgs(p)
+		if len(args) < 9 || (args[0] != "evalsha" && args[0] != "eval") || args[2] != "3" || args[3] != lock {
+			return false
+		}
+		switch op {
+		case "release":
+			return args[8] == "shared" && strings.Contains(args[6], ":") && !strings.HasSuffix(args[6], ":")
+		case "join":
+			return len(args) >= 13 && args[9] == "shared" && !strings.Contains(args[6], ":")
+		}
+		return len(args) >= 10 && args[9] == "shared" && !strings.Contains(args[6], ":")
+	}
+}
+
+// TestSharedLostReply loses the reply of a shared acquisition and of a shared release on a
+// real server (replyDropper: the request runs, the connection breaks before its reply is
+// read), with go-redis retrying the request on a new connection (MaxRetries 3) and without
+// (MaxRetries -1), on a free resource and beside another shared holder, and once more for
+// a release that hands the resource to a writer queued behind:
+//
+//   - acquire, retried: the retry finds its own holder field and returns the same token:
+//     one field, the counter moved once (no token issued twice);
+//   - acquire, not retried: the call fails, and before returning frees the field its first
+//     run wrote (no holder left behind by nobody); the other holder keeps its own; the token
+//     is used up;
+//   - release, retried: nil (the release record answers the retry), the field gone, the
+//     other holder's kept, a second Release ErrNotHeld;
+//   - release, not retried: fencing sends the release once more itself: nil too;
+//   - release that grants a queued writer: nil either way, and the writer gets the lock once,
+//     with the next token.
+func TestSharedLostReply(t *testing.T) {
+	redisproc.Require(t)
+	s := redisproc.Start(t)
+	ctx := context.Background()
+	admin := s.Client(t)
+	shared := fencing.Shared()
+	for _, retries := range []int{3, -1} {
+		mode := "retried"
+		if retries < 0 {
+			mode = "not-retried"
+		}
+		// dropping returns a Locker whose client loses the reply of the first request that
+		// match accepts once armed; its scripts are loaded first, so that the request is the
+		// EVALSHA.
+		dropping := func(t *testing.T, match func([]byte) bool) (*fencing.Locker, *replyDropper) {
+			d := &replyDropper{match: match}
+			l := newLocker(t, s.Client(t, func(o *redis.Options) { o.MaxRetries, o.Dialer = retries, d.dial }))
+			warm, err := l.TryAcquire(ctx, "warm", shared)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := warm.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return l, d
+		}
+		for _, beside := range []bool{false, true} {
+			where := "alone"
+			if beside {
+				where = "beside-a-reader"
+			}
+			t.Run("acquire/"+mode+"/"+where, func(t *testing.T) {
+				l, d := dropping(t, sharedScript(lockKey(t, "res"), "acquire"))
+				var other *fencing.Lock
+				if beside {
+					other = mustTry(t, newLocker(t, admin), "res", shared)
+				}
+				before := fence(t, admin, "res")
+				d.armed.Store(true)
+				lock, err := l.TryAcquire(ctx, "res", shared)
+				if d.dropped.Load() != 1 {
+					t.Fatalf("the reply was not dropped (TryAcquire: %v)", err)
+				}
+				if n := fence(t, admin, "res"); n != before+1 {
+					t.Errorf("counter %d after the lost reply, want %d: one token issued", n, before+1)
+				}
+				var want []string
+				if other != nil {
+					want = append(want, strconv.FormatInt(other.Token(), 10))
+				}
+				if retries > 0 {
+					if err != nil {
+						t.Fatalf("TryAcquire: %v, want the lock: the retry finds the field its first run wrote", err)
+					}
+					if lock.Token() != before+1 {
+						t.Errorf("token %d, want %d: the retry returns the first run's token", lock.Token(), before+1)
+					}
+					want = append(want, strconv.FormatInt(lock.Token(), 10))
+				} else if err == nil || lock != nil || errors.Is(err, fencing.ErrNotAcquired) {
+					t.Fatalf("TryAcquire: got %v, %v; want the connection's error", lock, err)
+				}
+				if have := holderTokens(t, admin, lockKey(t, "res")); !slices.Equal(have, want) {
+					t.Fatalf("the lock holds tokens %v, want %v", have, want)
+				}
+				next := mustTry(t, l, "res", shared)
+				if next.Token() != before+2 {
+					t.Errorf("the next shared token %d, want %d", next.Token(), before+2)
+				}
+				for _, k := range []*fencing.Lock{lock, next, other} {
+					if k != nil {
+						if err := k.Release(ctx); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				if n := admin.Exists(ctx, lockKey(t, "res")).Val(); n != 0 {
+					t.Fatal("the lock outlived its holders' releases")
+				}
+			})
+			t.Run("release/"+mode+"/"+where, func(t *testing.T) {
+				l, d := dropping(t, sharedScript(lockKey(t, "res"), "release"))
+				var other *fencing.Lock
+				if beside {
+					other = mustTry(t, newLocker(t, admin), "res", shared)
+				}
+				lock := mustTry(t, l, "res", shared)
+				d.armed.Store(true)
+				err := lock.Release(ctx)
+				if d.dropped.Load() != 1 {
+					t.Fatalf("the reply was not dropped (Release: %v)", err)
+				}
+				if err != nil {
+					t.Fatalf("Release: %v, want nil: its first run released the lock", err)
+				}
+				var want []string
+				if other != nil {
+					want = append(want, strconv.FormatInt(other.Token(), 10))
+				}
+				if have := holderTokens(t, admin, lockKey(t, "res")); !slices.Equal(have, want) {
+					t.Fatalf("the lock holds tokens %v, want %v", have, want)
+				}
+				if err := lock.Release(ctx); !errors.Is(err, fencing.ErrNotHeld) {
+					t.Errorf("second Release: %v, want ErrNotHeld", err)
+				}
+				if other != nil {
+					if err := other.Release(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if n := admin.Exists(ctx, lockKey(t, "res")).Val(); n != 0 {
+					t.Fatal("the lock outlived its holders' releases")
+				}
+			})
+		}
+		t.Run("join/"+mode, func(t *testing.T) {
+			// The reply lost is that of the script that queues the shared waiter behind a
+			// writer. Retried, the script queues the element again; not retried, Acquire fails
+			// and its element stays queued (the reply that would have confirmed it was lost).
+			// Either way the writer's release grants every copy, and the Locker, which keeps
+			// listening for entryTTL after a wait, passes on each grant no waiter takes.
+			l, d := dropping(t, sharedScript(lockKey(t, "res"), "join"))
+			writer := mustTry(t, newLocker(t, admin), "res")
+			type result struct {
+				lock *fencing.Lock
+				err  error
+			}
+			got := make(chan result, 1)
+			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			d.armed.Store(true)
+			go func() {
+				r, err := l.Acquire(wctx, "res", shared)
+				got <- result{r, err}
+			}()
+			queue := keyBase(t, "res") + "queue"
+			var r result
+			if retries > 0 {
+				waitUntil(t, 10*time.Second, "the element queued twice", func() bool { return admin.LLen(ctx, queue).Val() == 2 })
+			} else {
+				r = <-got
+				if r.err == nil || errors.Is(r.err, fencing.ErrNotAcquired) {
+					t.Fatalf("Acquire: got %v, %v; want the connection's error", r.lock, r.err)
+				}
+				if n := admin.LLen(ctx, queue).Val(); n != 1 {
+					t.Fatalf("queue length %d after the failed Acquire, want 1 (its element, unconfirmed)", n)
+				}
+			}
+			if d.dropped.Load() != 1 {
+				t.Fatalf("%d replies dropped, want 1", d.dropped.Load())
+			}
+			if err := writer.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			if retries > 0 {
+				if r = <-got; r.err != nil {
+					t.Fatalf("Acquire: %v, want the lock", r.err)
+				}
+				if r.lock.Token() != writer.Token()+1 {
+					t.Errorf("token %d, want %d: the first copy's grant", r.lock.Token(), writer.Token()+1)
+				}
+				want = []string{strconv.FormatInt(r.lock.Token(), 10)}
+			}
+			released := time.Now()
+			waitUntil(t, time.Second, "the unused grants passed on", func() bool {
+				return slices.Equal(holderTokens(t, admin, lockKey(t, "res")), want)
+			})
+			passed := time.Since(released)
+			if n, want := fence(t, admin, "res"), writer.Token()+2; retries > 0 && n != want {
+				t.Errorf("counter %d, want %d: one token for each copy of the element", n, want)
+			}
+			if n := admin.LLen(ctx, queue).Val(); n != 0 {
+				t.Errorf("%d elements left in the queue", n)
+			}
+			counter := fence(t, admin, "res")
+			next := mustTry(t, newLocker(t, admin), "res", shared)
+			for _, k := range []*fencing.Lock{r.lock, next} {
+				if k != nil {
+					if err := k.Release(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			figure(t, "shared-lost-join-"+mode, "the queueing script's reply lost: Acquire %v; the unused grant passed on %v after the writer's release; counter %d after the writer's %d",
+				errText(r.err), passed.Round(100*time.Microsecond), counter, writer.Token())
+		})
+		t.Run("release-to-writer/"+mode, func(t *testing.T) {
+			l, d := dropping(t, sharedScript(lockKey(t, "res"), "release"))
+			lock := mustTry(t, l, "res", shared)
+			type result struct {
+				lock *fencing.Lock
+				err  error
+			}
+			got := make(chan result, 1)
+			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			go func() {
+				w, err := newLocker(t, admin).Acquire(wctx, "res")
+				got <- result{w, err}
+			}()
+			waitUntil(t, 10*time.Second, "the writer in the queue", func() bool {
+				return admin.LLen(ctx, keyBase(t, "res")+"queue").Val() == 1
+			})
+			d.armed.Store(true)
+			err := lock.Release(ctx)
+			if d.dropped.Load() != 1 {
+				t.Fatalf("the reply was not dropped (Release: %v)", err)
+			}
+			if err != nil {
+				t.Fatalf("Release: %v, want nil: its first run released the lock and granted it", err)
+			}
+			w := <-got
+			if w.err != nil {
+				t.Fatalf("the writer: %v", w.err)
+			}
+			if w.lock.Token() != lock.Token()+1 || fence(t, admin, "res") != lock.Token()+1 {
+				t.Errorf("writer token %d, counter %d; want %d and %d: granted once", w.lock.Token(), fence(t, admin, "res"), lock.Token()+1, lock.Token()+1)
+			}
+			if have := holderTokens(t, admin, lockKey(t, "res")); !slices.Equal(have, []string{strconv.FormatInt(w.lock.Token(), 10)}) {
+				t.Errorf("the lock holds %v, want the writer's token %d alone", have, w.lock.Token())
+			}
+			if err := w.lock.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if !t.Failed() {
+		figure(t, "shared-lost-replies", "%s, go-redis retrying and not: a lost shared acquire (alone, beside a reader) leaves one holder field with one token or none; a lost shared release returns nil and keeps the other reader; a release that granted a queued writer returns nil and the writer holds once, with the next token", serverName(t, s))
+	}
+}
+
+// mustTry takes resource with TryAcquire and fails t otherwise.
+func mustTry(t *testing.T, l *fencing.Locker, resource string, opts ...fencing.CallOption) *fencing.Lock {
+	t.Helper()
+	lock, err := l.TryAcquire(context.Background(), resource, opts...)
+	if err != nil {
+		t.Fatalf("TryAcquire %s: %v", resource, err)
+	}
+	return lock
+}
+
+// fence returns the counter of resource, 0 when it does not exist.
+func fence(t *testing.T, c redis.UniversalClient, resource string) int64 {
+	t.Helper()
+	v, err := c.Get(context.Background(), fenceKey(t, resource)).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return atoi64(v)
+}
+
+// errText returns "ok" for nil, the error's text otherwise.
+func errText(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return strconv.Quote(err.Error())
+}
