@@ -88,6 +88,7 @@ func BenchmarkIdempotent(b *testing.B) {
 			s := newIdemServer(b, mw, row.key)
 			s.serve(b, -1) // the scripts loaded and the connection open before the count
 			trips0, taken0 := trips.Load(), taken.Load()
+			cmds0 := commands(b, r.Client)
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
@@ -97,6 +98,8 @@ func BenchmarkIdempotent(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64(trips.Load()-trips0)/float64(b.N), "round-trips/req")
 			b.ReportMetric(float64(taken.Load()-taken0)/float64(b.N), "locks/req")
+			// The INFO after cmds0 is one command more.
+			b.ReportMetric(float64(commands(b, r.Client)-cmds0-1)/float64(b.N), "cmds/req")
 		})
 	}
 	b.Run("retries-100", func(b *testing.B) {
