@@ -107,11 +107,13 @@ end
 -- (the server time read), expires (the key's 'until') and queued (its mark 'q'), after
 -- deleting the fields whose lease ended (changed is then set). One read for the shape
 -- expected; a second only for the other. A lock that no live holder keeps is free (see
--- free).
-local function holders(r, kind)
-  local v, all
+-- free). seen, when not nil, is what a GET of the lock already answered in this script.
+local function holders(r, kind, seen)
+  local v, all = seen, nil
   if kind == 'x' then
-    v = redis.pcall('GET', r.lock)
+    if v == nil then
+      v = redis.pcall('GET', r.lock)
+    end
     if type(v) == 'string' then
       return {kind = 'x', value = v}
     elseif not v then
@@ -286,7 +288,7 @@ end
 -- channel reached a subscriber (publish: 'P' PUBLISH, 'S' SPUBLISH, '-' nothing), or else
 -- when its Locker's waiter key exists; dead waiters are dropped (each costs a token). Returns
 -- the holders (new ones when the resource was free and something was granted), the grants to
--- self as a list {element, token, ...}, and whether waiters are left in the queue.
+-- self as a list {element, token, ...}, and whether waiters may be left in the queue.
 local function fill(r, h, publish, self)
   local mine = {}
   while not (h and h.kind == 'x' and not h.gone) do
@@ -298,6 +300,8 @@ local function fill(r, h, publish, self)
       element = redis.call('LPOP', r.queue)
     elseif h.queued == false and h.mark == nil then
       return h, mine, false -- a hash marked with nobody queued
+    elseif h.kind ~= 'shared' and h.live >= tonumber(h.kind) then
+      return h, mine, true -- every slot taken: no waiter fits, the queue is left unread
     else
       element = redis.call('LINDEX', r.queue, 0)
       if element then

@@ -37,14 +37,18 @@ local function commit()
   end
 end
 -- The exclusive fast path, before lib.lua's functions are created: a holder that nobody
--- waits behind (no mark '+') deletes its lock.
-if n == 1 and (ARGV[3] or 'x') == 'x' and redis.pcall('GET', KEYS[1]) == ARGV[1] then
-  if guarded then
-    commit()
+-- waits behind (no mark '+') deletes its lock. seen keeps what the GET read for the rest.
+local seen
+if n == 1 and (ARGV[3] or 'x') == 'x' then
+  seen = redis.pcall('GET', KEYS[1])
+  if seen == ARGV[1] then
+    if guarded then
+      commit()
+    end
+    redis.call('DEL', KEYS[1])
+    redis.call('SET', string.sub(KEYS[1], 1, -5) .. 'r:' .. ARGV[1], '1', 'PX', RECORD_TTL)
+    return 4
   end
-  redis.call('DEL', KEYS[1])
-  redis.call('SET', string.sub(KEYS[1], 1, -5) .. 'r:' .. ARGV[1], '1', 'PX', RECORD_TTL)
-  return 4
 end
 -- #include lib.lua
 local publish, kind, self = ARGV[n + 1] or 'P', ARGV[n + 2] or 'x', ARGV[n + 3] or ''
@@ -53,7 +57,7 @@ local publish, kind, self = ARGV[n + 1] or 'P', ARGV[n + 2] or 'x', ARGV[n + 3] 
 local function release(r, value)
   local exact = string.sub(value, -1) ~= ':'
   local record = r.base .. 'r:' .. value
-  local h = holders(r, kind)
+  local h = holders(r, kind, seen)
   local held
   if h and h.kind == 'x' then
     local v = h.value
