@@ -130,13 +130,13 @@ func TestSchedulerReplicas(t *testing.T) {
 		start()
 	}
 	var events []string
-	var signalled []time.Time // when a replica was killed or stopped: its last report may be lost
+	var signalled []time.Time // when replicas were gone or stopped: a last report may be lost
 	lead := leader(0)
 	time.Sleep(5 * time.Second)
 	for range 2 {
 		events = append(events, fmt.Sprintf("%v SIGKILL %d (epoch %d)", time.Since(began).Round(time.Millisecond), lead.pid, lead.token))
-		signalled = append(signalled, time.Now())
 		kill(lead.pid)
+		signalled = append(signalled, time.Now())
 		start()
 		lead = leader(lead.token)
 		time.Sleep(5 * time.Second)
@@ -145,10 +145,10 @@ func TestSchedulerReplicas(t *testing.T) {
 	mu.Lock()
 	stopped := replicas[lead.pid].cmd.Process
 	mu.Unlock()
-	signalled = append(signalled, time.Now())
 	if err := stopped.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	signalled = append(signalled, time.Now())
 	time.Sleep(2 * replicaLease)
 	if err := stopped.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -156,7 +156,6 @@ func TestSchedulerReplicas(t *testing.T) {
 	events = append(events, fmt.Sprintf("%v SIGCONT %d", time.Since(began).Round(time.Millisecond), lead.pid))
 	lead = leader(lead.token)
 	time.Sleep(30*time.Second - time.Since(began))
-	signalled = append(signalled, time.Now())
 	mu.Lock()
 	for pid := range replicas {
 		mu.Unlock()
@@ -164,6 +163,7 @@ func TestSchedulerReplicas(t *testing.T) {
 		mu.Lock()
 	}
 	mu.Unlock()
+	signalled = append(signalled, time.Now())
 	for _, e := range events {
 		t.Log(e)
 	}
