@@ -280,13 +280,18 @@ type clusterWait struct {
 func grantChannel(t testing.TB, resource string) string { return keyBase(t, resource) + "grant" }
 
 // grantSubscribers returns the subscriptions that node holds to channel, a grantChannel, and
-// to the channels that extend it, summed over them (PUBSUB SHARDCHANNELS and SHARDNUMSUB).
-func grantSubscribers(ctx context.Context, node *redisproc.Server, channel string) (int64, error) {
-	chans, err := node.Do(ctx, "PUBSUB", "SHARDCHANNELS", channel+"*").StringSlice()
+// to the channels that extend it, summed over them: shard channels on a Cluster (PUBSUB
+// SHARDCHANNELS and SHARDNUMSUB), plain ones otherwise (CHANNELS and NUMSUB).
+func grantSubscribers(ctx context.Context, node *redisproc.Server, channel string, cluster bool) (int64, error) {
+	list, count := "CHANNELS", "NUMSUB"
+	if cluster {
+		list, count = "SHARDCHANNELS", "SHARDNUMSUB"
+	}
+	chans, err := node.Do(ctx, "PUBSUB", list, channel+"*").StringSlice()
 	if err != nil || len(chans) == 0 {
 		return 0, err
 	}
-	args := []any{"PUBSUB", "SHARDNUMSUB"}
+	args := []any{"PUBSUB", count}
 	for _, ch := range chans {
 		args = append(args, ch)
 	}
@@ -408,7 +413,7 @@ func (w *clusterWait) waitSubscribed(names []string, n int64) {
 		channel := grantChannel(w.t, name)
 		owner := w.cl.NodeFor(channel)
 		waitUntil(w.t, 15*time.Second, "the subscriptions to "+channel, func() bool {
-			got, err := grantSubscribers(ctx, owner, channel)
+			got, err := grantSubscribers(ctx, owner, channel, true)
 			return err == nil && got == n
 		})
 	}
@@ -425,7 +430,7 @@ func (w *clusterWait) follow(names []string, n int64) time.Duration {
 		channel := grantChannel(w.t, name)
 		owner := w.cl.NodeFor(channel)
 		waitUntil(w.t, 10*time.Second, "the subscriptions to "+channel+" on its new primary "+owner.Addr(), func() bool {
-			got, err := grantSubscribers(ctx, owner, channel)
+			got, err := grantSubscribers(ctx, owner, channel, true)
 			return err == nil && got == n
 		})
 	}

@@ -94,7 +94,7 @@ func TestCluster(t *testing.T) {
 			channel := keyBase(t, name) + "grant"
 			owner := cl.NodeFor(lockKey(t, name))
 			waitUntil(t, 10*time.Second, "the waiter's shard subscription", func() bool {
-				n, err := grantSubscribers(ctx, owner, channel)
+				n, err := grantSubscribers(ctx, owner, channel, true)
 				return err == nil && n == 1
 			})
 			waitUntil(t, 10*time.Second, "the waiter in the queue", func() bool {

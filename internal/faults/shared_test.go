@@ -67,7 +67,7 @@ func sharedFIFO(t *testing.T, addrs []string, client redis.UniversalClient, owne
 		waitUntil(t, 10*time.Second, fmt.Sprintf("request %d in the queue", i), func() bool { return queueLen() == int64(i+1) })
 	}
 	waitUntil(t, 10*time.Second, "the waiters' grant subscriptions", func() bool {
-		n, err := grantSubscriptions(ctx, owner, keyBase(t, resource)+"grant:", len(addrs) > 1)
+		n, err := grantSubscribers(ctx, owner, keyBase(t, resource)+"grant:", len(addrs) > 1)
 		return err == nil && n == 8
 	})
 
@@ -124,7 +124,7 @@ func sharedFIFO(t *testing.T, addrs []string, client redis.UniversalClient, owne
 	procs[8].send(t, "ACQUIRE 8 shared")
 	waitUntil(t, 10*time.Second, "the late shared request in the queue", func() bool { return queueLen() == 7 })
 	waitUntil(t, 10*time.Second, "its grant subscription", func() bool {
-		n, err := grantSubscriptions(ctx, owner, keyBase(t, resource)+"grant:", len(addrs) > 1)
+		n, err := grantSubscribers(ctx, owner, keyBase(t, resource)+"grant:", len(addrs) > 1)
 		return err == nil && n == 7 // the two holders' Lockers wait no more; the late one does
 	})
 	only("after a shared request behind the queued writer", 0, 1)
@@ -191,32 +191,6 @@ func holderTokens(t *testing.T, client redis.UniversalClient, key string) []stri
 		t.Fatalf("the lock key %s has type %s", key, typ)
 	}
 	return nil
-}
-
-// grantSubscriptions counts the subscribers of the grant channels whose names start with
-// channel on node: shard channels on a Cluster, plain ones otherwise.
-func grantSubscriptions(ctx context.Context, node *redisproc.Server, channel string, cluster bool) (int64, error) {
-	if cluster {
-		return grantSubscribers(ctx, node, channel)
-	}
-	chans, err := node.Do(ctx, "PUBSUB", "CHANNELS", channel+"*").StringSlice()
-	if err != nil || len(chans) == 0 {
-		return 0, err
-	}
-	args := []any{"PUBSUB", "NUMSUB"}
-	for _, ch := range chans {
-		args = append(args, ch)
-	}
-	v, err := node.Do(ctx, args...).Slice()
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	for i := 1; i < len(v); i += 2 {
-		k, _ := v[i].(int64)
-		n += k
-	}
-	return n, nil
 }
 
 // TestSharedWriterNotStarved runs three reader processes of three goroutines each that hold a
