@@ -103,7 +103,11 @@ if not element then
   settle(r, h)
   return {0, lease_left(r, h)}
 end
-local n = redis.call('RPUSH', r.queue, element)
+-- A call sent again after a lost reply finds its element queued already, near the tail.
+local n = 0
+if not redis.call('LPOS', r.queue, element, 'RANK', -1, 'MAXLEN', 16) then
+  n = redis.call('RPUSH', r.queue, element)
+end
 local held = ''
 if h.kind == 'x' then
   held = h.value

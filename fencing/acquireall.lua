@@ -15,7 +15,8 @@
 -- Returns {1, behind, token1, ..., tokenN} when every lock was taken, and {0, n, left, token1,
 -- ..., tokenn} when the (n+1)-th resource is not free: the first n were taken, the rest were
 -- not touched; left is as lease_left says for its holders, or -2 when its lock is free but
--- waiters are queued. behind is the largest number of microseconds by which the server clock
+-- waiters are queued; {6, n, kind, token1, ..., tokenn} instead when the (n+1)-th resource's
+-- live holders hold it with a limit (kind), which an exclusive lock never joins. behind is the largest number of microseconds by which the server clock
 -- was behind a resource's last token (see next_token), or 0. Every counter moves before its
 -- lock is set, so a failing INCR leaves no lock for that resource.
 -- #include lib.lua
@@ -33,16 +34,29 @@ for i = 1, #KEYS / 3 do
     redis.call('SET', r.lock, mine .. t, 'PX', ARGV[2])
   else
     local h = holders(r, 'x')
-    if not (h and h.kind == 'x' and string.sub(h.value, 1, #mine) == mine) then
+    if h and h.kind == 'x' and string.sub(h.value, 1, #mine) == mine then
+      redis.call('PEXPIRE', r.lock, ARGV[2])
+      t = string.match(h.value, '^%d+', #mine + 1)
+    elseif free(h) and redis.call('EXISTS', r.queue) == 0 then
+      -- Holders whose leases all ended, nobody queued: the resource is free.
+      if h then
+        redis.call('DEL', r.lock)
+      end
+      local behind
+      t, behind = next_token(r.fence, floor, expiry)
+      most = math.max(most, behind)
+      redis.call('SET', r.lock, mine .. t, 'PX', ARGV[2])
+    else
       settle(r, h)
       local reply = {0, i - 1, free(h) and -2 or lease_left(r, h)}
+      if mismatch(h, 'x') and h.kind ~= 'x' then
+        reply = {6, i - 1, h.kind}
+      end
       for j = 1, #tokens do
         reply[j + 3] = tokens[j]
       end
       return reply
     end
-    redis.call('PEXPIRE', r.lock, ARGV[2])
-    t = string.match(h.value, '^%d+', #mine + 1)
   end
   tokens[i] = t
 end

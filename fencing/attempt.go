@@ -66,16 +66,21 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, g []member, elem, ent
 	var tokens []int64
 	var behind int64
 	var r attemptReply
+	var refused error // the script refused the call: holders of another kind
 	if len(g) == 1 {
-		var refused error
 		tokens, behind, r, refused, err = l.oneReply(ctx, cfg, g[0], res)
 		if refused != nil {
 			return nil, attemptReply{}, refused // the script wrote nothing
 		}
 	} else {
 		var flag, left int64
-		flag, behind, left, tokens, err = parseAcquireAll(res, len(g))
-		if err == nil && flag != flagAcquired {
+		var kind string
+		flag, behind, left, kind, tokens, err = parseAcquireAll(res, len(g))
+		switch {
+		case err != nil:
+		case flag == flagMismatch:
+			refused = opErr("acquire", g[len(tokens)].name, mismatchError(kind, cfg.mode))
+		case flag != flagAcquired:
 			r.busy = busyWith(g[len(tokens)].name, left)
 		}
 	}
@@ -93,6 +98,8 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, g []member, elem, ent
 		locks[i].setValidUntil(sent, time.Duration(ms)*time.Millisecond)
 	}
 	switch {
+	case refused != nil:
+		return locks, attemptReply{}, refused // the caller frees the locks taken
 	case len(locks) == 0:
 		return nil, r, nil
 	case ctx.Err() != nil:

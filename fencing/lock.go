@@ -29,8 +29,9 @@ type Lock struct {
 	validUntil atomic.Int64 // local lease deadline: nanoseconds since acquired
 	released   atomic.Bool  // a Release returned nil: later ones answer ErrNotHeld locally
 
-	mu    sync.Mutex  // orders the deferred extension with Extend and Release
-	later *time.Timer // the deferred extension of a grant's short lease (see extendLater); nil once done
+	mu       sync.Mutex    // orders the deferred extension with Extend and Release
+	later    *time.Timer   // the deferred extension of a grant's short lease (see extendLater); nil once done
+	laterTTL time.Duration // the lease that extension sets
 }
 
 // Token returns the fencing token issued with this acquisition: a positive integer that is
@@ -141,7 +142,7 @@ func (k *Lock) extendLater(ttl time.Duration) {
 		k.later = nil
 	}
 	k.mu.Lock()
-	k.later = time.AfterFunc(time.Until(k.deadline())/3, run)
+	k.later, k.laterTTL = time.AfterFunc(time.Until(k.deadline())/3, run), ttl
 	k.mu.Unlock()
 }
 

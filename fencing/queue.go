@@ -202,6 +202,12 @@ func (l *Locker) join(ctx context.Context, cfg *config, resource string, w *wait
 		*attempts++
 		locks, reply, err := l.attempt(ctx, cfg, []member{{name: resource, keys: ln.k}}, w.elem, entry)
 		if err != nil {
+			if answer := (redis.Error)(nil); !errors.As(err, &answer) {
+				// The script may have queued the element: leave takes it out again.
+				ln.mu.Lock()
+				w.joined = true
+				ln.mu.Unlock()
+			}
 			return nil, opErr("acquire", resource, err)
 		}
 		if len(locks) > 0 {

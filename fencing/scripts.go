@@ -41,6 +41,10 @@ var (
 	ttlBody   string
 	ttlScript = newScript(ttlBody)
 
+	//go:embed inspect.lua
+	inspectBody   string
+	inspectScript = newScript(inspectBody)
+
 	//go:embed poll.lua
 	pollBody   string
 	pollScript = newScript(pollBody)
@@ -274,11 +278,12 @@ func parseAcquire(res any) (acquireReply, error) {
 	return a, nil
 }
 
-// parseAcquireAll decodes acquireall.lua's reply for n resources.
-func parseAcquireAll(res any, n int) (flag, behind, left int64, tokens []int64, err error) {
+// parseAcquireAll decodes acquireall.lua's reply for n resources; kind is the holders' kind
+// of a flagMismatch.
+func parseAcquireAll(res any, n int) (flag, behind, left int64, kind string, tokens []int64, err error) {
 	arr, _ := res.([]any)
 	if len(arr) < 2 {
-		return 0, 0, 0, nil, errors.New("unexpected reply")
+		return 0, 0, 0, "", nil, errors.New("unexpected reply")
 	}
 	flag, _ = arr[0].(int64)
 	var raw []any
@@ -287,26 +292,27 @@ func parseAcquireAll(res any, n int) (flag, behind, left int64, tokens []int64, 
 		behind, _ = arr[1].(int64)
 		raw = arr[2:]
 		if len(raw) != n {
-			return 0, 0, 0, nil, errors.New("unexpected reply: wrong number of tokens")
+			return 0, 0, 0, "", nil, errors.New("unexpected reply: wrong number of tokens")
 		}
-	case flagBusy:
+	case flagBusy, flagMismatch:
 		if len(arr) < 3 {
-			return 0, 0, 0, nil, errors.New("unexpected reply")
+			return 0, 0, 0, "", nil, errors.New("unexpected reply")
 		}
 		taken, _ := arr[1].(int64)
 		left, _ = arr[2].(int64)
+		kind, _ = arr[2].(string)
 		raw = arr[3:]
 		if int64(len(raw)) != taken || taken >= int64(n) {
-			return 0, 0, 0, nil, errors.New("unexpected reply: wrong number of tokens")
+			return 0, 0, 0, "", nil, errors.New("unexpected reply: wrong number of tokens")
 		}
 	default:
-		return 0, 0, 0, nil, errors.New("unexpected reply")
+		return 0, 0, 0, "", nil, errors.New("unexpected reply")
 	}
 	tokens = make([]int64, len(raw))
 	for i, v := range raw {
 		if tokens[i], err = parseToken(v); err != nil {
-			return 0, 0, 0, nil, err
+			return 0, 0, 0, "", nil, err
 		}
 	}
-	return flag, behind, left, tokens, nil
+	return flag, behind, left, kind, tokens, nil
 }
