@@ -35,22 +35,29 @@ type PgxBeginner interface {
 // runs nothing. If ctx is done before the transaction begins, it returns an error
 // matching ctx.Err() and runs nothing.
 //
-// The transaction has db's default isolation level. At READ COMMITTED (PostgreSQL's
-// default), a Check that waits on the fence row for a concurrent transaction of the
-// resource goes on when that one ends: it admits token if token is still at least
-// the row's token, else returns a *StaleTokenError. On MySQL and MariaDB, also at
-// their default REPEATABLE READ, the same: Check's statement reads the latest row, and
-// fn's reads, which come after it, see what the other transaction committed. On
-// PostgreSQL at REPEATABLE READ or SERIALIZABLE (set default_transaction_isolation
-// for the session, e.g. in the connection string), the wait ends instead in a
-// serialization failure if the other transaction changed the row and committed,
-// whatever the tokens: Tx returns an error holding a *pgconn.PgError with Code
-// "40001", having called no fn and written nothing. Retry the whole Tx with the token
-// read again from the lock (a lock still held keeps its token): the new transaction
-// sees the committed row and is admitted or refused as at READ COMMITTED. At
-// SERIALIZABLE, fn's statements and the commit can also fail with 40001, as in any
-// serializable transaction, when fn's reads and writes conflict with other
-// transactions; retry those the same way.
+// The transaction has db's default isolation level; to choose another, set the
+// session's default (PostgreSQL: default_transaction_isolation, e.g. in the
+// connection string; MySQL: transaction_isolation; MariaDB: tx_isolation). What a
+// Check that waits on the fence row for a concurrent transaction of the resource
+// does when that one ends:
+//
+//   - PostgreSQL at READ COMMITTED (its default): it admits token if token is still at
+//     least the row's token, else returns a *StaleTokenError. No retry is needed.
+//   - MySQL and MariaDB, also at REPEATABLE READ (InnoDB's default): the same. Check's
+//     statement reads the latest row, not a snapshot, and fn's reads, which come after
+//     it, see what the other transaction committed.
+//   - PostgreSQL at REPEATABLE READ or SERIALIZABLE: if the other transaction changed
+//     the row and committed, Check fails with a serialization failure, whatever the
+//     tokens: Tx returns an error holding a *pgconn.PgError with Code "40001" (SQLSTATE
+//     serialization_failure), having called no fn and written nothing. Retry the
+//     whole Tx, with the token read again from the lock (a lock still held keeps its
+//     token): the new transaction sees the committed row, and is admitted or refused as
+//     at READ COMMITTED. If the other transaction rolled back, Check goes on as at
+//     READ COMMITTED.
+//
+// At SERIALIZABLE, fn's statements and the commit can also fail with 40001 when fn's
+// reads and writes conflict with transactions fenced on other resources (or not
+// fenced); retry those the same way.
 func (f *Fences) Tx(ctx context.Context, db *sql.DB, resource string, token int64, fn func(*sql.Tx) error) error {
 	name, err := f.validate("tx", isNil(db), resource, token)
 	if err != nil {
@@ -96,10 +103,12 @@ func (f *Fences) Tx(ctx context.Context, db *sql.DB, resource string, token int6
 // done by then, pgx closes the connection, which ends the transaction on the server.
 //
 // In a pgx.Tx, committing releases the savepoint: the fence row stays locked, and
-// what Check and fn wrote is kept, only until the outer transaction, which the caller
-// commits, ends; what the outer transaction ran before PgxTx is not fenced. A stale
-// token or an error of fn rolls back to the savepoint and leaves the outer transaction
-// usable.
+// what Check and fn wrote is kept, until the outer transaction, which the caller
+// commits or rolls back, ends; what the outer transaction ran before PgxTx is not
+// fenced. A stale token, an error of fn or a serialization failure rolls back to the
+// savepoint and leaves the outer transaction usable; at REPEATABLE READ or
+// SERIALIZABLE, retry the outer transaction, not PgxTx inside it: the savepoint has
+// the outer transaction's snapshot and fails again.
 func (f *Fences) PgxTx(ctx context.Context, db PgxBeginner, resource string, token int64, fn func(pgx.Tx) error) error {
 	name, err := f.validate("pgx tx", isNil(db), resource, token)
 	if err != nil {

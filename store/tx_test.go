@@ -721,3 +721,57 @@ func TestFences_Tx_serializableCommit(t *testing.T) {
 		})
 	}
 }
+
+// TestFences_PgxTx_savepointRetry: in an outer transaction at REPEATABLE READ whose
+// snapshot predates a newer holder's commit, PgxTx (a savepoint) fails with a
+// serialization failure, without calling fn, and leaves the outer transaction
+// usable; retried in the same outer transaction, it fails again (the snapshot is the
+// outer one's); in a new outer transaction, it is admitted.
+func TestFences_PgxTx_savepointRetry(t *testing.T) {
+	db := postgres(t)
+	ctx := t.Context()
+	fences, _ := testFences(t, db)
+	conn := openConn(t, databaseURL(t, "default_transaction_isolation", "repeatable read"))
+	if err := fences.Check(ctx, db, "r", 5); err != nil {
+		t.Fatal(err)
+	}
+	outer, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = outer.Rollback(context.Background()) }()
+	var one int
+	if err := outer.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil { // takes the snapshot
+		t.Fatal(err)
+	}
+	if err := fences.Tx(ctx, db, "r", 6, func(*sql.Tx) error { return nil }); err != nil {
+		t.Fatalf("newer holder: %v", err)
+	}
+	called := 0
+	fn := func(pgx.Tx) error { called++; return nil }
+	for attempt := 1; attempt <= 2; attempt++ {
+		checkOutcome(t, fences.PgxTx(ctx, outer, "r", 7, fn), "40001", "", 7)
+	}
+	if err := outer.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+		t.Errorf("the outer transaction after the failed savepoints: %v, want it usable", err)
+	}
+	if err := outer.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if called != 0 {
+		t.Errorf("fn called %d times, want 0", called)
+	}
+	outer, err = conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fences.PgxTx(ctx, outer, "r", 7, fn); err != nil || called != 1 {
+		t.Errorf("in a new outer transaction: got %v (fn called %d times), want it admitted", err, called)
+	}
+	if err := outer.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := markOf(t, db, fences, "r"); got != 7 {
+		t.Errorf("fence row: got %d, want 7", got)
+	}
+}
