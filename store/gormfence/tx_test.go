@@ -352,7 +352,8 @@ func TestFencesTx_concurrent(t *testing.T) {
 // waits on the fence row for a holder's transaction goes on when the holder commits:
 // admitted with a newer token, its fn then reading what the holder wrote; refused as
 // stale with an older one. No serialization failure, unlike PostgreSQL at REPEATABLE
-// READ (TestFences_Tx_isolation in package store).
+// READ (TestFences_Tx_isolation in package store). When the holder rolls back, the
+// waiter goes on against the row as it was.
 func TestFencesTx_waits(t *testing.T) {
 	db := mariaSQL(t, false)
 	ctx := t.Context()
@@ -364,13 +365,16 @@ func TestFencesTx_waits(t *testing.T) {
 		t.Fatalf("MariaDB's isolation: got %s, want REPEATABLE-READ (its default)", level)
 	}
 	data := dataTable(t, db)
+	errRollback := errors.New("the holder rolls back")
 	cases := []struct {
 		name          string
 		holder, token int64
+		rollback      bool // the holder rolls back instead of committing
 		wantStale     bool
 	}{
-		{"newer token: admitted after the holder", 6, 7, false},
-		{"older token: refused after the holder", 9, 8, true},
+		{"newer token: admitted after the holder", 6, 7, false, false},
+		{"older token: refused after the holder", 9, 8, false, true},
+		{"older token, the holder rolls back: admitted", 9, 8, true, false},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -391,8 +395,13 @@ func TestFencesTx_waits(t *testing.T) {
 					case <-ctx.Done():
 						return ctx.Err()
 					}
-					_, err := tx.ExecContext(ctx, "INSERT INTO "+data+" (id, val) VALUES (?, ?)", holderID, c.holder)
-					return err
+					if _, err := tx.ExecContext(ctx, "INSERT INTO "+data+" (id, val) VALUES (?, ?)", holderID, c.holder); err != nil {
+						return err
+					}
+					if c.rollback {
+						return errRollback
+					}
+					return nil
 				})
 			}()
 			select {
@@ -405,35 +414,40 @@ func TestFencesTx_waits(t *testing.T) {
 			go func() {
 				waiterDone <- fences.Tx(ctx, db, resource, c.token, func(tx *sql.Tx) error {
 					var v int64
-					if err := tx.QueryRowContext(ctx, "SELECT val FROM "+data+" WHERE id = ?", holderID).Scan(&v); err != nil {
+					err := tx.QueryRowContext(ctx, "SELECT val FROM "+data+" WHERE id = ?", holderID).Scan(&v)
+					if err != nil && !errors.Is(err, sql.ErrNoRows) {
 						return err
 					}
-					seen.Store(v)
-					_, err := tx.ExecContext(ctx, "INSERT INTO "+data+" (id, val) VALUES (?, ?)", waiterID, c.token)
+					seen.Store(v) // 0 when the holder's row is not there
+					_, err = tx.ExecContext(ctx, "INSERT INTO "+data+" (id, val) VALUES (?, ?)", waiterID, c.token)
 					return err
 				})
 			}()
 			waitLockWaitOn(t, db, name, waiterDone)
 			close(release)
-			if err := <-holderDone; err != nil {
+			if err := <-holderDone; (err != nil && !c.rollback) || (c.rollback && err != errRollback) {
 				t.Fatalf("holder Tx(%d) = %v", c.holder, err)
 			}
 			err := <-waiterDone
-			want := []string{fmt.Sprintf("%d:%d", holderID, c.holder)}
+			var want []string
+			var wantSeen int64
+			if !c.rollback {
+				want, wantSeen = append(want, fmt.Sprintf("%d:%d", holderID, c.holder)), c.holder
+			}
 			if c.wantStale {
 				var stale *store.StaleTokenError
 				if !errors.As(err, &stale) || stale.Mark != c.holder {
 					t.Errorf("waiter Tx(%d): got %v, want a StaleTokenError with mark %d", c.token, err, c.holder)
 				}
 			} else {
-				if err != nil || seen.Load() != c.holder {
-					t.Errorf("waiter Tx(%d): got %v, its fn read %d; want nil, and the holder's write %d", c.token, err, seen.Load(), c.holder)
+				if err != nil || seen.Load() != wantSeen {
+					t.Errorf("waiter Tx(%d): got %v, its fn read %d; want nil, and %d (the holder's write, if committed)", c.token, err, seen.Load(), wantSeen)
 				}
 				want = append(want, fmt.Sprintf("%d:%d", waiterID, c.token))
 			}
 			var got []string
 			for _, r := range dataRows(t, db, data) {
-				if r == want[0] || strings.HasPrefix(r, strconv.Itoa(waiterID)+":") {
+				if strings.HasPrefix(r, strconv.Itoa(holderID)+":") || strings.HasPrefix(r, strconv.Itoa(waiterID)+":") {
 					got = append(got, r)
 				}
 			}
