@@ -44,8 +44,8 @@ type PgxDB interface {
 // PostgreSQL ones, with $1, $2, … placeholders; rows affected come from the command
 // tag, and pgx.ErrNoRows is reported as a missing row, as with database/sql.
 //
-// Pgx does no I/O. A nil db gives a DB that every method of Table and Fences refuses
-// with an error.
+// Pgx does no I/O. A nil db gives a DB that every method of Table and Fences refuses,
+// and whose ExecContext fails, with an error matching [ErrInvalid].
 func Pgx(db PgxDB) DB {
 	return pgxDB{db: db}
 }
@@ -54,6 +54,9 @@ func Pgx(db PgxDB) DB {
 type pgxDB struct{ db PgxDB }
 
 func (p pgxDB) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if isNil(p.db) {
+		return nil, invalid("store: pgx: nil connection")
+	}
 	tag, err := p.db.Exec(ctx, query, args...)
 	if err != nil {
 		return nil, err
@@ -64,6 +67,9 @@ func (p pgxDB) ExecContext(ctx context.Context, query string, args ...any) (sql.
 // scanRow runs a query that returns at most one row and scans it into dest; no row
 // is sql.ErrNoRows.
 func (p pgxDB) scanRow(ctx context.Context, query string, args []any, dest ...any) error {
+	if isNil(p.db) {
+		return invalid("store: pgx: nil connection")
+	}
 	err := p.db.QueryRow(ctx, query, args...).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return sql.ErrNoRows

@@ -17,7 +17,8 @@
 //   - [Fences], for a whole SQL transaction: [Fences.Check], its first statement,
 //     raises the resource's fence row to the token, and the row lock orders every
 //     later transaction of the resource after this one (PostgreSQL, MySQL/MariaDB,
-//     SQLite).
+//     SQLite). [Fences.Tx] and [Fences.PgxTx] run the whole transaction: begin,
+//     Check, the caller's function, commit or roll back.
 //
 // Table and Fences run on database/sql, or on pgx v5 through [Pgx]. GORM writes are
 // fenced by the plugin in module github.com/fencekit/fencekit/store/gormfence.
@@ -47,6 +48,7 @@
 // Compare a record only with tokens from one lock key: tokens of two different
 // resources come from unrelated counters and say nothing about each other.
 //
-// Empty names, nil clients and invalid tokens are reported as errors, never panics,
+// Empty names, nil clients, invalid tokens and the zero values of the types that
+// need a constructor are reported as errors matching [ErrInvalid], never panics,
 // and nothing is written.
 package store

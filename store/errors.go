@@ -16,6 +16,14 @@ var (
 	// conditional SQL update that matched no row because the row is missing returns
 	// it instead of [ErrStaleToken].
 	ErrNotFound = errors.New("store: record not found")
+
+	// ErrInvalid reports an argument that a call cannot use: an empty table, column,
+	// key or resource name, a nil DB, client, id or function, a token below 1, the zero
+	// value or a nil pointer of a type that needs its constructor. Every error of
+	// invalid input in this package matches it with [errors.Is]; its text says what
+	// was wrong, such as `store: check "fences/order:7": invalid fencing token 0: tokens
+	// start at 1`. Nothing was run or written.
+	ErrInvalid = errors.New("store: invalid argument")
 )
 
 // StaleTokenError is the error a check returns when it refuses a stale token. It
@@ -32,8 +40,12 @@ type StaleTokenError struct {
 }
 
 // Error returns a message such as
-// `store: stale fencing token 5 for "order:7" (high-water mark 9)`.
+// `store: stale fencing token 5 for "order:7" (high-water mark 9)`; for a nil
+// *StaleTokenError, the text of [ErrStaleToken].
 func (e *StaleTokenError) Error() string {
+	if e == nil {
+		return ErrStaleToken.Error()
+	}
 	return fmt.Sprintf("%v %d for %q (high-water mark %d)", ErrStaleToken, e.Token, e.Resource, e.Mark)
 }
 

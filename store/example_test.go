@@ -8,6 +8,9 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fencekit/fencekit/store"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/redis/go-redis/v9"
 )
@@ -127,5 +130,71 @@ func ExampleTable_Upsert() {
 	err = reports.Upsert(ctx, db, "2024-q4", token, []string{"body", "status"}, "...", "final")
 	if errors.Is(err, store.ErrStaleToken) {
 		fmt.Println("a newer lock holder has written; dropping this write")
+	}
+}
+
+// Tx fences a whole transaction: it begins it, runs Check first, then the function,
+// and commits, or rolls back when the token is stale or the function fails. This
+// example needs a database, so it is compiled but not run.
+func ExampleFences_Tx() {
+	ctx := context.Background()
+	db, err := sql.Open("pgx", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer db.Close()
+	fences := store.NewFences("fences")
+	if err := fences.CreateTable(ctx, db); err != nil { // or in a migration
+		fmt.Println(err)
+		return
+	}
+
+	var token int64 = 42 // the fencing token of the lock held on payout 42
+	err = fences.Tx(ctx, db, "payout:42", token, func(tx *sql.Tx) error {
+		// Every statement here is fenced, reads included, whatever library runs it.
+		if _, err := tx.ExecContext(ctx, "UPDATE payouts SET status = 'paid' WHERE id = $1", 42); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, "INSERT INTO ledger (payout, amount) VALUES ($1, $2)", 42, -100)
+		return err
+	})
+	switch {
+	case errors.Is(err, store.ErrStaleToken):
+		fmt.Println("a newer lock holder has committed; nothing was written")
+	case err != nil:
+		fmt.Println(err)
+	}
+}
+
+// PgxTx on a pool whose sessions run at REPEATABLE READ: a newer holder that commits
+// while this transaction's Check waits for it fails the transaction with a
+// serialization failure, and the whole transaction is retried. This example needs a
+// database, so it is compiled but not run.
+func ExampleFences_PgxTx() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"+
+		"&default_transaction_isolation=repeatable%20read")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	fences := store.NewFences("fences")
+
+	token := func() int64 { return 42 } // lock.Token(), read again for each attempt
+	for attempt := 1; ; attempt++ {
+		err = fences.PgxTx(ctx, pool, "payout:42", token(), func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "UPDATE payouts SET status = 'paid' WHERE id = $1", 42)
+			return err
+		})
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "40001" && attempt < 3 {
+			continue // serialization failure: run the whole transaction again
+		}
+		break
+	}
+	if errors.Is(err, store.ErrStaleToken) {
+		fmt.Println("a newer lock holder has committed; nothing was written")
 	}
 }

@@ -27,8 +27,13 @@ const maxMySQLResource = 3072
 // its path) and from Pgx; given a *sql.Tx, it asks the database once (SELECT
 // version()) and keeps the answer, so use one Fences per database.
 //
+// [Fences.Tx] and [Fences.PgxTx] run a whole fenced transaction: begin, Check, the
+// caller's function, commit or roll back.
+//
 // The table name is written into the SQL verbatim: it must be a trusted constant,
-// never user input. A Fences is safe for concurrent use by multiple goroutines.
+// never user input. A Fences is safe for concurrent use by multiple goroutines. Make
+// one with [NewFences]: the zero value and a nil *Fences name no table, and every
+// method returns an error matching [ErrInvalid] and runs nothing.
 type Fences struct {
 	table string
 	// probed is the dialect learnt from the database for a DB whose type does not
@@ -38,7 +43,7 @@ type Fences struct {
 
 // NewFences returns the fence rows kept in table; see [Fences.CreateTable] for the
 // table it expects. It does no I/O and cannot fail: an empty table name is reported
-// by every method.
+// by every method, as an error matching [ErrInvalid].
 func NewFences(table string) *Fences {
 	return &Fences{table: table}
 }
@@ -50,10 +55,10 @@ func NewFences(table string) *Fences {
 // on PostgreSQL and SQLite; on MySQL and MariaDB the resource is a VARBINARY(3072),
 // compared byte for byte (a case-insensitive collation would make "Order:1" and
 // "order:1" one resource). An existing table is left as it is. If db is nil or the
-// table name is empty, it returns an error and runs nothing; database errors are
-// returned wrapped.
+// table name is empty, it returns an error matching [ErrInvalid] and runs nothing;
+// database errors are returned wrapped.
 func (f *Fences) CreateTable(ctx context.Context, db DB) error {
-	if err := f.check("create table", db); err != nil {
+	if err := f.check("create table", nilDB(db)); err != nil {
 		return err
 	}
 	d, err := f.dialect(ctx, db)
@@ -82,35 +87,36 @@ func (f *Fences) CreateTable(ctx context.Context, db DB) error {
 //
 // If the row's token is above token, Check writes nothing and returns a
 // [*StaleTokenError] (matching [ErrStaleToken]) naming "<table>/<resource>"; roll the
-// transaction back. On PostgreSQL at REPEATABLE READ or SERIALIZABLE, a newer holder
-// that committed after this transaction started gives a serialization failure
-// instead, and the retried transaction gets ErrStaleToken. If db is nil, the table
-// name or resource is empty, token is below 1, or (MySQL) resource is longer than
-// 3072 bytes, it returns an error and runs nothing. Database errors are returned
-// wrapped.
+// transaction back ([Fences.Tx] does all this). On PostgreSQL at REPEATABLE READ or
+// SERIALIZABLE, a concurrent transaction that changed the fence row and committed
+// after this transaction's snapshot was taken gives a serialization failure (SQLSTATE
+// 40001) instead, whatever the tokens; retry the transaction (see [Fences.Tx]). If db
+// is nil, the table name or resource is empty, token is below 1, or (MySQL) resource
+// is longer than 3072 bytes, it returns an error matching [ErrInvalid] and runs
+// nothing. Database errors are returned wrapped.
 //
 // On MySQL and MariaDB, which count changed rows, not matched ones, a check that
 // does not raise the row (a repeated check under the same token, or a refused one)
 // reads the row back to tell which, with or without clientFoundRows=true in the DSN:
 // one round trip more.
 func (f *Fences) Check(ctx context.Context, db DB, resource string, token int64) error {
-	if err := f.check("check", db); err != nil {
-		return err
-	}
-	if resource == "" {
-		return fmt.Errorf("store: check %q: empty resource", f.table)
-	}
-	name := f.table + "/" + resource
-	if err := checkToken("check", name, token); err != nil {
+	name, err := f.validate("check", nilDB(db), resource, token)
+	if err != nil {
 		return err
 	}
 	d, err := f.dialect(ctx, db)
 	if err != nil {
 		return fmt.Errorf("store: check %q: %w", name, err)
 	}
-	if d == dialectMySQL && len(resource) > maxMySQLResource {
-		return fmt.Errorf("store: check %q: resource longer than %d bytes (MySQL's key)", name, maxMySQLResource)
+	if err := checkLength("check", name, d, resource); err != nil {
+		return err
 	}
+	return f.admit(ctx, db, d, name, resource, token)
+}
+
+// admit runs Check's statement on db, which talks dialect d, for the valid resource
+// and token; name is the fence row's name in errors.
+func (f *Fences) admit(ctx context.Context, db DB, d dialect, name, resource string, token int64) error {
 	res, err := db.ExecContext(ctx, f.checkSQL(d), resource, token)
 	if err != nil {
 		return fmt.Errorf("store: check %q: %w", name, err)
@@ -140,13 +146,14 @@ func (f *Fences) Check(ctx context.Context, db DB, resource string, token int64)
 // Mark returns the token of resource's fence row: the highest token admitted for it.
 // If the row does not exist (no token was ever admitted), it returns an error
 // matching [ErrNotFound]. If db is nil or the table name or resource is empty, it
-// returns an error and runs nothing. Database errors are returned wrapped.
+// returns an error matching [ErrInvalid] and runs nothing. Database errors are
+// returned wrapped.
 func (f *Fences) Mark(ctx context.Context, db DB, resource string) (int64, error) {
-	if err := f.check("mark", db); err != nil {
+	if err := f.check("mark", nilDB(db)); err != nil {
 		return 0, err
 	}
 	if resource == "" {
-		return 0, fmt.Errorf("store: mark %q: empty resource", f.table)
+		return 0, invalid("store: mark %q: empty resource", f.table)
 	}
 	d, err := f.dialect(ctx, db)
 	if err == nil {
@@ -208,15 +215,38 @@ func (f *Fences) dialect(ctx context.Context, db DB) (dialect, error) {
 	return d, nil
 }
 
-// check rejects a nil Fences, an empty table name and a nil db.
-func (f *Fences) check(op string, db DB) error {
+// check rejects a nil Fences, an empty table name (the zero Fences) and a nil db
+// (noDB).
+func (f *Fences) check(op string, noDB bool) error {
 	switch {
 	case f == nil:
-		return fmt.Errorf("store: %s: nil *Fences", op)
+		return invalid("store: %s: nil *Fences", op)
 	case strings.TrimSpace(f.table) == "":
-		return fmt.Errorf("store: %s: empty table name", op)
-	case nilDB(db):
-		return fmt.Errorf("store: %s %q: nil DB", op, f.table)
+		return invalid("store: %s: empty table name", op)
+	case noDB:
+		return invalid("store: %s %q: nil DB", op, f.table)
+	}
+	return nil
+}
+
+// validate rejects what every call that admits a token rejects before any I/O: what
+// check rejects, an empty resource and an invalid token. It returns the fence row's
+// name in errors, "<table>/<resource>".
+func (f *Fences) validate(op string, noDB bool, resource string, token int64) (string, error) {
+	if err := f.check(op, noDB); err != nil {
+		return "", err
+	}
+	if resource == "" {
+		return "", invalid("store: %s %q: empty resource", op, f.table)
+	}
+	name := f.table + "/" + resource
+	return name, checkToken(op, name, token)
+}
+
+// checkLength rejects, on MySQL, a resource longer than the fence table's key.
+func checkLength(op, name string, d dialect, resource string) error {
+	if d == dialectMySQL && len(resource) > maxMySQLResource {
+		return invalid("store: %s %q: resource longer than %d bytes (MySQL's key)", op, name, maxMySQLResource)
 	}
 	return nil
 }

@@ -188,19 +188,20 @@ func TestFences_badInput(t *testing.T) {
 		{"empty table", NewFences(""), db, "r", 1},
 		{"blank table", NewFences(" "), db, "r", 1},
 		{"nil *Fences", nilFences, db, "r", 1},
+		{"zero Fences", &Fences{}, db, "r", 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.fences.Check(ctx, tt.db, tt.resource, tt.token)
-			if err == nil || errors.Is(err, ErrStaleToken) {
-				t.Errorf("Check: got %v, want an input error", err)
+			if !errors.Is(err, ErrInvalid) || errors.Is(err, ErrStaleToken) {
+				t.Errorf("Check: got %v, want an error matching ErrInvalid", err)
 			}
 			if tt.token > 0 && tt.resource != "" {
-				if err := tt.fences.CreateTable(ctx, tt.db); err == nil {
-					t.Error("CreateTable: got nil, want an input error")
+				if err := tt.fences.CreateTable(ctx, tt.db); !errors.Is(err, ErrInvalid) {
+					t.Errorf("CreateTable: got %v, want an error matching ErrInvalid", err)
 				}
-				if _, err := tt.fences.Mark(ctx, tt.db, tt.resource); err == nil || errors.Is(err, ErrNotFound) {
-					t.Errorf("Mark: got %v, want an input error", err)
+				if _, err := tt.fences.Mark(ctx, tt.db, tt.resource); !errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotFound) {
+					t.Errorf("Mark: got %v, want an error matching ErrInvalid", err)
 				}
 			}
 			var n int

@@ -1,8 +1,6 @@
 package store
 
 import (
-	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 )
@@ -36,12 +34,13 @@ type memoryMark struct {
 //
 // If token is below the mark, Write does not run fn and returns a [*StaleTokenError]
 // (matching [ErrStaleToken]). If fn returns an error, Write returns that error
-// unchanged and leaves the mark as it was. If resource is empty, token is below 1 or
-// fn is nil, Write returns an error, runs nothing and records nothing. If fn panics,
+// unchanged and leaves the mark as it was. If resource is empty, token is below 1, fn
+// is nil or m is a nil *Memory, Write returns an error matching [ErrInvalid], runs
+// nothing and records nothing. If fn panics,
 // the lock is released, the mark is unchanged and the panic continues.
 func (m *Memory) Write(resource string, token int64, fn func() error) error {
 	if fn == nil {
-		return fmt.Errorf("store: write %q: nil func", resource)
+		return invalid("store: write %q: nil func", resource)
 	}
 	e, err := m.entry("write", resource, token)
 	if err != nil {
@@ -66,8 +65,9 @@ func (m *Memory) Write(resource string, token int64, fn func() error) error {
 // instead, because a newer holder could write between Admit and the caller's write.
 //
 // If token is below the mark, Admit returns a [*StaleTokenError] (matching
-// [ErrStaleToken]) and leaves the mark unchanged. If resource is empty or token is
-// below 1, it returns an error and records nothing.
+// [ErrStaleToken]) and leaves the mark unchanged. If resource is empty, token is
+// below 1 or m is a nil *Memory, it returns an error matching [ErrInvalid] and records
+// nothing.
 func (m *Memory) Admit(resource string, token int64) error {
 	e, err := m.entry("admit", resource, token)
 	if err != nil {
@@ -85,6 +85,7 @@ func (m *Memory) Admit(resource string, token int64) error {
 // Mark returns the resource's high-water mark: the highest token admitted, or whose
 // Write succeeded, so far; 0 for a resource never admitted (including ""). It does
 // not wait for a Write in progress, whose token is not counted until its fn returns.
+// A nil *Memory has no marks: Mark returns 0.
 func (m *Memory) Mark(resource string) int64 {
 	if m == nil {
 		return 0
@@ -101,10 +102,10 @@ func (m *Memory) Mark(resource string) int64 {
 // entry validates the arguments and returns the resource's mark, creating it.
 func (m *Memory) entry(op, resource string, token int64) (*memoryMark, error) {
 	if m == nil {
-		return nil, errors.New("store: nil *Memory")
+		return nil, invalid("store: %s %q: nil *Memory", op, resource)
 	}
 	if resource == "" {
-		return nil, fmt.Errorf("store: %s: empty resource", op)
+		return nil, invalid("store: %s: empty resource", op)
 	}
 	if err := checkToken(op, resource, token); err != nil {
 		return nil, err

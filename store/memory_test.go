@@ -118,15 +118,15 @@ func TestMemory_badInput(t *testing.T) {
 				fn = func() error { ran = true; return nil }
 			}
 			err := m.Write(tt.resource, tt.token, fn)
-			if err == nil || errors.Is(err, ErrStaleToken) {
-				t.Errorf("Write = %v, want a non-stale error", err)
+			if !errors.Is(err, ErrInvalid) || errors.Is(err, ErrStaleToken) {
+				t.Errorf("Write: got %v, want an error matching ErrInvalid", err)
 			}
 			if ran {
 				t.Errorf("fn ran, want not")
 			}
 			if tt.fn != nil {
-				if err := m.Admit(tt.resource, tt.token); err == nil || errors.Is(err, ErrStaleToken) {
-					t.Errorf("Admit = %v, want a non-stale error", err)
+				if err := m.Admit(tt.resource, tt.token); !errors.Is(err, ErrInvalid) || errors.Is(err, ErrStaleToken) {
+					t.Errorf("Admit: got %v, want an error matching ErrInvalid", err)
 				}
 			}
 			if got := m.Mark(tt.resource); got != 0 {
@@ -135,11 +135,11 @@ func TestMemory_badInput(t *testing.T) {
 		})
 	}
 	var nilM *Memory
-	if err := nilM.Write("r", 1, ok); err == nil {
-		t.Errorf("(*Memory)(nil).Write = nil, want an error")
+	if err := nilM.Write("r", 1, ok); !errors.Is(err, ErrInvalid) {
+		t.Errorf("(*Memory)(nil).Write: got %v, want an error matching ErrInvalid", err)
 	}
-	if err := nilM.Admit("r", 1); err == nil {
-		t.Errorf("(*Memory)(nil).Admit = nil, want an error")
+	if err := nilM.Admit("r", 1); !errors.Is(err, ErrInvalid) {
+		t.Errorf("(*Memory)(nil).Admit: got %v, want an error matching ErrInvalid", err)
 	}
 	if got := nilM.Mark("r"); got != 0 {
 		t.Errorf("(*Memory)(nil).Mark = %d, want 0", got)

@@ -30,7 +30,9 @@ var (
 // Tokens travel as decimal strings and are compared as strings inside Redis, never as
 // Lua numbers, so every int64 token is compared exactly.
 //
-// A Redis is safe for concurrent use by multiple goroutines.
+// A Redis is safe for concurrent use by multiple goroutines. Make one with
+// [NewRedis]: the zero value and a nil *Redis have no client, and their methods
+// return an error matching [ErrInvalid].
 type Redis struct {
 	rdb redis.Scripter
 }
@@ -38,7 +40,7 @@ type Redis struct {
 // NewRedis returns a Redis check that runs its scripts through rdb. Every go-redis
 // client type satisfies [redis.Scripter]: *redis.Client, *redis.ClusterClient,
 // *redis.Ring and the failover clients. A nil rdb is reported by the methods, as an
-// error, on first use.
+// error matching [ErrInvalid], on first use.
 func NewRedis(rdb redis.Scripter) *Redis {
 	return &Redis{rdb: rdb}
 }
@@ -50,7 +52,8 @@ func NewRedis(rdb redis.Scripter) *Redis {
 //
 // If token is below the mark, Write writes nothing and returns a [*StaleTokenError]
 // (matching [ErrStaleToken]) carrying the mark. If key is empty, token is below 1 or
-// the client is nil, it returns an error and sends nothing to Redis. Other failures
+// the client is nil, it returns an error matching [ErrInvalid] and sends nothing to
+// Redis. Other failures
 // (the connection, a key holding another type, a malformed fence field) are returned
 // wrapped, with "store: write" and the key; after a transport error the write may or
 // may not have happened.
@@ -82,7 +85,8 @@ func (r *Redis) Write(ctx context.Context, key string, token int64, value string
 
 // Read returns the value and the high-water mark of the record at key, read
 // atomically. If the record was never written, it returns [ErrNotFound]. If key is
-// empty or the client is nil, it returns an error without calling Redis. Other
+// empty or the client is nil, it returns an error matching [ErrInvalid] without
+// calling Redis. Other
 // failures are returned wrapped, with "store: read" and the key.
 func (r *Redis) Read(ctx context.Context, key string) (value string, mark int64, err error) {
 	if err := r.check("read", key); err != nil {
@@ -109,10 +113,10 @@ func (r *Redis) Read(ctx context.Context, key string) (value string, mark int64,
 // check rejects a nil check, a nil client and an empty key.
 func (r *Redis) check(op, key string) error {
 	if r == nil || isNil(r.rdb) {
-		return fmt.Errorf("store: %s %q: nil Redis client", op, key)
+		return invalid("store: %s %q: nil Redis client", op, key)
 	}
 	if key == "" {
-		return fmt.Errorf("store: %s: empty key", op)
+		return invalid("store: %s: empty key", op)
 	}
 	return nil
 }

@@ -147,15 +147,15 @@ func TestRedis_badInput(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := tt.check.Write(ctx, tt.key, tt.token, "v"); err == nil || errors.Is(err, ErrStaleToken) {
-				t.Errorf("Write = %v, want a non-stale error", err)
+			if err := tt.check.Write(ctx, tt.key, tt.token, "v"); !errors.Is(err, ErrInvalid) || errors.Is(err, ErrStaleToken) {
+				t.Errorf("Write: got %v, want an error matching ErrInvalid", err)
 			}
 			if n := r.Client.Exists(ctx, key, "").Val(); n != 0 {
 				t.Errorf("keys written: got %d, want 0", n)
 			}
 			if tt.token > 0 {
-				if _, _, err := tt.check.Read(ctx, tt.key); err == nil || errors.Is(err, ErrNotFound) {
-					t.Errorf("Read = %v, want an error other than ErrNotFound", err)
+				if _, _, err := tt.check.Read(ctx, tt.key); !errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotFound) {
+					t.Errorf("Read: got %v, want an error matching ErrInvalid", err)
 				}
 			}
 		})

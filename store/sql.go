@@ -23,7 +23,9 @@ import (
 // methods take a [DB]: a *sql.DB, *sql.Tx or *sql.Conn, or a pgx connection wrapped by
 // [Pgx].
 //
-// A Table is immutable and safe for concurrent use by multiple goroutines.
+// A Table is immutable and safe for concurrent use by multiple goroutines. Make one
+// with [NewTable]: the zero value and a nil *Table name no table, and their methods
+// return an error matching [ErrInvalid] and run nothing.
 type Table struct {
 	name        string
 	idColumn    string
@@ -68,8 +70,8 @@ func WithQuestionMarks() Option {
 	return optionFunc(func(c *tableConfig) { c.question = true })
 }
 
-// NewTable returns a check for the SQL table name. It returns an error if name or a
-// column name is empty.
+// NewTable returns a check for the SQL table name. It returns an error matching
+// [ErrInvalid] if name or a column name is empty.
 func NewTable(name string, opts ...Option) (*Table, error) {
 	c := tableConfig{idColumn: "id", tokenColumn: "fence_token"}
 	for _, o := range opts {
@@ -79,11 +81,11 @@ func NewTable(name string, opts ...Option) (*Table, error) {
 	}
 	switch {
 	case strings.TrimSpace(name) == "":
-		return nil, errors.New("store: new table: empty table name")
+		return nil, invalid("store: new table: empty table name")
 	case strings.TrimSpace(c.idColumn) == "":
-		return nil, fmt.Errorf("store: new table %q: empty id column", name)
+		return nil, invalid("store: new table %q: empty id column", name)
 	case strings.TrimSpace(c.tokenColumn) == "":
-		return nil, fmt.Errorf("store: new table %q: empty token column", name)
+		return nil, invalid("store: new table %q: empty token column", name)
 	}
 	return &Table{name: name, idColumn: c.idColumn, tokenColumn: c.tokenColumn, question: c.question}, nil
 }
@@ -103,7 +105,8 @@ func NewTable(name string, opts ...Option) (*Table, error) {
 // written. If the row exists and its mark admits token, yet no row changed (the row
 // was inserted after the update ran, or MySQL lacks clientFoundRows=true), it
 // returns an error matching neither. If db is nil, id is nil or token is below 1, it
-// returns an error and runs nothing. Database errors are returned wrapped.
+// returns an error matching [ErrInvalid] and runs nothing. Database errors are
+// returned wrapped.
 //
 // Inside a transaction (db is a *sql.Tx, or a pgx.Tx through [Pgx]), the row stays locked until commit, so
 // fenced writers to one row are serialised. At READ COMMITTED (PostgreSQL's
@@ -139,24 +142,24 @@ func (t *Table) Update(ctx context.Context, db DB, id any, token int64, set stri
 // If the existing row's mark is above token, Upsert writes nothing and returns a
 // [*StaleTokenError] (matching [ErrStaleToken]). If db is nil, id is nil, token is
 // below 1, a column name is empty, the counts differ or the Table uses
-// [WithQuestionMarks], it returns an error and runs nothing. Database errors are
-// returned wrapped.
+// [WithQuestionMarks], it returns an error matching [ErrInvalid] and runs nothing.
+// Database errors are returned wrapped.
 func (t *Table) Upsert(ctx context.Context, db DB, id any, token int64, columns []string, values ...any) error {
 	if err := t.check("upsert", db, id, token, true); err != nil {
 		return err
 	}
 	if t.question {
-		return fmt.Errorf("store: upsert %q: Upsert is PostgreSQL-only (the Table uses question marks)", t.name)
+		return invalid("store: upsert %q: Upsert is PostgreSQL-only (the Table uses question marks)", t.name)
 	}
 	if len(columns) != len(values) {
-		return fmt.Errorf("store: upsert %q: %d columns but %d values", t.name, len(columns), len(values))
+		return invalid("store: upsert %q: %d columns but %d values", t.name, len(columns), len(values))
 	}
 	p := t.placeholders(0, len(columns)+2)
 	var b strings.Builder
 	b.WriteString("INSERT INTO " + t.name + " AS cur (" + t.idColumn + ", " + t.tokenColumn)
 	for _, c := range columns {
 		if strings.TrimSpace(c) == "" {
-			return fmt.Errorf("store: upsert %q: empty column name", t.name)
+			return invalid("store: upsert %q: empty column name", t.name)
 		}
 		b.WriteString(", " + c)
 	}
@@ -174,7 +177,7 @@ func (t *Table) Upsert(ctx context.Context, db DB, id any, token int64, columns 
 
 // Mark returns the high-water mark of the row id. If the row does not exist, it
 // returns an error matching [ErrNotFound]. If db or id is nil, it returns an error
-// and runs nothing. Database errors are returned wrapped.
+// matching [ErrInvalid] and runs nothing. Database errors are returned wrapped.
 func (t *Table) Mark(ctx context.Context, db DB, id any) (int64, error) {
 	if err := t.check("mark", db, id, 0, false); err != nil {
 		return 0, err
@@ -217,16 +220,18 @@ func (t *Table) exec(ctx context.Context, db DB, op string, id any, token int64,
 	}
 }
 
-// check rejects a nil Table, a nil db, a nil id and, if hasToken, an invalid token.
+// check rejects a nil or zero Table, a nil db, a nil id and, if hasToken, an invalid
+// token.
 func (t *Table) check(op string, db DB, id any, token int64, hasToken bool) error {
-	if t == nil {
-		return fmt.Errorf("store: %s: nil *Table", op)
-	}
-	if nilDB(db) {
-		return fmt.Errorf("store: %s %q: nil DB", op, t.name)
-	}
-	if id == nil {
-		return fmt.Errorf("store: %s %q: nil id", op, t.name)
+	switch {
+	case t == nil:
+		return invalid("store: %s: nil *Table", op)
+	case strings.TrimSpace(t.name) == "", strings.TrimSpace(t.idColumn) == "", strings.TrimSpace(t.tokenColumn) == "":
+		return invalid("store: %s: zero Table: make one with NewTable", op)
+	case nilDB(db):
+		return invalid("store: %s %q: nil DB", op, t.name)
+	case id == nil:
+		return invalid("store: %s %q: nil id", op, t.name)
 	}
 	if !hasToken {
 		return nil

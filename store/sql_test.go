@@ -316,6 +316,7 @@ func TestTable_badInput(t *testing.T) {
 		{"typed nil *sql.Tx", table, (*sql.Tx)(nil), int64(1), 9, []string{"val"}, []any{"x"}},
 		{"nil id", table, db, nil, 9, []string{"val"}, []any{"x"}},
 		{"nil *Table", nilTable, db, int64(1), 9, []string{"val"}, []any{"x"}},
+		{"zero Table", &Table{}, db, int64(1), 9, []string{"val"}, []any{"x"}},
 		{"upsert count mismatch", table, db, int64(1), 9, []string{"val"}, nil},
 		{"upsert empty column", table, db, int64(1), 9, []string{""}, []any{"x"}},
 		{"upsert with question marks", mysql, db, int64(1), 9, []string{"val"}, []any{"x"}},
@@ -323,12 +324,12 @@ func TestTable_badInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if !strings.HasPrefix(tt.name, "upsert") {
-				if err := tt.table.Update(ctx, tt.db, tt.id, tt.token, "val = $1", "x"); err == nil || errors.Is(err, ErrStaleToken) || errors.Is(err, ErrNotFound) {
-					t.Errorf("Update = %v, want an input error", err)
+				if err := tt.table.Update(ctx, tt.db, tt.id, tt.token, "val = $1", "x"); !errors.Is(err, ErrInvalid) || errors.Is(err, ErrStaleToken) || errors.Is(err, ErrNotFound) {
+					t.Errorf("Update: got %v, want an error matching ErrInvalid", err)
 				}
 			}
-			if err := tt.table.Upsert(ctx, tt.db, tt.id, tt.token, tt.cols, tt.values...); err == nil || errors.Is(err, ErrStaleToken) || errors.Is(err, ErrNotFound) {
-				t.Errorf("Upsert = %v, want an input error", err)
+			if err := tt.table.Upsert(ctx, tt.db, tt.id, tt.token, tt.cols, tt.values...); !errors.Is(err, ErrInvalid) || errors.Is(err, ErrStaleToken) || errors.Is(err, ErrNotFound) {
+				t.Errorf("Upsert: got %v, want an error matching ErrInvalid", err)
 			}
 			if val, mark, _ := row(t, db, name, 1); val != "" || mark != 0 {
 				t.Errorf("row = %q, %d; want it untouched", val, mark)
@@ -356,6 +357,9 @@ func TestNewTable(t *testing.T) {
 			table, err := NewTable(tt.table, tt.opts...)
 			if (err != nil) != tt.wantErr || (err == nil) == (table == nil) {
 				t.Errorf("NewTable = %v, %v; want error %v", table, err, tt.wantErr)
+			}
+			if err != nil && !errors.Is(err, ErrInvalid) {
+				t.Errorf("NewTable: got %v, want an error matching ErrInvalid", err)
 			}
 		})
 	}

@@ -10,7 +10,7 @@ import (
 // would otherwise pass every check on a fresh record.
 func checkToken(op, resource string, token int64) error {
 	if token < 1 {
-		return fmt.Errorf("store: %s %q: invalid fencing token %d: tokens start at 1", op, resource, token)
+		return invalid("store: %s %q: invalid fencing token %d: tokens start at 1", op, resource, token)
 	}
 	return nil
 }
@@ -26,4 +26,18 @@ func isNil(v any) bool {
 		return rv.IsNil()
 	}
 	return false
+}
+
+// invalidError is an error of invalid input: its text says what was wrong, and it
+// matches ErrInvalid.
+type invalidError string
+
+func (e invalidError) Error() string { return string(e) }
+
+// Is reports whether target is ErrInvalid.
+func (e invalidError) Is(target error) bool { return target == ErrInvalid }
+
+// invalid returns an error of invalid input whose text is fmt.Sprintf(format, args...).
+func invalid(format string, args ...any) error {
+	return invalidError(fmt.Sprintf(format, args...))
 }

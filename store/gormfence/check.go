@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"errors"
 	"fmt"
 
 	"github.com/fencekit/fencekit/fencing"
@@ -27,17 +26,22 @@ import (
 // The token is fencing.TokenFor(ctx, resource), else fencing.TokenFromContext(ctx).
 // If there is none, Check returns an error matching [ErrNoToken] (also with
 // [AllowUnfenced], which concerns the plugin's own writes). If tx is nil or not in a
-// transaction, it returns an error and runs nothing. Otherwise it returns what
-// fences.Check returns: a [*store.StaleTokenError] when a newer token has committed.
+// transaction, or fences is nil, it returns an error matching [store.ErrInvalid] and
+// runs nothing. Otherwise it returns what fences.Check returns: a
+// [*store.StaleTokenError] when a newer token has committed, an error matching
+// store.ErrInvalid for an invalid token, resource or Fences.
 func Check(tx *gorm.DB, fences *store.Fences, resource string) error {
 	if tx == nil || tx.Statement == nil {
-		return errors.New("gormfence: check: nil *gorm.DB")
+		return invalid("gormfence: check: nil *gorm.DB")
+	}
+	if fences == nil {
+		return invalid("gormfence: check %q: nil *store.Fences", resource)
 	}
 	if tx.Error != nil {
 		return fmt.Errorf("gormfence: check %q: %w", resource, tx.Error)
 	}
 	if _, ok := tx.Statement.ConnPool.(gorm.TxCommitter); !ok {
-		return fmt.Errorf("gormfence: check %q: not in a transaction: call it inside db.Transaction", resource)
+		return invalid("gormfence: check %q: not in a transaction: call it inside db.Transaction", resource)
 	}
 	ctx := tx.Statement.Context
 	if ctx == nil {

@@ -198,7 +198,7 @@ func waitLockWait(t *testing.T, db *sql.DB, id int64) {
 		if time.Now().After(deadline) {
 			t.Fatalf("connection %d: not waiting for a lock after 10s", id)
 		}
-		time.Sleep(time.Millisecond) // polls for an event in the server
+		time.Sleep(innodbTrxRefresh) // polls for an event in the server
 	}
 }
 

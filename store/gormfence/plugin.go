@@ -14,7 +14,9 @@ const DefaultColumn = "fence_token"
 
 // Plugin is the GORM plugin that fences writes; install it with db.Use(New()). It
 // keeps no state of its own after Initialize and is safe for concurrent use, as the
-// *gorm.DB it is installed on is.
+// *gorm.DB it is installed on is. Make one with [New]: the zero value and a nil
+// *Plugin have no fence column, and their Initialize returns an error matching
+// [store.ErrInvalid].
 type Plugin struct {
 	column        string
 	allowUnfenced bool
@@ -59,11 +61,15 @@ func (p *Plugin) Name() string { return "gormfence" }
 
 // Initialize registers the plugin's callbacks around gorm:create, gorm:update and
 // gorm:delete (the ones after them run before the default transaction commits), and, on MySQL, its builder of ON DUPLICATE KEY UPDATE. GORM calls it
-// from db.Use. It returns an error if the column name is empty or a callback cannot be
-// registered.
+// from db.Use. It returns an error matching [store.ErrInvalid], and registers nothing,
+// if the column name is empty or db is nil or was not made by gorm.Open; an error if
+// a callback cannot be registered.
 func (p *Plugin) Initialize(db *gorm.DB) error {
 	if p == nil || strings.TrimSpace(p.column) == "" {
-		return fmt.Errorf("gormfence: empty fence column name")
+		return invalid("gormfence: empty fence column name")
+	}
+	if db == nil || db.Config == nil || db.Callback() == nil || db.Dialector == nil {
+		return invalid("gormfence: initialize: a *gorm.DB not made by gorm.Open")
 	}
 	cb := db.Callback()
 	if err := errors.Join(

@@ -120,7 +120,7 @@ func (p *Plugin) tokens(stmt *gorm.Statement, op string, rows []reflect.Value) (
 			return nil, "", false, fmt.Errorf("%w: %s of %s", ErrNoToken, op, what)
 		}
 		if tok < 1 {
-			return nil, "", false, fmt.Errorf("gormfence: %s of %s: invalid fencing token %d: tokens start at 1", op, stmt.Table, tok)
+			return nil, "", false, invalid("gormfence: %s of %s: invalid fencing token %d: tokens start at 1", op, stmt.Table, tok)
 		}
 		tokens[i] = tok
 		if i == 0 {

@@ -73,7 +73,7 @@ func (p *Plugin) fenceWrite(db *gorm.DB, op string, isDelete bool) *fence {
 	}
 	for _, t := range tokens[1:] {
 		if t != tokens[0] {
-			db.AddError(fmt.Errorf("gormfence: %s of %s: its rows carry different fencing tokens: write them one at a time", op, stmt.Table))
+			db.AddError(invalid("gormfence: %s of %s: its rows carry different fencing tokens: write them one at a time", op, stmt.Table))
 			return nil
 		}
 	}
