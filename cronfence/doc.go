@@ -58,8 +58,8 @@
 // Every replica must schedule the same specs in the same location (cron.WithLocation). A
 // spec on the clock ("0 2 * * *", or "*/10 * * * * *" with cron.WithSeconds) fires at the
 // same instants in every replica. robfig/cron's "@every d" counts from the moment each Cron
-// added the entry, so replicas fire at different instants, and after a change of leader the
-// job runs sooner or later than d after its last run.
+// started (or added the entry, if it was running), so replicas fire at different instants,
+// and after a change of leader the job runs sooner or later than d after its last run.
 //
 // For Asynq, asynqfence.Scheduler does better on each point: a tick enqueued by two leaders
 // lands once (its task ID is made of the tick), a new leader enqueues the tick it missed, and

@@ -46,9 +46,9 @@ func WithSkipHandler(h func(err error)) Option {
 // function gets it with the term's token added. A context that is done skips the run (its
 // error then matches both [fencing.ErrNotLeader] and the context's error), so the process's
 // context, cancelled at shutdown, keeps runs from starting after it and tells the running
-// ones to stop; robfig/cron's Stop neither cancels nor waits for runs (wait on the context it
-// returns). f is called once per run. Default: context.Background(); a nil f means the
-// default, and a nil context returned by f skips the run with an error wrapping
+// ones to stop (robfig/cron's Stop cancels no run: the context it returns is done once the
+// running ones have returned). f is called once per run. Default: context.Background(); a nil
+// f means the default, and a nil context returned by f skips the run with an error wrapping
 // [fencing.ErrInvalid].
 func WithBaseContext(f func() context.Context) Option {
 	return optionFunc(func(c *config) { c.base = f })

@@ -7,12 +7,12 @@ import (
 	"github.com/fencekit/fencekit/internal/errtext"
 )
 
-// SkipIfNotLeader returns a cron.JobWrapper that runs a job only while elector leads, as
-// cron.SkipIfStillRunning runs one only while its previous run is over: before every run it
-// asks [fencing.Elector.IsLeader], with the context of [WithBaseContext], and when the
-// elector does not lead it skips that run (the next ones come as scheduled; a skipped run is
-// never made up) and calls the [WithSkipHandler] handler with IsLeader's error, which
-// matches [fencing.ErrNotLeader]. Give it to the Cron of every replica, each with an Elector
+// SkipIfNotLeader returns a cron.JobWrapper that skips the runs of a job while elector does
+// not lead, as cron.SkipIfStillRunning skips them while the previous run goes on: before
+// every run it asks [fencing.Elector.IsLeader], with the context of [WithBaseContext], and
+// when the elector does not lead it skips that run (the next ones come as scheduled; a
+// skipped run is never made up) and calls the [WithSkipHandler] handler with IsLeader's
+// error, which matches [fencing.ErrNotLeader]. Give it to the Cron of every replica, each with an Elector
 // of the same name that [fencing.Elector.Run] keeps campaigning:
 //
 //	c := cron.New(cron.WithChain(cron.Recover(logger), cronfence.SkipIfNotLeader(elector)))
