@@ -3,6 +3,7 @@
 // [github.com/fencekit/fencekit/store] (token checks in your store), and the adapters
 // [github.com/fencekit/fencekit/middleware-v5] (Echo v5),
 // [github.com/fencekit/fencekit/middleware] (Echo v4),
-// [github.com/fencekit/fencekit/asynqfence] (Asynq) and
+// [github.com/fencekit/fencekit/asynqfence] (Asynq),
+// [github.com/fencekit/fencekit/cronfence] (robfig/cron v3) and
 // [github.com/fencekit/fencekit/tracing] (OpenTelemetry).
 package fencekit
