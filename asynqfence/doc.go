@@ -86,7 +86,11 @@
 // resources locked for up to one TTL). Busy tasks come back after about one TTL. When the lock is lost,
 // the handler's context is cancelled with a cause matching [fencing.ErrNotHeld] (see
 // [context.Cause]); the handler should stop and return an error, which then matches
-// ErrNotHeld too, and Asynq retries the task as after any failure. A handler that returns
+// ErrNotHeld too, and Asynq retries the task as after any failure. A handler whose write a
+// fenced store refused returns an error matching store.ErrStaleToken: a newer holder's
+// token had passed its own, so it lost the lock too, even if no renewal has noticed it yet;
+// its error is made to match ErrNotHeld as well, and the task is retried the same way. A
+// handler that returns
 // nil has succeeded, whatever happened to its lease meanwhile: the store has accepted or
 // rejected each of its writes, and running the task again would only repeat them. (Observe
 // lost leases with fencing.WithHooks, passed through [WithLockOptions].)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/errtext"
+	"github.com/fencekit/fencekit/store"
 )
 
 // A ResourceFunc returns the name of the resource a task must lock, derived from the task's
@@ -35,7 +36,10 @@ func Middleware(l *fencing.Locker, resource ResourceFunc, opts ...Option) asynq.
 //     released (it then runs out by itself): the task is done, and the fenced store has
 //     accepted or rejected each of its writes, so running it again would only repeat them;
 //   - h's error when h ran and failed, joined with [fencing.ErrNotHeld] when the lock was
-//     lost meanwhile (h's context was then cancelled with that cause);
+//     lost meanwhile (h's context was then cancelled with that cause), and also when h's
+//     error matches store.ErrStaleToken (a store refused a write because a newer holder's
+//     token had passed the task's: the lock was lost, whether or not a renewal had noticed
+//     it yet); such an error is an ordinary failure, retried as Asynq retries failures;
 //   - a busy error ([IsBusy]) that matches [fencing.ErrNotAcquired] when another owner holds
 //     the lock (see [IsFailure] and [RetryDelay]), also wrapping [asynq.RevokeTask] under
 //     [WithDropDuplicates];
@@ -128,7 +132,7 @@ func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		// make Asynq run a finished task again: the store has ruled on every write.
 		return nil
 	case ran || err == nil:
-		return err
+		return lost(t, err)
 	case errors.Is(err, fencing.ErrNotAcquired):
 		busy := &busyError{taskType: t.Type(), err: err}
 		if h.cfg.drop {
@@ -141,6 +145,19 @@ func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return errtext.New("asynqfence: ", fmt.Sprintf("task %q", t.Type()), err, asynq.SkipRetry)
 	}
 	return errtext.New("asynqfence: ", fmt.Sprintf("task %q", t.Type()), err)
+}
+
+// lost returns the error of a handler that ran under the lock: err as it is, or, when err
+// matches store.ErrStaleToken but not yet [fencing.ErrNotHeld], an error that matches both.
+// A store that refused a write because a newer holder's token had passed the task's says
+// that the lock was lost, whether or not a renewal had noticed it yet (Do joins the
+// handler's error with ErrNotHeld when it had): the task fails as after any lost lock, an
+// ordinary failure that Asynq retries, with an error that tells it apart.
+func lost(t *asynq.Task, err error) error {
+	if err == nil || errors.Is(err, fencing.ErrNotHeld) || !errors.Is(err, store.ErrStaleToken) {
+		return err
+	}
+	return errtext.New("asynqfence: ", fmt.Sprintf("task %q lost its lock", t.Type()), err, fencing.ErrNotHeld)
 }
 
 // invalid returns the error of an unusable setup: it matches [fencing.ErrInvalid] and

@@ -29,7 +29,8 @@ import (
 // [TickOf], also on a retry.
 //
 // A Scheduler is safe for concurrent use: entries may be registered and unregistered while it
-// runs.
+// runs. Make one with [NewScheduler]: the methods of a zero Scheduler, or of a nil one, return
+// an error wrapping [fencing.ErrInvalid] (TaskID still names a task ID).
 type Scheduler struct {
 	client *asynq.Client
 	locker *fencing.Locker
@@ -94,6 +95,9 @@ func NewScheduler(client *asynq.Client, l *fencing.Locker, name string, opts ...
 // An invalid cron spec, a nil task, an empty task type or a task made with options returns
 // an error wrapping [fencing.ErrInvalid] and registers nothing.
 func (s *Scheduler) Register(cronspec string, task *asynq.Task, opts ...asynq.Option) (entryID string, err error) {
+	if err := s.made("register"); err != nil {
+		return "", err
+	}
 	if task == nil {
 		return "", schedulerInvalid("register: nil task")
 	}
@@ -140,6 +144,9 @@ func (s *Scheduler) Register(cronspec string, task *asynq.Task, opts ...asynq.Op
 // Unregister removes the entry with the given ID; a tick of it that is being enqueued
 // finishes. An unknown ID returns an error wrapping [fencing.ErrInvalid].
 func (s *Scheduler) Unregister(entryID string) error {
+	if err := s.made("unregister"); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.entries[entryID]; !ok {
@@ -152,8 +159,8 @@ func (s *Scheduler) Unregister(entryID string) error {
 
 // Run campaigns for leadership of the scheduler's name and, while this process leads,
 // enqueues every entry's ticks; call it in every replica. It returns ctx.Err() when ctx ends,
-// or an error wrapping [fencing.ErrInvalid] (a nil client or Locker, an empty name, an invalid
-// option) or [fencing.ErrClosed] at once, having enqueued nothing. Redis errors while
+// or an error wrapping [fencing.ErrInvalid] (a nil ctx, client or Locker, an empty name, an
+// invalid option, a Scheduler not made by NewScheduler) or [fencing.ErrClosed] at once, having enqueued nothing. Redis errors while
 // campaigning are retried, as [fencing.Locker.Lead] does; errors while enqueueing go to the
 // handler of [WithEnqueueErrorHandler].
 //
@@ -167,7 +174,12 @@ func (s *Scheduler) Unregister(entryID string) error {
 // reached to renew it), the leader waits for a renewal rather than enqueue while it may no
 // longer lead, and each enqueue's context ends with the lease.
 func (s *Scheduler) Run(ctx context.Context) error {
+	if err := s.made("run"); err != nil {
+		return err
+	}
 	switch {
+	case ctx == nil:
+		return schedulerInvalid("run: nil context")
 	case s.client == nil:
 		return schedulerInvalid("run: nil asynq client")
 	case s.locker == nil:
@@ -288,7 +300,20 @@ func (s *Scheduler) notifyLocked() {
 // TaskID returns the Asynq task ID of an entry's tick: "asynqfence:<name>:<entry
 // ID>:<tick in Unix seconds>".
 func (s *Scheduler) TaskID(entryID string, tick time.Time) string {
-	return fmt.Sprintf("asynqfence:%s:%s:%d", s.name, entryID, tick.Unix())
+	name := ""
+	if s != nil {
+		name = s.name
+	}
+	return fmt.Sprintf("asynqfence:%s:%s:%d", name, entryID, tick.Unix())
+}
+
+// made returns an error wrapping [fencing.ErrInvalid] for a nil Scheduler or one not made by
+// NewScheduler (a zero Scheduler has no entries to register into), naming op.
+func (s *Scheduler) made(op string) error {
+	if s == nil || s.entries == nil {
+		return schedulerInvalid(op + ": Scheduler not made by NewScheduler")
+	}
+	return nil
 }
 
 // enqueue enqueues one tick of e, bounded by the term's lease.

@@ -55,7 +55,7 @@ func (h *handler) processAll(ctx context.Context, t *asynq.Task) error {
 	case succeeded:
 		return nil
 	case ran || err == nil:
-		return err
+		return lost(t, err)
 	case errors.Is(err, fencing.ErrNotAcquired):
 		busy := &busyError{taskType: t.Type(), err: err}
 		if h.cfg.drop {

@@ -119,6 +119,20 @@ type Config struct {
 	// is called. Its result is returned to Echo; nil ends the request without running the
 	// handler (write a response first). Default: [DefaultDenyHandler] (423).
 	DenyHandler func(c *echo.Context, resource string, err error) error
+
+	// LostHandler builds the response when the handler lost the lock while it ran and says
+	// so: its error matches store.ErrStaleToken (a store refused a write, a newer holder's
+	// token having passed the request's) or [fencing.ErrNotHeld] (the lease lapsed or another
+	// owner took the lock; the request's context was cancelled with that cause: return
+	// context.Cause(ctx)), through any wrapping with %w. It is called only when the handler
+	// wrote no response and its error carries no HTTP status of its own (an answer the
+	// handler chose stands); otherwise the handler's error reaches Echo unchanged. err is the
+	// handler's error; resource is the lock's name (with KeysExtractor, the first of the
+	// request's resources: the errors do not say which lock was lost). Retry-After is already
+	// set, to 1 second: the lock is free by then, or its new holder's request answers 423
+	// with a Retry-After of its own. Its result is returned to Echo; nil ends the request
+	// (write a response first). Default: [DefaultLostHandler] (503).
+	LostHandler func(c *echo.Context, resource string, err error) error
 }
 
 // DefaultConfig is what [Fence] uses, Locker aside: no request skipped, the key in the path
@@ -127,7 +141,7 @@ type Config struct {
 // copy it and change what you need; Config{Locker: l} is the same, since zero fields take
 // these defaults.
 var DefaultConfig = Config(echofence.Defaults[*echo.Context, middleware.Skipper](
-	middleware.DefaultSkipper, DefaultErrorHandler, DefaultDenyHandler))
+	middleware.DefaultSkipper, DefaultErrorHandler, DefaultDenyHandler, DefaultLostHandler))
 
 // FenceWithConfig is [Config.ToMiddleware] that panics on error, as Echo v5's XWithConfig
 // functions do.

@@ -54,13 +54,21 @@
 //	resource busy (after MaxWait, if any)      423 Locked + Retry-After   Config.DenyHandler
 //	Redis unreachable, Locker closed           503 Service Unavailable    Config.ErrorHandler
 //	Locker refuses the call's options          500 Internal Server Error  Config.ErrorHandler
-//	handler returned an error                  the handler's error, unchanged
+//	handler lost the lock and returned an      503 Service Unavailable    Config.LostHandler
+//	error matching store.ErrStaleToken or      + Retry-After: 1
+//	fencing.ErrNotHeld (nothing written)
+//	handler returned another error             the handler's error, unchanged
 //	handler panicked                           the panic goes on to Echo's Recover
 //	skipped request                            the handler runs without a lock
 //
 // Retry-After is the holder's remaining lease rounded up to whole seconds, at least 1; the
 // middleware sets it before calling the DenyHandler, so a DenyHandler that answers 409
-// instead keeps it. The middleware returns its errors to Echo, which hands them to
+// instead keeps it. A handler whose write a fenced store refused (store.ErrStaleToken) or
+// whose context ended with a lost lock (return context.Cause(ctx), which matches
+// fencing.ErrNotHeld) may return that error as it is, wrapped or not: unless it wrote a
+// response or its error carries a status of its own, the middleware answers 503 with
+// Retry-After: 1 ([DefaultLostHandler]), which a client retries and [Idempotent] does not
+// keep. The middleware returns its errors to Echo, which hands them to
 // e.HTTPErrorHandler (func(c *echo.Context, err error)). The errors built by [NewHTTPError],
 // which the default handlers return, carry their status as Echo v5 expects
 // (echo.StatusCode(err), echo.ResolveResponseStatus) and their cause for logs, errors.Is and
@@ -101,15 +109,16 @@
 //
 // The result is fenced: the key's resource is locked with a fencing lock, the handler runs
 // under it, and the record is committed, in the round trip of the lock's release, only while
-// the request's token is the key's current one. An attempt that stalled past its lease cannot
-// overwrite its successor's result; its commit is refused and its client gets the result that
+// the request's token is the key's current one. An attempt that stalled past its lease
+// ([IdempotencyConfig.LockTTL], 10s by default, renewed while the handler runs; retries are
+// answered 409 until it lapses) cannot overwrite its successor's result; its commit is refused and its client gets the result that
 // was stored, so every client of a key sees one response. The handler itself may then have
 // run twice (at least once under a stall, as with any lease): lock what it changes inside,
 // with the Fence middleware (idempotency outside, the account's lock inside), and write
 // through a store that checks that lock's token.
 //
 // What is not stored lets a retry run the handler again: a status [IdempotencyConfig.Keep]
-// refuses (5xx by default), a handler's error matching [fencing.ErrNotAcquired] (a busy lock
+// refuses (5xx by default, the Fence middleware's 503 for a lost lock included), a handler's error matching [fencing.ErrNotAcquired] (a busy lock
 // inside, such as the Fence middleware's 423), the result of a request whose lock was lost,
 // and a response larger than MaxBody or flushed, which is streamed rather than held. Each key
 // names a lock with a fence counter: give the middleware a Locker with

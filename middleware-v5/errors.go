@@ -68,6 +68,21 @@ func DefaultDenyHandler(c *echo.Context, resource string, err error) error {
 	return NewHTTPErrorMessage(echofence.DenyStatus, echofence.DenyMessage(resource), err)
 }
 
+// DefaultLostHandler is the default [Config.LostHandler], for a handler whose error says it
+// lost the lock while it ran (it matches store.ErrStaleToken or [fencing.ErrNotHeld]): a 503
+// Service Unavailable error whose message names the resource as the middleware locks it,
+// {"message":"the lock on order:42 was lost while the request ran"}, with the handler's error
+// as its cause, for logs and errors.Is. Retry-After is set (1 second) before it is called. A
+// 5xx, it is not kept by the [Idempotent] middleware in front, so a retry with the same key
+// runs again. To answer 409 Conflict instead, use
+//
+//	func(c *echo.Context, _ string, err error) error {
+//		return fencemw.NewHTTPErrorMessage(http.StatusConflict, "order "+c.Param("id")+" changed meanwhile", err)
+//	}
+func DefaultLostHandler(c *echo.Context, resource string, err error) error {
+	return NewHTTPErrorMessage(echofence.LostStatus, echofence.LostMessage(resource), err)
+}
+
 // problemError returns the answer of the default idempotency error handler: an error whose
 // body is an RFC 9457 problem document under both of Echo's error handlers, with its
 // Content-Type set on the response (Echo's handlers keep a Content-Type already set).

@@ -31,6 +31,10 @@ func glue() echofence.Glue[*echo.Context] {
 		},
 		ErrorHandler: DefaultErrorHandler,
 		DenyHandler:  DefaultDenyHandler,
+		LostHandler:  DefaultLostHandler,
+		Committed:    committed,
+		HasStatus:    func(err error) bool { return statusError(err) != nil },
+		Query:        true, // echo.QUERY
 		PathValues:   pathValues,
 		Response:     func(c *echo.Context) http.ResponseWriter { return c.Response() },
 		Swap: func(c *echo.Context, w http.ResponseWriter) func() {
@@ -47,6 +51,13 @@ func glue() echofence.Glue[*echo.Context] {
 		},
 		IdempotencyErrorHandler: DefaultIdempotencyErrorHandler,
 	}
+}
+
+// committed reports whether c's response has been written, and true when c.Response() is
+// a writer that does not unwrap to Echo's *echo.Response, which alone can tell.
+func committed(c *echo.Context) bool {
+	r, err := echo.UnwrapResponse(c.Response())
+	return err != nil || r.Committed
 }
 
 // Fence is FenceWithConfig of [DefaultConfig] with locker. Like Echo v5's own constructors

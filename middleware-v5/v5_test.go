@@ -19,6 +19,7 @@ import (
 	"github.com/labstack/echo/v5/middleware"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/echofence"
 	"github.com/fencekit/fencekit/internal/echofence/echofencetest"
 	"github.com/fencekit/fencekit/internal/redistest"
 	fencemw "github.com/fencekit/fencekit/middleware-v5"
@@ -352,5 +353,43 @@ func TestNewHTTPError(t *testing.T) {
 	}
 	if strings.Contains(string(body), "orders") {
 		t.Errorf("the body shows the cause: %s", body)
+	}
+}
+
+// TestQueryMethod checks that the QUERY method the shared code counts as safe is Echo v5's
+// (echo.QUERY, RFC 10008), and that a route registered with e.QUERY runs unlocked under
+// SkipSafeMethods and shares the lock under SharedSafeMethods while a writer is denied.
+func TestQueryMethod(t *testing.T) {
+	if echo.QUERY != echofence.MethodQuery {
+		t.Fatalf("echo.QUERY is %q, echofence.MethodQuery %q", echo.QUERY, echofence.MethodQuery)
+	}
+	l, _ := newLocker(t)
+	e := newEcho(nil)
+	h := func(c *echo.Context) error {
+		if _, ok := fencemw.TokenFromEcho(c); ok {
+			return c.NoContent(http.StatusNoContent)
+		}
+		return c.NoContent(http.StatusOK)
+	}
+	e.QUERY("/skip/:id", h, fencemw.FenceWithConfig(fencemw.Config{Locker: l, Skipper: fencemw.SkipSafeMethods}))
+	e.QUERY("/shared/:id", h, fencemw.FenceWithConfig(fencemw.Config{Locker: l, Shared: fencemw.SharedSafeMethods}))
+	hold(t, l, fencemw.RouteResourceName("/skip/:id", "1"))
+	reader, err := l.TryAcquire(t.Context(), fencemw.RouteResourceName("/shared/:id", "1"), fencing.Shared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reader.Release(context.Background()) })
+	for _, tc := range []struct {
+		target string
+		want   int
+	}{
+		{"/skip/1", http.StatusOK},          // skipped, although the lock is held
+		{"/shared/1", http.StatusNoContent}, // locked, beside the reader
+	} {
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, httptest.NewRequest(echo.QUERY, tc.target, strings.NewReader(`{"q":1}`)))
+		if rec.Code != tc.want {
+			t.Errorf("QUERY %s: got %d, want %d", tc.target, rec.Code, tc.want)
+		}
 	}
 }

@@ -116,6 +116,20 @@ type Config struct {
 	// is called. Its result is returned to Echo; nil ends the request without running the
 	// handler (write a response first). Default: [DefaultDenyHandler] (423).
 	DenyHandler func(c echo.Context, resource string, err error) error
+
+	// LostHandler builds the response when the handler lost the lock while it ran and says
+	// so: its error matches store.ErrStaleToken (a store refused a write, a newer holder's
+	// token having passed the request's) or [fencing.ErrNotHeld] (the lease lapsed or another
+	// owner took the lock; the request's context was cancelled with that cause: return
+	// context.Cause(ctx)), through any wrapping with %w. It is called only when the handler
+	// wrote no response and its error carries no HTTP status of its own (an answer the
+	// handler chose stands); otherwise the handler's error reaches Echo unchanged. err is the
+	// handler's error; resource is the lock's name (with KeysExtractor, the first of the
+	// request's resources: the errors do not say which lock was lost). Retry-After is already
+	// set, to 1 second: the lock is free by then, or its new holder's request answers 423
+	// with a Retry-After of its own. Its result is returned to Echo; nil ends the request
+	// (write a response first). Default: [DefaultLostHandler] (503).
+	LostHandler func(c echo.Context, resource string, err error) error
 }
 
 // DefaultConfig is the configuration [Fence] uses, with Locker to be set: every request is
@@ -125,7 +139,7 @@ type Config struct {
 // Copy it and change fields, as with Echo's own DefaultXConfig values; its zero fields
 // select the same defaults, so Config{Locker: l} behaves the same.
 var DefaultConfig = Config(echofence.Defaults[echo.Context, middleware.Skipper](
-	middleware.DefaultSkipper, DefaultErrorHandler, DefaultDenyHandler))
+	middleware.DefaultSkipper, DefaultErrorHandler, DefaultDenyHandler, DefaultLostHandler))
 
 // FenceWithConfig returns the middleware configured by config. It panics when
 // [Config.ToMiddleware] returns an error, as Echo's own XWithConfig constructors do; use

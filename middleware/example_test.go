@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencekit/fencekit/fencing"
 	fencemw "github.com/fencekit/fencekit/middleware"
+	"github.com/fencekit/fencekit/store"
 )
 
 func Example() {
@@ -156,4 +157,42 @@ func ExampleIdempotent() {
 	// 201  {"account":"acme","amount":100,"token":1}
 	// 201 true {"account":"acme","amount":100,"token":1}
 	// 422  {"type":"about:blank","title":"Unprocessable Entity","status":422,"detail":"This Idempotency-Key was used with another request (method, route, path values or body)."}
+}
+
+// A handler whose write a fenced store refused has lost its lock while it ran: it returns
+// the store's error, wrapped or not, and the middleware answers 503 Service Unavailable with
+// Retry-After (DefaultLostHandler), which a client retries and the idempotency middleware
+// does not keep. A LostHandler of your own may answer otherwise.
+func ExampleDefaultLostHandler() {
+	// A stand-in for your Redis.
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), DisableIdentity: true})
+	defer client.Close()
+
+	locker := fencing.New(client)
+	defer locker.Close()
+	var orders store.Memory // refuses a token below the highest it has seen per order
+
+	e := echo.New()
+	e.PUT("/orders/:id", func(c echo.Context) error {
+		token, _ := fencemw.TokenFromEcho(c)
+		if err := orders.Write("order:"+c.Param("id"), token, func() error { return nil }); err != nil {
+			return fmt.Errorf("saving order %s: %w", c.Param("id"), err) // matches store.ErrStaleToken
+		}
+		return c.String(http.StatusOK, fmt.Sprintf("saved with token %d", token))
+	}, fencemw.FenceWithConfig(fencemw.Config{Locker: locker, Namespace: "order"}))
+
+	put := func() {
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, httptest.NewRequest(http.MethodPut, "/orders/42", nil))
+		fmt.Println(rec.Code, rec.Header().Get(echo.HeaderRetryAfter), strings.TrimSpace(rec.Body.String()))
+	}
+	put()
+	// The next request stalls past its lease, and a successor writes with token 9 meanwhile.
+	_ = orders.Admit("order:42", 9)
+	put()
+	// Output:
+	// 200  saved with token 1
+	// 503 1 {"message":"the lock on order:42 was lost while the request ran"}
 }

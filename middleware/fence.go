@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/fencekit/fencekit/fencing"
@@ -25,8 +26,14 @@ func glue() echofence.Glue[echo.Context] {
 		},
 		ErrorHandler: DefaultErrorHandler,
 		DenyHandler:  DefaultDenyHandler,
-		PathValues:   pathValues,
-		Response:     func(c echo.Context) http.ResponseWriter { return c.Response() },
+		LostHandler:  DefaultLostHandler,
+		Committed:    func(c echo.Context) bool { return c.Response().Committed },
+		HasStatus: func(err error) bool {
+			var he *echo.HTTPError
+			return errors.As(err, &he)
+		},
+		PathValues: pathValues,
+		Response:   func(c echo.Context) http.ResponseWriter { return c.Response() },
 		Swap: func(c echo.Context, w http.ResponseWriter) func() {
 			client := c.Response()
 			c.SetResponse(echo.NewResponse(w, c.Echo()))

@@ -59,9 +59,18 @@ type IdempotencyConfig struct {
 	// flushes). Default: 1 MiB.
 	MaxBody int64
 
-	// TTL is how long a result is kept, from its commit; a retry after it runs the handler
-	// again. It must be between [fencing.MinTTL] and [fencing.MaxTTL]. Default: 24h.
-	TTL time.Duration
+	// Retention is how long a result is kept, from its commit; a retry after it runs the
+	// handler again. It must be between [fencing.MinTTL] and [fencing.MaxTTL]. Default: 24h.
+	Retention time.Duration
+
+	// LockTTL is the lease of the key's lock, which the first request holds while it runs:
+	// [fencing.Locker.Do] renews it every third of LockTTL, so it does not limit how long the
+	// handler may run. It bounds how long a first attempt that stalls (a paused process, a
+	// partition) keeps its retries answered 409 before one takes the key over, and it is how
+	// long a pause or a Redis outage may last before that happens. It must be between
+	// [fencing.MinTTL] and [fencing.MaxTTL], and not above the Locker's
+	// [fencing.WithCounterExpiry]. Default: 10s, or the Locker's TTL when that is shorter.
+	LockTTL time.Duration
 
 	// MaxWait is how long a retry that arrives while the first request with its key runs
 	// waits for it: it then gets the stored result (or runs, when none was stored). 0 answers
@@ -116,9 +125,10 @@ func IdempotentWithConfig(config IdempotencyConfig) echo.MiddlewareFunc {
 
 // ToMiddleware checks config and returns the middleware, which is safe for concurrent use
 // and starts no goroutine of its own. It returns an error wrapping [fencing.ErrInvalid] when
-// Locker is nil or was built with invalid options, when MaxBody, TTL or MaxWait is negative,
-// TTL is out of range, or Header or a ReplayHeaders entry is not a header name, and an error
-// wrapping [fencing.ErrClosed] when Locker is closed. It does not talk to Redis.
+// Locker is nil or was built with invalid options, when MaxBody or MaxWait is negative,
+// Retention or LockTTL is out of range or LockTTL above the Locker's counter expiry, or
+// Header or a ReplayHeaders entry is not a header name, and an error wrapping
+// [fencing.ErrClosed] when Locker is closed. It does not talk to Redis.
 func (config IdempotencyConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 	return echofence.ToIdempotent[echo.MiddlewareFunc](glue(), echofence.IdempotencySettings[echo.Context, middleware.Skipper](config))
 }

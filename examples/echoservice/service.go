@@ -116,7 +116,7 @@ func move(c echo.Context, store *ledger, sign int64) error {
 		return fencemw.NewHTTPError(http.StatusServiceUnavailable, context.Cause(ctx))
 	}
 	if err := store.set(id, token, balance); err != nil {
-		return fencemw.NewHTTPError(http.StatusConflict, err) // a newer holder wrote first
+		return err // a newer holder wrote first: the Fence middleware answers 503, Retry-After: 1
 	}
 	return c.JSON(http.StatusOK, map[string]int64{"balance": balance, "token": token})
 }

@@ -109,7 +109,10 @@ func pay(c *echo.Context, orders *orderBook) error {
 	case errors.Is(err, errNoOrder):
 		return echo.ErrNotFound
 	case err != nil:
-		return fencemw.NewHTTPError(http.StatusConflict, err) // a newer holder wrote first
+		// A newer holder wrote first (store.ErrStaleToken): the lock was lost. The Fence
+		// middleware answers 503 with Retry-After, which the idempotency middleware does not
+		// store, so the client's retry with the same key runs again.
+		return err
 	}
 	c.Response().Header().Set(echo.HeaderLocation, "/orders/"+id+"/payments/"+strconv.Itoa(p.Number))
 	return c.JSON(http.StatusCreated, p)
@@ -171,7 +174,7 @@ func update(c *echo.Context, orders *orderBook) error {
 	}
 	o := order{ID: id, Status: status, Token: token}
 	if err := orders.set(o); err != nil {
-		return fencemw.NewHTTPError(http.StatusConflict, err) // a newer holder wrote first
+		return err // a newer holder wrote first: the Fence middleware answers 503, Retry-After: 1
 	}
 	return c.JSON(http.StatusOK, o)
 }

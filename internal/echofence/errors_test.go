@@ -3,6 +3,7 @@ package echofence
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/errtext"
 	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/store"
 )
 
 func TestRetryAfter(t *testing.T) {
@@ -70,12 +72,57 @@ func TestErrorStatus(t *testing.T) {
 
 func TestSafeMethod(t *testing.T) {
 	t.Parallel()
-	for m, want := range map[string]bool{
-		http.MethodGet: true, http.MethodHead: true, http.MethodOptions: true, http.MethodTrace: true,
-		http.MethodPut: false, http.MethodPost: false, http.MethodPatch: false, http.MethodDelete: false, "PURGE": false,
+	for _, tc := range []struct {
+		method      string
+		query       bool // the major knows QUERY
+		safe, reads bool
+	}{
+		{http.MethodGet, false, true, true},
+		{http.MethodHead, false, true, true},
+		{http.MethodOptions, false, true, true},
+		{http.MethodTrace, false, true, false},
+		{http.MethodGet, true, true, true},
+		{http.MethodTrace, true, true, false},
+		{MethodQuery, true, true, true},
+		{MethodQuery, false, false, false},
+		{"query", true, false, false}, // methods are case-sensitive
+		{http.MethodPut, true, false, false},
+		{http.MethodPost, true, false, false},
+		{http.MethodPatch, true, false, false},
+		{http.MethodDelete, true, false, false},
+		{"PURGE", true, false, false},
 	} {
-		if got := SafeMethod(m); got != want {
-			t.Errorf("SafeMethod(%q) = %v, want %v", m, got, want)
+		if got := SafeMethod(tc.method, tc.query); got != tc.safe {
+			t.Errorf("SafeMethod(%q, %v) = %v, want %v", tc.method, tc.query, got, tc.safe)
+		}
+		if got := ReadMethod(tc.method, tc.query); got != tc.reads {
+			t.Errorf("ReadMethod(%q, %v) = %v, want %v", tc.method, tc.query, got, tc.reads)
+		}
+	}
+}
+
+func TestLost(t *testing.T) {
+	t.Parallel()
+	stale := &store.StaleTokenError{Resource: "r", Token: 1, Mark: 2}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"store.ErrStaleToken", store.ErrStaleToken, true},
+		{"*store.StaleTokenError", stale, true},
+		{"wrapped with %w", fmt.Errorf("debit: %w", stale), true},
+		{"joined", errors.Join(errors.New("x"), store.ErrStaleToken), true},
+		{"fencing.ErrNotHeld", fencing.ErrNotHeld, true},
+		{"wrapped ErrNotHeld", fmt.Errorf("save: %w", fencing.ErrNotHeld), true},
+		{"wrapped with %v", fmt.Errorf("debit: %v", stale), false},
+		{"busy", fencing.ErrNotAcquired, false},
+		{"store.ErrNotFound", store.ErrNotFound, false},
+		{"context canceled", context.Canceled, false},
+	} {
+		if got := Lost(tc.err); got != tc.want {
+			t.Errorf("%s: Lost(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
 		}
 	}
 }

@@ -29,10 +29,21 @@ type Glue[C Context] struct {
 	// Extractors returns Echo's value extractors for a KeyLookup that [checkLookup] accepted
 	// (middleware.CreateExtractors), each returning the values of its source.
 	Extractors func(lookup string) ([]func(c C) ([]string, error), error)
-	// ErrorHandler and DenyHandler are the package's DefaultErrorHandler and
-	// DefaultDenyHandler, used when the Settings leave them nil.
+	// ErrorHandler, DenyHandler and LostHandler are the package's DefaultErrorHandler,
+	// DefaultDenyHandler and DefaultLostHandler, used when the Settings leave them nil.
 	ErrorHandler func(c C, err error) error
 	DenyHandler  func(c C, resource string, err error) error
+	LostHandler  func(c C, resource string, err error) error
+	// Committed reports whether c's response has been written (its status sent): the
+	// handler's own answer, which an answer of the middleware's must not replace. It
+	// reports true when it cannot tell.
+	Committed func(c C) bool
+	// HasStatus reports whether err carries an HTTP status of its own, as the package's
+	// DefaultErrorHandler finds one: an answer the handler chose, left as it is.
+	HasStatus func(err error) bool
+	// Query is true for an Echo major that routes the QUERY method (Echo v5), which
+	// [SafeMethod] and [ReadMethod] then count as safe.
+	Query bool
 
 	// What the idempotency middleware needs besides.
 
@@ -66,6 +77,9 @@ type Fence[C Context] struct {
 	header       func(c C) http.Header
 	errorHandler func(c C, err error) error
 	denyHandler  func(c C, resource string, err error) error
+	lostHandler  func(c C, resource string, err error) error
+	committed    func(c C) bool
+	hasStatus    func(err error) bool
 }
 
 // New applies the defaults to s and checks it. It returns an error wrapping
@@ -83,6 +97,9 @@ func New[C Context, S ~func(C) bool](g Glue[C], s Settings[C, S]) (*Fence[C], er
 		header:       g.Header,
 		errorHandler: s.ErrorHandler,
 		denyHandler:  s.DenyHandler,
+		lostHandler:  s.LostHandler,
+		committed:    g.Committed,
+		hasStatus:    g.HasStatus,
 	}
 	if s.Skipper != nil {
 		f.skip = (func(C) bool)(s.Skipper)
@@ -119,6 +136,9 @@ func New[C Context, S ~func(C) bool](g Glue[C], s Settings[C, S]) (*Fence[C], er
 	}
 	if f.denyHandler == nil {
 		f.denyHandler = g.DenyHandler
+	}
+	if f.lostHandler == nil {
+		f.lostHandler = g.LostHandler
 	}
 	return f, nil
 }
@@ -161,7 +181,7 @@ func (f *Fence[C]) Serve(c C, next func(c C) error) error {
 	}, opts...)
 	switch {
 	case ran:
-		return result
+		return f.answer(c, resource, result)
 	case errors.Is(err, fencing.ErrNotAcquired):
 		f.header(c).Set(HeaderRetryAfter, RetryAfter(err))
 		return f.denyHandler(c, resource, err)
@@ -191,22 +211,33 @@ func (f *Fence[C]) expose(c C, token int64) {
 	}
 }
 
-// ReadMethod reports whether method only reads: GET, HEAD or OPTIONS, which the adapters'
-// SharedSafeMethods makes shared.
-func ReadMethod(method string) bool {
+// MethodQuery is the QUERY method of RFC 10008: safe and idempotent, a GET whose query is in
+// the body. Echo v5 routes it (echo.QUERY); Echo v4 and net/http do not know it.
+const MethodQuery = "QUERY"
+
+// ReadMethod reports whether method only reads: GET, HEAD or OPTIONS, and with query QUERY
+// too, which the adapters' SharedSafeMethods makes shared. query is true for an Echo major
+// that knows QUERY ([Glue.Query]).
+func ReadMethod(method string, query bool) bool {
 	switch method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
 		return true
+	case MethodQuery:
+		return query
 	}
 	return false
 }
 
 // SafeMethod reports whether method is one of the safe methods of RFC 9110 (GET, HEAD,
-// OPTIONS and TRACE), which the adapters' SkipSafeMethods skips.
-func SafeMethod(method string) bool {
+// OPTIONS and TRACE), and with query QUERY too (RFC 10008), which the adapters'
+// SkipSafeMethods and the idempotency middleware's default Skipper skip. query is true for an
+// Echo major that knows QUERY ([Glue.Query]).
+func SafeMethod(method string, query bool) bool {
 	switch method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
 		return true
+	case MethodQuery:
+		return query
 	}
 	return false
 }

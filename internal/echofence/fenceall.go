@@ -89,7 +89,8 @@ func (f *Fence[C]) serveAll(c C, next func(c C) error) error {
 	}, f.opts...)
 	switch {
 	case ran:
-		return result
+		// Neither error says which lock was lost: the LostHandler gets the first resource.
+		return f.answer(c, names[0], result)
 	case errors.Is(err, fencing.ErrNotAcquired):
 		f.header(c).Set(HeaderRetryAfter, RetryAfter(err))
 		busy, ok := fencing.BusyResource(err)

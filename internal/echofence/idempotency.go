@@ -15,8 +15,15 @@ const (
 	// DefaultMaxBody is the default limit of a request's body and of a stored response's
 	// body: 1 MiB.
 	DefaultMaxBody = 1 << 20
-	// DefaultResultTTL is how long a result is kept by default.
-	DefaultResultTTL = 24 * time.Hour
+	// DefaultRetention is how long a result is kept by default.
+	DefaultRetention = 24 * time.Hour
+	// DefaultLockTTL is the default lease of a key's lock (or the Locker's TTL, when that is
+	// shorter). Locker.Do renews it every third while the handler runs, so it does not bound
+	// a request; it bounds how long a first attempt that stalled (a paused process, a
+	// partition) keeps its retries answered 409 before one takes the key over. 10s rides out
+	// a pause or a Redis failover of several seconds without a second run, and renews only
+	// requests that take over 3.3s.
+	DefaultLockTTL = 10 * time.Second
 	// MaxIdempotencyKeyLen is the longest key, in bytes, a request may give (after the
 	// quotes of a Structured Field string, if any, are removed).
 	MaxIdempotencyKeyLen = 255
@@ -32,7 +39,7 @@ var DefaultReplayHeaders = []string{"Content-Type", "Content-Location", "Locatio
 // Echo context type and S the major's middleware.Skipper. The adapters document each field.
 type IdempotencySettings[C Context, S ~func(C) bool] = struct {
 	// Skipper decides which requests run without the middleware. Default (nil): the safe
-	// methods (GET, HEAD, OPTIONS, TRACE) are skipped.
+	// methods (GET, HEAD, OPTIONS, TRACE, and QUERY in Echo v5) are skipped.
 	Skipper S
 	// Locker takes the key's lock and keeps its result. Required.
 	Locker *fencing.Locker
@@ -51,8 +58,11 @@ type IdempotencySettings[C Context, S ~func(C) bool] = struct {
 	// MaxBody bounds the request's body (413 above it) and the response's body that is
 	// stored (a larger one is sent as it comes and not stored). Default: 1 MiB.
 	MaxBody int64
-	// TTL is how long a result is kept. Default: 24h.
-	TTL time.Duration
+	// Retention is how long a result is kept. Default: 24h.
+	Retention time.Duration
+	// LockTTL is the lease of the key's lock, renewed while the handler runs. Default:
+	// DefaultLockTTL (10s), or the Locker's TTL when that is shorter.
+	LockTTL time.Duration
 	// MaxWait is how long a request waits while another with its key runs: 0 answers 409 at
 	// once. Default: 0.
 	MaxWait time.Duration
@@ -76,21 +86,22 @@ type Idempotency[C Context] struct {
 	scope         func(c C) (string, error)
 	fingerprint   func(c C) (string, error)
 	maxBody       int64
-	ttl           time.Duration
+	retention     time.Duration
+	lockTTL       time.Duration
 	maxWait       time.Duration
 	keep          func(status int) bool
 	replayHeaders []string // canonical names
 	errorHandler  func(c C, err error) error
 	glue          Glue[C]
-	try           []fencing.CallOption // a single attempt: WithMaxWait(0), WithLimit(1)
+	try           []fencing.CallOption // a single attempt: WithTTL(lockTTL), WithMaxWait(0), WithLimit(1)
 	floored       bool                 // the Locker's tokens are floored at the server clock: counters may expire
 }
 
 // NewIdempotency applies the defaults to s and checks it. It returns an error wrapping
 // fencing.ErrInvalid when the Locker is nil or was built with invalid options, a duration
-// or MaxBody is negative, the TTL is above fencing.MaxTTL or the header name is not a
-// token, and one wrapping fencing.ErrClosed when the Locker is closed. It does not talk
-// to Redis.
+// or MaxBody is negative, Retention or LockTTL is out of [fencing.MinTTL, fencing.MaxTTL],
+// the Locker refuses LockTTL (above its counter expiry) or the header name is not a token,
+// and one wrapping fencing.ErrClosed when the Locker is closed. It does not talk to Redis.
 func NewIdempotency[C Context, S ~func(C) bool](g Glue[C], s IdempotencySettings[C, S]) (*Idempotency[C], error) {
 	m := &Idempotency[C]{
 		locker:       s.Locker,
@@ -100,7 +111,7 @@ func NewIdempotency[C Context, S ~func(C) bool](g Glue[C], s IdempotencySettings
 		scope:        s.Scope,
 		fingerprint:  s.Fingerprint,
 		maxBody:      s.MaxBody,
-		ttl:          s.TTL,
+		retention:    s.Retention,
 		maxWait:      s.MaxWait,
 		keep:         s.Keep,
 		errorHandler: s.ErrorHandler,
@@ -109,23 +120,42 @@ func NewIdempotency[C Context, S ~func(C) bool](g Glue[C], s IdempotencySettings
 	if s.Skipper != nil {
 		m.skip = (func(C) bool)(s.Skipper)
 	} else {
-		m.skip = func(c C) bool { return SafeMethod(c.Request().Method) }
+		m.skip = func(c C) bool { return SafeMethod(c.Request().Method, g.Query) }
 	}
-	try, err := callOptions(s.Locker, 0, 0, 1)
-	if err != nil {
-		return nil, err
+	if s.Locker == nil {
+		return nil, invalidf("nil Locker")
 	}
-	m.try = try
 	switch {
 	case s.MaxWait < 0:
 		return nil, invalidf("negative MaxWait %v", s.MaxWait)
 	case s.MaxBody < 0:
 		return nil, invalidf("negative MaxBody %d", s.MaxBody)
-	case s.TTL < 0:
-		return nil, invalidf("negative TTL %v", s.TTL)
-	case s.TTL != 0 && (s.TTL < fencing.MinTTL || s.TTL > fencing.MaxTTL):
-		return nil, invalidf("TTL %v out of range [%v, %v]", s.TTL, fencing.MinTTL, fencing.MaxTTL)
+	case s.Retention < 0:
+		return nil, invalidf("negative Retention %v", s.Retention)
+	case s.Retention != 0 && (s.Retention < fencing.MinTTL || s.Retention > fencing.MaxTTL):
+		return nil, invalidf("Retention %v out of range [%v, %v]", s.Retention, fencing.MinTTL, fencing.MaxTTL)
+	case s.LockTTL < 0:
+		return nil, invalidf("negative LockTTL %v", s.LockTTL)
+	case s.LockTTL != 0 && (s.LockTTL < fencing.MinTTL || s.LockTTL > fencing.MaxTTL):
+		return nil, invalidf("LockTTL %v out of range [%v, %v]", s.LockTTL, fencing.MinTTL, fencing.MaxTTL)
 	}
+	settings := s.Locker.Settings()
+	m.lockTTL = s.LockTTL
+	if m.lockTTL == 0 {
+		m.lockTTL = DefaultLockTTL
+		if settings.TTL > 0 {
+			m.lockTTL = min(m.lockTTL, settings.TTL)
+		}
+	}
+	if settings.CounterExpiry > 0 && m.lockTTL > settings.CounterExpiry {
+		// The Locker would refuse every call; say so here rather than at each request.
+		return nil, invalidf("LockTTL %v above the Locker's counter expiry %v", m.lockTTL, settings.CounterExpiry)
+	}
+	try, err := callOptions(s.Locker, m.lockTTL, 0, 1)
+	if err != nil {
+		return nil, err
+	}
+	m.try = try
 	if m.header == "" {
 		m.header = DefaultIdempotencyHeader
 	}
@@ -139,8 +169,8 @@ func NewIdempotency[C Context, S ~func(C) bool](g Glue[C], s IdempotencySettings
 	if m.maxBody == 0 {
 		m.maxBody = DefaultMaxBody
 	}
-	if m.ttl == 0 {
-		m.ttl = DefaultResultTTL
+	if m.retention == 0 {
+		m.retention = DefaultRetention
 	}
 	if m.keep == nil {
 		m.keep = DefaultKeep

@@ -83,7 +83,7 @@ func (m *Idempotency[C]) serve(c C, next func(c C) error, name, fp string) error
 		call = &seam.Call{Guard: GuardSuffix}
 		err = m.locker.Do(seam.WithCall(req.Context(), call), name, func(work context.Context) error {
 			return m.run(work, c, next, name, call, fp, true, &a)
-		}, fencing.WithMaxWait(max(wait, 0)), fencing.WithLimit(1))
+		}, fencing.WithTTL(m.lockTTL), fencing.WithMaxWait(max(wait, 0)), fencing.WithLimit(1))
 	}
 	switch {
 	case a.stored != "":
@@ -149,7 +149,7 @@ func (m *Idempotency[C]) run(work context.Context, c C, next func(c C) error, na
 	if m.floored {
 		// Tokens floored at the server clock: a counter created again starts above every
 		// token before it, so the key's counter may expire with its record.
-		call.CounterTTL = m.ttl
+		call.CounterTTL = m.retention
 	}
 	ctx := context.WithoutCancel(req.Context())
 	a.read = func() *redis.Cmd { return resultCmd(ctx, m.locker.Client(), call, token) }
@@ -169,7 +169,7 @@ func (m *Idempotency[C]) run(work context.Context, c C, next func(c C) error, na
 				rec.header[h] = values
 			}
 		}
-		call.Commit, call.CommitTTL = string(rec.encode()), m.ttl
+		call.Commit, call.CommitTTL = string(rec.encode()), m.retention
 		a.committing = true
 	}
 	return nil

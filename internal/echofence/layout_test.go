@@ -61,7 +61,7 @@ func TestIdempotencyLayout(t *testing.T) {
 	e.POST("/payments/:id", func(c *echo.Context) error {
 		c.Response().Header().Set("Location", "/payments/1")
 		return c.String(http.StatusCreated, "paid")
-	}, fencemw.IdempotentWithConfig(fencemw.IdempotencyConfig{Locker: l, TTL: ttl}))
+	}, fencemw.IdempotentWithConfig(fencemw.IdempotencyConfig{Locker: l, Retention: ttl}))
 	for _, key := range []string{"plain-key", "brace{key}"} {
 		req := httptest.NewRequest(http.MethodPost, "/payments/1", strings.NewReader("{}"))
 		req.Header.Set("Idempotency-Key", key)

@@ -16,7 +16,7 @@ import (
 type Settings[C Context, S ~func(C) bool] = struct {
 	// Skipper decides which requests run without a lock. Default: middleware.DefaultSkipper,
 	// which skips none. The adapters' SkipSafeMethods locks only requests with unsafe
-	// methods.
+	// methods (QUERY is safe in Echo v5).
 	Skipper S
 
 	// Locker takes the locks. Required. Per-request options come from TTL and MaxWait.
@@ -79,7 +79,8 @@ type Settings[C Context, S ~func(C) bool] = struct {
 	// Shared says which requests take the lock shared (fencing.Shared): requests for which it
 	// returns true hold the resource together, and an exclusive request holds it alone,
 	// first come, first served across both kinds (a reader that arrives while a writer waits
-	// waits behind it). The adapters' SharedSafeMethods makes GET, HEAD and OPTIONS shared.
+	// waits behind it). The adapters' SharedSafeMethods makes GET, HEAD and OPTIONS shared
+	// (and QUERY in Echo v5).
 	// It cannot go with Limit above 1 or with KeysExtractor (an error wrapping
 	// fencing.ErrInvalid). Default: nil, every request exclusive.
 	Shared func(c C) bool
@@ -108,19 +109,34 @@ type Settings[C Context, S ~func(C) bool] = struct {
 	// is called. Its result is returned to Echo; nil ends the request without running the
 	// handler (write a response first). Default: DefaultDenyHandler (423).
 	DenyHandler func(c C, resource string, err error) error
+
+	// LostHandler builds the response when the handler lost the lock while it ran and said
+	// so: its error matches store.ErrStaleToken (a store refused a write, a newer holder's
+	// token having passed the request's) or fencing.ErrNotHeld (the lease lapsed or another
+	// owner took the lock; the request's context was cancelled with that cause), through
+	// any wrapping, the handler wrote no response, and its error carries no HTTP status of
+	// its own (an answer it chose, which stands). Otherwise the handler's error reaches Echo
+	// unchanged. err is the handler's error; resource is the lock's name (with KeysExtractor,
+	// the first of the request's resources: the errors do not say which lock was lost).
+	// Retry-After is already set (LostRetryAfter: 1 s) when it is called. Its result is
+	// returned to Echo; nil ends the request (write a response first). Default:
+	// DefaultLostHandler (503).
+	LostHandler func(c C, resource string, err error) error
 }
 
-// Defaults returns an adapter's DefaultConfig: skipper, errorHandler and denyHandler are
-// its major's middleware.DefaultSkipper and the adapter's DefaultErrorHandler and
-// DefaultDenyHandler; the key is DefaultKeyLookup and the context key DefaultContextKey.
+// Defaults returns an adapter's DefaultConfig: skipper, errorHandler, denyHandler and
+// lostHandler are its major's middleware.DefaultSkipper and the adapter's
+// DefaultErrorHandler, DefaultDenyHandler and DefaultLostHandler; the key is
+// DefaultKeyLookup and the context key DefaultContextKey.
 func Defaults[C Context, S ~func(C) bool](skipper S, errorHandler func(c C, err error) error,
-	denyHandler func(c C, resource string, err error) error) Settings[C, S] {
+	denyHandler, lostHandler func(c C, resource string, err error) error) Settings[C, S] {
 	return Settings[C, S]{
 		Skipper:      skipper,
 		KeyLookup:    DefaultKeyLookup,
 		ContextKey:   DefaultContextKey,
 		ErrorHandler: errorHandler,
 		DenyHandler:  denyHandler,
+		LostHandler:  lostHandler,
 	}
 }
 

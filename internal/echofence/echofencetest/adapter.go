@@ -56,6 +56,7 @@ type api[C echofence.Context, S ~func(C) bool, M any, Cfg adapterConfig[C, S, M]
 	skipSafeMethods   S
 	defaultError      func(c C, err error) error
 	defaultDeny       func(c C, resource string, err error) error
+	defaultLost       func(c C, resource string, err error) error
 	newHTTPError      func(code int, err error) E
 	tokenFromEcho     func(c C) (int64, bool)
 	maxKeyLen         int
@@ -82,7 +83,10 @@ type adapter[C echoContext, S ~func(C) bool, H ~func(C) error, M ~func(H) H, Cfg
 	recoverer   func() M
 	statusError func(code int) error
 	httpStatus  func(err error) int
+	query       bool // QUERY is a safe method
 }
+
+func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) Query() bool { return a.query }
 
 func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) Name() string { return a.major }
 
@@ -167,8 +171,11 @@ func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) config(cfg Config) C
 	if f := cfg.DenyHandler; f != nil {
 		s.DenyHandler = func(c C, resource string, err error) error { return f(a.request(c), resource, err) }
 	}
+	if f := cfg.LostHandler; f != nil {
+		s.LostHandler = func(c C, resource string, err error) error { return f(a.request(c), resource, err) }
+	}
 	if cfg.DefaultHandlers {
-		s.ErrorHandler, s.DenyHandler = a.api.defaultError, a.api.defaultDeny
+		s.ErrorHandler, s.DenyHandler, s.LostHandler = a.api.defaultError, a.api.defaultDeny, a.api.defaultLost
 	}
 	return Cfg(s)
 }
@@ -205,7 +212,7 @@ func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) IdempotencyErrors() 
 // idemConfig returns cfg as the adapter's IdempotencyConfig.
 func (a *adapter[C, S, H, M, Cfg, E, ICfg, Srv, G, RA, RB]) idemConfig(cfg IdemConfig) ICfg {
 	s := echofence.IdempotencySettings[C, S]{Locker: cfg.Locker, Header: cfg.Header, Required: cfg.Required,
-		MaxBody: cfg.MaxBody, TTL: cfg.TTL, MaxWait: cfg.MaxWait, Keep: cfg.Keep, ReplayHeaders: cfg.ReplayHeaders}
+		MaxBody: cfg.MaxBody, Retention: cfg.Retention, LockTTL: cfg.LockTTL, MaxWait: cfg.MaxWait, Keep: cfg.Keep, ReplayHeaders: cfg.ReplayHeaders}
 	if cfg.SkipNone {
 		s.Skipper = func(C) bool { return false }
 	}

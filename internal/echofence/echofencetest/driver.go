@@ -38,6 +38,10 @@ type Driver interface {
 	// only an *echo.HTTPError itself (Echo v4 type-asserts), v5 any error in the chain with
 	// a StatusCode method. 0 means none.
 	HTTPStatus(err error) int
+	// Query reports whether the major routes RFC 10008's QUERY method as safe (Echo v5):
+	// SkipSafeMethods skips it, SharedSafeMethods shares it and the idempotency middleware's
+	// default Skipper passes it through.
+	Query() bool
 	// MaxKeyLen, DefaultKeyLookup and DefaultContextKey are the adapter's constants.
 	MaxKeyLen() int
 	DefaultKeyLookup() string
@@ -63,7 +67,8 @@ type IdemConfig struct {
 	Scope         func(r Request) (string, error)
 	Fingerprint   func(r Request) (string, error)
 	MaxBody       int64
-	TTL           time.Duration
+	Retention     time.Duration
+	LockTTL       time.Duration
 	MaxWait       time.Duration
 	Keep          func(status int) bool
 	ReplayHeaders []string
@@ -87,8 +92,9 @@ type Config struct {
 	TokenHeader       string
 	ErrorHandler      func(r Request, err error) error
 	DenyHandler       func(r Request, resource string, err error) error
-	// DefaultHandlers sets ErrorHandler and DenyHandler to the adapter's DefaultErrorHandler
-	// and DefaultDenyHandler explicitly.
+	LostHandler       func(r Request, resource string, err error) error
+	// DefaultHandlers sets ErrorHandler, DenyHandler and LostHandler to the adapter's
+	// DefaultErrorHandler, DefaultDenyHandler and DefaultLostHandler explicitly.
 	DefaultHandlers bool
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/echofence"
 	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/store"
 )
 
 // idempotencyCases are the suite's cases of the idempotency middleware.
@@ -26,7 +28,9 @@ func idempotencyCases() []testCase {
 		{"IdempotentBodies", idempotentBodies},
 		{"IdempotentNotKept", idempotentNotKept},
 		{"IdempotentConcurrentRetries", idempotentConcurrentRetries},
-		{"IdempotentTTL", idempotentTTL},
+		{"IdempotentRetention", idempotentRetention},
+		{"IdempotentLockTTL", idempotentLockTTL},
+		{"IdempotentLostLockNotKept", idempotentLostLockNotKept},
 		{"IdempotentScope", idempotentScope},
 		{"IdempotentLockLost", idempotentLockLost},
 		{"IdempotentChainWithFence", idempotentChainWithFence},
@@ -433,10 +437,10 @@ func sendMany(t testing.TB, n int, send func(i int) reply) []reply {
 	return replies
 }
 
-// idempotentTTL stores a result for a second: once it has expired, the key runs again.
-func idempotentTTL(t *testing.T, d Driver) {
+// idempotentRetention stores a result for a second: once it has expired, the key runs again.
+func idempotentRetention(t *testing.T, d Driver) {
 	v := newIdemEnv(t, d)
-	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{TTL: time.Second}))
+	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{Retention: time.Second}))
 	first := v.send(http.MethodPost, "/payments/1", "k", "a")
 	recs := v.records()
 	if len(recs) != 1 {
@@ -445,14 +449,14 @@ func idempotentTTL(t *testing.T, d Driver) {
 	if ttl := v.r.Client.PTTL(t.Context(), recs[0]).Val(); ttl <= 0 || ttl > time.Second {
 		t.Fatalf("record TTL %v, want at most 1s", ttl)
 	}
-	sameResponse(t, "retry within the TTL", first, v.send(http.MethodPost, "/payments/1", "k", "a"))
+	sameResponse(t, "retry within the Retention", first, v.send(http.MethodPost, "/payments/1", "k", "a"))
 	if v.r.Mini != nil {
 		v.r.Mini.FastForward(time.Second)
 	}
 	eventually(t, 10*time.Second, "the record's expiry", func() bool { return len(v.records()) == 0 })
 	later := v.send(http.MethodPost, "/payments/1", "k", "a")
 	if p := later.payment(t); later.status != http.StatusCreated || later.replayed() || p.Run != 2 || p.Token <= first.payment(t).Token {
-		t.Errorf("after the TTL: got %d %q (replayed %v), want a second run with a higher token", later.status, later.body, later.replayed())
+		t.Errorf("after the Retention: got %d %q (replayed %v), want a second run with a higher token", later.status, later.body, later.replayed())
 	}
 }
 
@@ -582,7 +586,8 @@ func idempotentOddKeys(t *testing.T, d Driver) {
 }
 
 // idempotentSkipper checks the default Skipper: a GET runs every time and stores nothing,
-// unless no method is skipped.
+// unless no method is skipped; so does a QUERY (RFC 10008) where the major knows it as safe
+// (Echo v5), while Echo v4, which does not, stores and replays it as any unsafe method.
 func idempotentSkipper(t *testing.T, d Driver) {
 	v := newIdemEnv(t, d)
 	v.e.Add(http.MethodGet, "/default/:id", v.pay, v.imw(IdemConfig{}))
@@ -597,12 +602,110 @@ func idempotentSkipper(t *testing.T, d Driver) {
 	if n := v.runs.Load(); n != 3 {
 		t.Errorf("handler ran %d times, want 3", n)
 	}
+	if len(v.records()) != 1 {
+		t.Fatalf("got records %q, want the one of /all", v.records())
+	}
+
+	v.e.Add(echofence.MethodQuery, "/search/:id", v.pay, v.imw(IdemConfig{}))
+	query := v.send(echofence.MethodQuery, "/search/1", "q", `{"q":"x"}`)
+	again := v.send(echofence.MethodQuery, "/search/1", "q", `{"q":"x"}`)
+	if query.status != http.StatusCreated || query.payment(t).Body != `{"q":"x"}` {
+		t.Fatalf("QUERY: got %d %q, want 201 with the body", query.status, query.body)
+	}
+	if d.Query() {
+		if again.replayed() || again.payment(t).Run != 5 || len(v.records()) != 1 {
+			t.Errorf("QUERY again: got %q (replayed %v) and records %q, want a second run and nothing stored",
+				again.body, again.replayed(), v.records())
+		}
+	} else {
+		sameResponse(t, "QUERY in a major that does not know it", query, again)
+	}
+}
+
+// idempotentLockTTL checks the lease of the key's lock while the handler runs: by default
+// 10s on a Locker of 30s, the Locker's own when that is shorter, and LockTTL when set.
+func idempotentLockTTL(t *testing.T, d Driver) {
+	v := newIdemEnv(t, d) // the Locker's TTL: fencing.DefaultTTL, 30s
+	short := fencing.New(v.r.Client, fencing.WithPrefix(v.r.Prefix), fencing.WithTTL(3*time.Second))
+	t.Cleanup(func() { _ = short.Close() })
+	leases := make(chan time.Duration, 1)
+	h := func(r Request) error {
+		name := echofence.IdempotencyName("", r.Path(), r.Request().Header.Get("Idempotency-Key"))
+		keys := v.keys("{" + name + "}:lock")
+		if len(keys) != 1 {
+			leases <- 0
+			return r.NoContent(http.StatusInternalServerError)
+		}
+		leases <- v.r.Client.PTTL(r.Request().Context(), keys[0]).Val()
+		return r.NoContent(http.StatusNoContent)
+	}
+	v.e.Add(http.MethodPost, "/default/:id", h, v.imw(IdemConfig{}))
+	v.e.Add(http.MethodPost, "/short/:id", h, v.imw(IdemConfig{Locker: short}))
+	v.e.Add(http.MethodPost, "/set/:id", h, v.imw(IdemConfig{LockTTL: 2 * time.Second}))
+	v.e.Add(http.MethodPost, "/long/:id", h, v.imw(IdemConfig{Locker: short, LockTTL: time.Minute}))
+	for _, tc := range []struct {
+		path string
+		want time.Duration
+	}{
+		{"/default/1", echofence.DefaultLockTTL},
+		{"/short/1", 3 * time.Second},
+		{"/set/1", 2 * time.Second},
+		{"/long/1", time.Minute},
+	} {
+		if r := v.send(http.MethodPost, tc.path, "k", ""); r.status != http.StatusNoContent {
+			t.Errorf("POST %s: got %d %q, want 204", tc.path, r.status, r.body)
+		}
+		// A lease just taken: at most the setting, and not less than half of it.
+		if got := recv(t, leases, "the handler of "+tc.path); got > tc.want || got < tc.want/2 {
+			t.Errorf("POST %s: the key's lock had %v left, want %v or a little less", tc.path, got, tc.want)
+		}
+	}
+	if echofence.DefaultLockTTL != 10*time.Second {
+		t.Errorf("DefaultLockTTL is %v, the documented default is 10s", echofence.DefaultLockTTL)
+	}
+}
+
+// idempotentLostLockNotKept runs the idempotency middleware in front of the Fence
+// middleware, with a handler whose write is refused as stale the first time: the Fence
+// answers 503 with Retry-After, a 5xx, which is not kept, so the retry with the same key runs
+// again and its 201 is stored.
+func idempotentLostLockNotKept(t *testing.T, d Driver) {
+	v := newIdemEnv(t, d)
+	v.e.Add(http.MethodPost, "/accounts/:id/payouts", func(r Request) error {
+		if v.runs.Load() == 0 {
+			v.runs.Add(1)
+			return fmt.Errorf("debit: %w", &store.StaleTokenError{Resource: "account:a1", Token: 1, Mark: 2})
+		}
+		return v.pay(r)
+	}, v.imw(IdemConfig{}), v.mw(Config{Namespace: "account"}))
+	lost := v.send(http.MethodPost, "/accounts/a1/payouts", "k", "100")
+	var msg map[string]string
+	_ = json.Unmarshal([]byte(lost.body), &msg)
+	if lost.status != http.StatusServiceUnavailable || lost.header.Get("Retry-After") != "1" ||
+		msg["message"] != "the lock on account:a1 was lost while the request ran" || lost.replayed() {
+		t.Fatalf("stale write: got %d %q (Retry-After %q), want 503 with Retry-After 1 naming the account",
+			lost.status, lost.body, lost.header.Get("Retry-After"))
+	}
+	AssertNoSecrets(t, lost.body, v.secrets("stale", "mark")...)
+	if err := v.lastErr(); !errors.Is(err, store.ErrStaleToken) || !v.isHTTPError(err, http.StatusServiceUnavailable) {
+		t.Errorf("stale write: got error %v, want the middleware's 503 wrapping store.ErrStaleToken", err)
+	}
+	if recs := v.records(); len(recs) != 0 {
+		t.Fatalf("stale write: got records %q, want none (a 5xx is not kept)", recs)
+	}
+	again := v.send(http.MethodPost, "/accounts/a1/payouts", "k", "100")
+	if again.status != http.StatusCreated || again.replayed() || again.payment(t).Run != 2 {
+		t.Fatalf("retry: got %d %q (replayed %v), want a second run's 201", again.status, again.body, again.replayed())
+	}
+	sameResponse(t, "second retry", again, v.send(http.MethodPost, "/accounts/a1/payouts", "k", "100"))
 }
 
 // idempotencyToMiddleware checks the configurations refused where the middleware is built,
 // and that the constructors panic on them.
 func idempotencyToMiddleware(t *testing.T, d Driver) {
-	_, good, badOpts, closed := configLockers(t)
+	r, good, badOpts, closed := configLockers(t)
+	shortLease := fencing.New(r.Client, fencing.WithTTL(time.Second), fencing.WithCounterExpiry(2*time.Second))
+	defer shortLease.Close()
 	for _, tc := range []struct {
 		name string
 		cfg  IdemConfig
@@ -611,7 +714,7 @@ func idempotencyToMiddleware(t *testing.T, d Driver) {
 		{"defaults", IdemConfig{Locker: good}, nil},
 		{"every field", IdemConfig{Locker: good, SkipNone: true, Header: "X-Key", Required: true,
 			Scope:       func(Request) (string, error) { return "", nil },
-			Fingerprint: func(Request) (string, error) { return "", nil }, MaxBody: 10, TTL: fencing.MaxTTL,
+			Fingerprint: func(Request) (string, error) { return "", nil }, MaxBody: 10, Retention: fencing.MaxTTL, LockTTL: fencing.MaxTTL,
 			MaxWait: time.Second, Keep: func(int) bool { return true }, ReplayHeaders: []string{"etag"},
 			ErrorHandler: func(Request, error) error { return nil }}, nil},
 		{"nil Locker", IdemConfig{}, fencing.ErrInvalid},
@@ -619,8 +722,15 @@ func idempotencyToMiddleware(t *testing.T, d Driver) {
 		{"closed Locker", IdemConfig{Locker: closed}, fencing.ErrClosed},
 		{"negative MaxWait", IdemConfig{Locker: good, MaxWait: -1}, fencing.ErrInvalid},
 		{"negative MaxBody", IdemConfig{Locker: good, MaxBody: -1}, fencing.ErrInvalid},
-		{"negative TTL", IdemConfig{Locker: good, TTL: -time.Second}, fencing.ErrInvalid},
-		{"TTL too long", IdemConfig{Locker: good, TTL: fencing.MaxTTL + time.Millisecond}, fencing.ErrInvalid},
+		{"negative Retention", IdemConfig{Locker: good, Retention: -time.Second}, fencing.ErrInvalid},
+		{"Retention too long", IdemConfig{Locker: good, Retention: fencing.MaxTTL + time.Millisecond}, fencing.ErrInvalid},
+		{"Retention too short", IdemConfig{Locker: good, Retention: time.Microsecond}, fencing.ErrInvalid},
+		{"negative LockTTL", IdemConfig{Locker: good, LockTTL: -time.Second}, fencing.ErrInvalid},
+		{"LockTTL too long", IdemConfig{Locker: good, LockTTL: fencing.MaxTTL + time.Millisecond}, fencing.ErrInvalid},
+		{"LockTTL too short", IdemConfig{Locker: good, LockTTL: time.Microsecond}, fencing.ErrInvalid},
+		// The default lease is the Locker's 1s, under its 2s counter expiry; 5s is above it.
+		{"short Locker, default LockTTL", IdemConfig{Locker: shortLease}, nil},
+		{"LockTTL above the counter expiry", IdemConfig{Locker: shortLease, LockTTL: 5 * time.Second}, fencing.ErrInvalid},
 		{"header not a token", IdemConfig{Locker: good, Header: "Idempotency Key"}, fencing.ErrInvalid},
 		{"replay header not a token", IdemConfig{Locker: good, ReplayHeaders: []string{"Location:"}}, fencing.ErrInvalid},
 	} {

@@ -1,6 +1,7 @@
 package echofencetest
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"sync"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/echofence"
 	"github.com/fencekit/fencekit/internal/redistest"
 )
 
@@ -62,6 +64,22 @@ func sharedSafeMethods(t *testing.T, d Driver) {
 	v.hold("/accounts/:id", "7", 10*time.Second) // a writer holds it
 	if rec := v.serve(http.MethodGet, "/accounts/7"); rec.Code != http.StatusLocked {
 		t.Errorf("GET while a writer holds it: got %d, want 423", rec.Code)
+	}
+
+	// QUERY (RFC 10008) reads, where the major knows it (v5): it shares the lock with a
+	// reader. Elsewhere it is exclusive, and busy beside the reader.
+	v.e.Add(echofence.MethodQuery, "/reports/:id", func(r Request) error { return r.NoContent(http.StatusOK) }, v.mw(cfg))
+	reader, err := v.locker.TryAcquire(t.Context(), echofence.RouteName("/reports/:id", "7"), fencing.Shared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = reader.Release(context.Background()) }()
+	want := http.StatusLocked
+	if d.Query() {
+		want = http.StatusOK
+	}
+	if rec := v.serve(echofence.MethodQuery, "/reports/7"); rec.Code != want {
+		t.Errorf("QUERY beside a reader: got %d, want %d", rec.Code, want)
 	}
 }
 

@@ -17,7 +17,7 @@ func V4() Driver {
 		major: "v4",
 		api: api[echo.Context, middleware.Skipper, echo.MiddlewareFunc, fencemw.Config, *echo.HTTPError, fencemw.IdempotencyConfig]{
 			fencemw.Fence, fencemw.FenceWithConfig, fencemw.DefaultConfig, fencemw.SkipSafeMethods,
-			fencemw.DefaultErrorHandler, fencemw.DefaultDenyHandler, fencemw.NewHTTPError, fencemw.TokenFromEcho,
+			fencemw.DefaultErrorHandler, fencemw.DefaultDenyHandler, fencemw.DefaultLostHandler, fencemw.NewHTTPError, fencemw.TokenFromEcho,
 			fencemw.MaxKeyLen, fencemw.DefaultKeyLookup, fencemw.DefaultContextKey,
 			fencemw.Idempotent, fencemw.IdempotentWithConfig, fencemw.DefaultFingerprint,
 			fencemw.ErrKeyReused, fencemw.ErrBodyTooLarge,

@@ -17,7 +17,7 @@ func V5() Driver {
 		major: "v5",
 		api: api[*echo.Context, middleware.Skipper, echo.MiddlewareFunc, fencemw.Config, error, fencemw.IdempotencyConfig]{
 			fencemw.Fence, fencemw.FenceWithConfig, fencemw.DefaultConfig, fencemw.SkipSafeMethods,
-			fencemw.DefaultErrorHandler, fencemw.DefaultDenyHandler, fencemw.NewHTTPError, fencemw.TokenFromEcho,
+			fencemw.DefaultErrorHandler, fencemw.DefaultDenyHandler, fencemw.DefaultLostHandler, fencemw.NewHTTPError, fencemw.TokenFromEcho,
 			fencemw.MaxKeyLen, fencemw.DefaultKeyLookup, fencemw.DefaultContextKey,
 			fencemw.Idempotent, fencemw.IdempotentWithConfig, fencemw.DefaultFingerprint,
 			fencemw.ErrKeyReused, fencemw.ErrBodyTooLarge,
@@ -38,6 +38,7 @@ func V5() Driver {
 		statusError: func(code int) error { return echo.NewHTTPError(code, "") },
 		// Echo v5 reads the status of any error in the chain with a StatusCode method.
 		httpStatus: echo.StatusCode,
+		query:      true, // echo.QUERY (TestQueryMethod checks that it is echofence.MethodQuery)
 	}
 }
 
