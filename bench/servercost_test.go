@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -45,7 +46,10 @@ func BenchmarkServerCost(b *testing.B) {
 	if _, err := exec.LookPath("callgrind_annotate"); err != nil {
 		b.Skip("callgrind_annotate is not installed")
 	}
-	dir := b.TempDir()
+	dir := *costDir
+	if dir == "" {
+		dir = b.TempDir()
+	}
 	vgdb := filepath.Join(dir, "vgdb")
 	srv := redisproc.Start(b,
 		redisproc.Under("valgrind", "--tool=callgrind", "--vgdb-prefix="+vgdb,
@@ -84,6 +88,9 @@ func BenchmarkServerCost(b *testing.B) {
 		})
 	}
 }
+
+// costDir keeps BenchmarkServerCost's callgrind dumps, one per row, for callgrind_annotate.
+var costDir = flag.String("costdir", "", "BenchmarkServerCost: keep the callgrind dumps in this directory (default: a temporary one)")
 
 // A costRow is one row of BenchmarkServerCost: run is one operation on the i-th of 100
 // resources.

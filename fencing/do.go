@@ -3,9 +3,10 @@ package fencing
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/seam"
+	"github.com/fencekit/fencekit/fencing/internal/stall"
 )
 
 // Do takes the lock on resource (waiting as [Locker.Acquire] does), runs fn while holding
@@ -29,14 +30,10 @@ func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Co
 	if fn == nil {
 		return invalidf("nil function")
 	}
-	cfg := l.cfg.with(opts)
-	if call := seam.CallFrom(ctx); call != nil {
-		k := resourceKeys(cfg.prefix, resource)
-		call.LockKey, call.FenceKey, call.GuardKey = k.lock, k.fence, ""
-		if call.Guard != "" {
-			call.GuardKey = k.beside(call.Guard)
-		}
+	if l == nil {
+		return opErr("acquire", resource, errNilLocker)
 	}
+	cfg := l.cfg.with(opts)
 	lock, err := l.acquire(ctx, cfg, resource)
 	if err != nil {
 		return err
@@ -64,6 +61,9 @@ func (l *Locker) DoAll(ctx context.Context, resources []string, fn func(ctx cont
 	if fn == nil {
 		return invalidf("nil function")
 	}
+	if l == nil {
+		return opErr("acquire all", "", errNilLocker)
+	}
 	cfg := l.cfg.with(opts)
 	set, err := l.acquireAll(ctx, cfg, OpAcquireAll, resources)
 	if err != nil {
@@ -77,11 +77,7 @@ func (l *Locker) DoAll(ctx context.Context, resources []string, fn func(ctx cont
 // when one is lost, and releases them when fn returns or panics.
 func (l *Locker) hold(ctx context.Context, cfg *config, locks []*Lock, set *LockSet, fn func(ctx context.Context) error) (err error) {
 	h := &hold{locks: locks, set: set}
-	call := seam.CallFrom(ctx)
-	work, cancel := context.WithCancelCause(seam.WithStaller((&held{locks: locks, hold: h}).with(ctx), stall))
-	if call != nil {
-		work = seam.WithCall(work, nil) // a Do nested in the work is a plain one
-	}
+	work, cancel := context.WithCancelCause(stall.With((&held{locks: locks, hold: h}).with(ctx), stallHolds))
 	cancelOf := func(*Lock) context.CancelCauseFunc { return cancel }
 	if set != nil {
 		cancelOf = func(k *Lock) context.CancelCauseFunc { return named(cancel, k.resource) }
@@ -98,7 +94,7 @@ func (l *Locker) hold(ctx context.Context, cfg *config, locks []*Lock, set *Lock
 			lost = nil
 		}
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), min(cfg.ttl, releaseTimeout))
-		errs := h.release(rctx, call)
+		errs := h.release(rctx)
 		rcancel()
 		if !returned {
 			return
@@ -137,6 +133,7 @@ type hold struct {
 	locks   []*Lock
 	set     *LockSet // DoAll's; nil for one lock
 	renewer *renewer
+	memo    atomic.Pointer[Memo] // LeaveMemo's, written by the release
 }
 
 // extend renews every lease of h to ttl and returns the error of each lock.
@@ -148,13 +145,13 @@ func (h *hold) extend(ctx context.Context, ttl time.Duration) []error {
 	return []error{h.locks[0].extend(ctx, ttl, OpRenew)}
 }
 
-// release releases every lock of h, one lock with what call commits with it (see
-// seam.Call), and returns the error of each.
-func (h *hold) release(ctx context.Context, call *seam.Call) []error {
+// release releases every lock of h, one lock with LeaveMemo's memo, and returns the error of
+// each.
+func (h *hold) release(ctx context.Context) []error {
 	if h.set != nil {
 		return h.set.releaseAll(ctx)
 	}
-	return []error{h.locks[0].releaseWith(ctx, call)}
+	return []error{h.locks[0].releaseWith(ctx, h.memo.Load())}
 }
 
 // named returns cancel with a cause that names resource, the lock that was lost.

@@ -3,13 +3,9 @@ package fencing
 import (
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Sentinel errors. Match them with [errors.Is]: the errors returned by this package wrap them,
@@ -191,17 +187,4 @@ func joinAll(errs []error) error {
 		return errs[0]
 	}
 	return list(errs)
-}
-
-// passing reports whether err can pass by itself: the connection failed or timed out, or the
-// server cannot serve the call yet (loading its data, a replica promoted or a primary demoted,
-// the cluster or the primary down, a slot moving, another script running, too many clients).
-func passing(err error) bool {
-	var ne net.Error
-	_, moved := redis.IsMovedError(err)
-	_, ask := redis.IsAskError(err)
-	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, redis.ErrPoolTimeout) || redis.IsLoadingError(err) || redis.IsReadOnlyError(err) ||
-		redis.IsClusterDownError(err) || redis.IsTryAgainError(err) || redis.IsMasterDownError(err) ||
-		redis.IsMaxClientsError(err) || redis.HasErrorPrefix(err, "BUSY ") || moved || ask
 }

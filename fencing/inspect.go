@@ -3,11 +3,12 @@ package fencing
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fencekit/fencekit/internal/wire"
 )
 
 // A Status is what Redis holds of one resource at one moment, as [Locker.Inspect] reads it:
@@ -69,126 +70,69 @@ type Waiter struct {
 // Inspect reads what Redis holds of resource, in one round trip that changes nothing: its
 // holders with their tokens and leases, their kind, the waiters queued for it and the next
 // token. An invalid resource name returns an error wrapping [ErrInvalid] and sends nothing;
-// other errors come from Redis. It works on a closed Locker.
+// other errors come from Redis. It works on a closed Locker, and reads the lock of a shared
+// or limited resource in the key layout of an earlier version too.
 func (l *Locker) Inspect(ctx context.Context, resource string) (*Status, error) {
 	if err := l.checkName(resource); err != nil {
 		return nil, opErr("inspect", resource, err)
 	}
-	k := resourceKeys(l.cfg.prefix, resource)
-	res, err := inspectScript.runOn(ctx, l.client, k).Slice()
+	res, err := wire.Inspect.RunOn(ctx, l.client, wire.For(l.cfg.prefix, resource).Lock).Slice()
 	if err != nil {
 		return nil, opErr("inspect", resource, err)
 	}
-	st, err := parseStatus(resource, res)
+	raw, err := wire.ParseState(res)
 	if err != nil {
 		return nil, opErr("inspect", resource, err)
 	}
-	return st, nil
+	return statusOf(resource, raw), nil
 }
 
 // checkName validates a call that names one resource and sends nothing else: the Locker's
 // own settings and the name.
 func (l *Locker) checkName(resource string) error {
-	if l == nil {
-		return invalidf("nil Locker")
-	}
-	if l.cfg.err != nil {
+	switch {
+	case l == nil:
+		return errNilLocker
+	case l.room == nil:
+		return errZeroLocker
+	case l.cfg.err != nil:
 		return l.cfg.err
 	}
 	return validResource(resource)
 }
 
-// parseStatus decodes inspect.lua's reply.
-func parseStatus(resource string, res []any) (*Status, error) {
-	if len(res) != 7 {
-		return nil, fmt.Errorf("unexpected reply %v", res)
-	}
-	now, err := strconv.ParseInt(str(res[0]), 10, 64)
-	if err != nil {
-		return nil, fmt.Errorf("unexpected reply %v", res)
-	}
-	st := &Status{Resource: resource, NextToken: 1}
-	switch kind := str(res[1]); kind {
-	case "":
-	case "x":
-		st.Limit = 1
-	case "shared":
-		st.Shared = true
-	default:
-		st.Limit, _ = strconv.Atoi(kind)
-	}
-	holders, _ := res[2].([]any)
-	for i := 0; i+1 < len(holders); i += 2 {
-		owner, token, ok := splitValue(str(holders[i]))
-		end, err := strconv.ParseInt(str(holders[i+1]), 10, 64)
-		if !ok || err != nil {
-			continue
+// statusOf returns the Status of what the inspect script read of resource.
+func statusOf(resource string, raw wire.State) *Status {
+	st := &Status{Resource: resource, NextToken: raw.Counter + 1, CounterTTL: raw.CounterTTL}
+	if len(raw.Holders) > 0 {
+		k, _ := wire.ParseKind(strings.TrimPrefix(raw.Kind, "old:"))
+		st.Shared, st.Limit = k.Shared, k.Limit
+		if k.Shared {
+			st.Limit = 0
 		}
-		st.Holders = append(st.Holders, Holder{Token: token, TTL: time.Duration(end-now) * time.Millisecond, Owner: owner})
+	}
+	for _, h := range raw.Holders {
+		st.Holders = append(st.Holders, Holder{Token: h.Token, TTL: h.End.Sub(raw.Now), Owner: h.Owner})
 	}
 	slices.SortFunc(st.Holders, func(a, b Holder) int { return cmp.Compare(a.Token, b.Token) })
-	if len(st.Holders) == 0 {
-		st.Shared, st.Limit = false, 0
-	}
-	if n, err := strconv.ParseInt(str(res[3]), 10, 64); err == nil && n > 0 {
-		st.NextToken = n + 1
-		if pttl, _ := res[4].(int64); pttl > 0 {
-			st.CounterTTL = time.Duration(pttl) * time.Millisecond
-		}
-	}
-	waiting := map[string]string{}
-	ws, _ := res[6].([]any)
-	for i := 0; i+1 < len(ws); i += 2 {
-		waiting[str(ws[i])] = str(ws[i+1])
-	}
-	queue, _ := res[5].([]any)
-	for _, e := range queue {
-		w, ok := parseWaiter(str(e))
+	for _, e := range raw.Queue {
+		el, ok := wire.ParseElement(e)
 		if !ok {
 			continue
 		}
-		if v := waiting[w.Locker]; v != "" {
+		w := Waiter{Locker: el.Locker, Shared: el.Kind.Shared, Limit: max(el.Kind.Limit, 1), TimeFloor: el.Floor, CounterExpiry: el.Expiry}
+		if w.Shared {
+			w.Limit = 0
+		}
+		if v := raw.Waiting[el.Locker]; v != "" {
 			w.Alive = true
-			if since, err := strconv.ParseInt(v[strings.LastIndexByte(v, ':')+1:], 10, 64); err == nil && since > 0 {
-				w.Waiting = max(time.Duration(now-since)*time.Millisecond, 0)
+			if since, ok := wire.ParseWaiterValue(v); ok {
+				w.Waiting = max(raw.Now.Sub(since), 0)
 			}
 		}
 		st.Waiters = append(st.Waiters, w)
 	}
-	return st, nil
-}
-
-// parseWaiter reads a queue element (see element) as a Waiter, without its liveness.
-func parseWaiter(elem string) (Waiter, bool) {
-	id, rest, ok := strings.Cut(elem, ".")
-	if !ok {
-		return Waiter{}, false
-	}
-	rest = rest[strings.IndexByte(rest, '.')+1:]
-	digits := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' })
-	rules := ""
-	if digits >= 0 {
-		rules = rest[digits:]
-	}
-	w := Waiter{Locker: id, Limit: 1}
-	m := elementMode(elem)
-	switch {
-	case m.shared:
-		w.Shared, w.Limit = true, 0
-	case m.limit > 1:
-		w.Limit = m.limit
-	}
-	if i := strings.IndexByte(rules, 'e'); i >= 0 {
-		end := i + 1
-		for end < len(rules) && rules[end] >= '0' && rules[end] <= '9' {
-			end++
-		}
-		ms, _ := strconv.ParseInt(rules[i+1:end], 10, 64)
-		w.TimeFloor, w.CounterExpiry = true, time.Duration(ms)*time.Millisecond
-	} else if strings.IndexByte(rules, 'f') >= 0 {
-		w.TimeFloor = true
-	}
-	return w, true
+	return st
 }
 
 // ForceRelease frees resource from its holder with token, as that holder's own Release
@@ -209,9 +153,9 @@ func (l *Locker) ForceRelease(ctx context.Context, resource string, token int64)
 	if i < 0 {
 		return opErr("force release", resource, ErrNotHeld)
 	}
-	m := mode{shared: st.Shared, limit: st.Limit}
-	k := resourceKeys(l.cfg.prefix, resource)
-	held, err := l.releaseOne(ctx, k, st.Holders[i].Owner+":"+strconv.FormatInt(token, 10), m, nil)
+	m := mode{Shared: st.Shared, Limit: st.Limit}
+	k := wire.For(l.cfg.prefix, resource)
+	held, err := l.releaseOne(ctx, k, st.Holders[i].Owner+":"+strconv.FormatInt(token, 10), m, true, nil)
 	switch {
 	case err != nil:
 		return opErr("force release", resource, err)
@@ -219,10 +163,4 @@ func (l *Locker) ForceRelease(ctx context.Context, resource string, token int64)
 		return opErr("force release", resource, ErrNotHeld)
 	}
 	return nil
-}
-
-// str returns v as a string, "" when it is not one.
-func str(v any) string {
-	s, _ := v.(string)
-	return s
 }

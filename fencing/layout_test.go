@@ -37,6 +37,7 @@ var layoutPlaceholders = strings.NewReplacer(
 	`<lease ms>`, `[1-9][0-9]*`,
 	`<floor>`, `[01]`,
 	`<since ms>`, `[0-9]+`,
+	`<memo>`, `[A-Za-z0-9_-]{1,64}`,
 	`<deadline ms>`, `[1-9][0-9]*`,
 	`\[\+\]`, `\+?`, // [+], quoted
 )
@@ -242,7 +243,7 @@ func TestKeyLayout(t *testing.T) {
 		suffix, _, _ := strings.Cut(rest, "<")
 		listed = append(listed, suffix)
 	}
-	lua, err := filepath.Glob("*.lua")
+	lua, err := filepath.Glob(filepath.Join("..", "internal", "wire", "*.lua"))
 	if err != nil || len(lua) == 0 {
 		t.Fatalf("no scripts: %v", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/fencekit/fencekit/fencing/internal/backoff"
 )
 
 // Lead makes this process the leader of name, one leader at a time across every Locker that
@@ -45,13 +47,13 @@ func (l *Locker) Lead(ctx context.Context, name string, fn func(ctx context.Cont
 	}
 	cfg := l.cfg.with(opts)
 	err := l.check(context.WithoutCancel(ctx), cfg, name)
-	if err == nil && !cfg.mode.exclusive() {
-		err = invalidf("%s: a leader leads alone", cfg.mode)
+	if err == nil && !cfg.mode.Exclusive() {
+		err = invalidf("%s: a leader leads alone", kindName(cfg.mode))
 	}
 	if err != nil {
 		return opErr("lead", name, err)
 	}
-	retry := newBackoff(campaignFirst, campaignMost)
+	retry := backoff.New(campaignFirst, campaignMost)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -67,7 +69,7 @@ func (l *Locker) Lead(ctx context.Context, name string, fn func(ctx context.Cont
 		case errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed):
 			return opErr("lead", name, err)
 		case err != nil:
-			t := time.NewTimer(retry.step())
+			t := time.NewTimer(retry.Step())
 			select {
 			case <-ctx.Done():
 				t.Stop()
@@ -76,7 +78,7 @@ func (l *Locker) Lead(ctx context.Context, name string, fn func(ctx context.Cont
 			}
 			continue
 		}
-		retry = newBackoff(campaignFirst, campaignMost)
+		retry = backoff.New(campaignFirst, campaignMost)
 		lost, err := l.term(ctx, cfg, lock, fn)
 		switch {
 		case ctx.Err() != nil:

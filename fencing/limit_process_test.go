@@ -61,6 +61,11 @@ func TestLimitProcesses(t *testing.T) {
 	}
 	t.Run("redis", func(t *testing.T) {
 		r := redistest.New(t)
+		if r.Mini != nil {
+			// The leases of the killed and the stopped holders must run out, and a miniredis
+			// moves its clock only when told to (the scripts read a hash's time from its TTL).
+			t.Skip("needs a server whose clock moves; runs with FENCING_REDIS_ADDR")
+		}
 		limitProcesses(t, r.Client, r.Addr, r.DB, r.Prefix)
 	})
 	t.Run("cluster", func(t *testing.T) {

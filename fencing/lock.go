@@ -8,7 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/seam"
+	"github.com/fencekit/fencekit/fencing/internal/backoff"
+	"github.com/fencekit/fencekit/fencing/internal/room"
+	"github.com/fencekit/fencekit/internal/wire"
 )
 
 // A Lock is one acquisition of a resource, with its fencing token. Its methods are safe for
@@ -19,7 +21,7 @@ type Lock struct {
 	locker   *Locker
 	hooks    hookList
 	resource string
-	keys     keys
+	keys     wire.Keys
 	mode     mode
 	value    string // the holder's value while this acquisition holds the resource: "<owner>:<token>"
 	token    int64
@@ -54,7 +56,7 @@ func (k *Lock) Resource() string {
 
 // Shared reports whether the acquisition is shared ([Shared]); false for a nil *Lock.
 func (k *Lock) Shared() bool {
-	return k != nil && k.mode.shared
+	return k != nil && k.mode.Shared
 }
 
 // Release frees the resource if this acquisition still holds it. When waiters are queued for
@@ -68,9 +70,9 @@ func (k *Lock) Release(ctx context.Context) error {
 	return k.releaseWith(ctx, nil)
 }
 
-// releaseWith is Release, with what call commits with it (see seam.Call; nil: nothing).
-func (k *Lock) releaseWith(ctx context.Context, call *seam.Call) error {
-	if k == nil {
+// releaseWith is Release, with a memo written in the same step (nil: none).
+func (k *Lock) releaseWith(ctx context.Context, m *Memo) error {
+	if k == nil || k.locker == nil {
 		return opErr("release", "", ErrNotHeld)
 	}
 	k.stopLater()
@@ -80,7 +82,7 @@ func (k *Lock) releaseWith(ctx context.Context, call *seam.Call) error {
 	if !k.released.Load() {
 		// Once released, the record in Redis would answer a new release as it answers a
 		// retry: nil. It is not a retry, and the lock is not this acquisition's.
-		released, err = k.locker.releaseOne(ctx, k.keys, k.value, k.mode, call)
+		released, err = k.locker.releaseOne(ctx, k.keys, k.value, k.mode, k.keepRecord(), m)
 	}
 	err = k.releasedAs(released, err)
 	k.hooks.end(ctx, k.event(OpRelease, begin, err))
@@ -107,7 +109,7 @@ func (k *Lock) releasedAs(released bool, err error) error {
 // and changes nothing. A lock taken from the queue of a resource keeps its pending extension
 // to the TTL (see [Locker.Acquire]) until an extension has taken effect.
 func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	if k == nil {
+	if k == nil || k.locker == nil {
 		return opErr("extend", "", ErrNotHeld)
 	}
 	k.mu.Lock()
@@ -124,7 +126,7 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // for it and a lock released sooner never needs it. An error that can pass is tried again
 // while the lease lasts. An extension that takes effect, Release and Do's renewals cancel it.
 func (k *Lock) extendLater(ttl time.Duration) {
-	retry := newBackoff(retryFirst, retryMost)
+	retry := backoff.New(retryFirst, retryMost)
 	var run func()
 	run = func() {
 		k.mu.Lock()
@@ -135,8 +137,8 @@ func (k *Lock) extendLater(ttl time.Duration) {
 		ctx, cancel := context.WithDeadline(context.Background(), k.deadline())
 		err := k.extend(ctx, ttl, OpRenew)
 		cancel()
-		if passing(err) && time.Until(k.deadline()) > retry.peek() {
-			k.later.Reset(retry.step())
+		if room.Passing(err) && time.Until(k.deadline()) > retry.Peek() {
+			k.later.Reset(retry.Step())
 			return
 		}
 		k.later = nil
@@ -183,7 +185,7 @@ func (k *Lock) extend(ctx context.Context, ttl time.Duration, op Op) error {
 		return err
 	}
 	ms := millis(ttl)
-	res, err := extendScript.run(ctx, k.locker.client, []string{k.keys.lock}, k.extendArgs(ms)...).Result()
+	res, err := wire.Extend.RunOn(ctx, k.locker.client, k.keys.Lock, k.extendArgs(ms)...).Result()
 	err = k.extended(begin, ms, res, err)
 	k.hooks.end(ctx, k.event(op, begin, err))
 	return err
@@ -191,10 +193,10 @@ func (k *Lock) extend(ctx context.Context, ttl time.Duration, op Op) error {
 
 // extendArgs returns extend.lua's arguments for a lease of ms.
 func (k *Lock) extendArgs(ms int64) []any {
-	if k.mode.exclusive() {
+	if k.mode.Exclusive() {
 		return []any{k.value, ms}
 	}
-	return []any{k.value, ms, k.mode.arg()}
+	return []any{k.value, ms, k.mode.Arg()}
 }
 
 // extended reads extend.lua's reply to an extension to ms sent at begin, and records the new
@@ -204,9 +206,9 @@ func (k *Lock) extended(begin time.Time, ms int64, res any, err error) error {
 	switch {
 	case err != nil:
 		return opErr("extend", k.resource, err)
-	case n == flagNotHeld:
+	case n == wire.NotHeld:
 		return opErr("extend", k.resource, ErrNotHeld)
-	case n != flagAcquired:
+	case n != wire.Taken:
 		return opErr("extend", k.resource, fmt.Errorf("unexpected reply %v", res))
 	}
 	k.setValidUntil(begin, time.Duration(ms)*time.Millisecond)
@@ -222,8 +224,8 @@ func (l *Locker) confirm(ctx context.Context, cfg *config, k *Lock) error {
 	}
 	ms := millis(cfg.ttl)
 	begin := time.Now()
-	res, err := l.replicated(ctx, cfg, []string{k.keys.lock}, extendScript, k.extendArgs(ms), func(res any) bool {
-		return res == int64(flagAcquired)
+	res, err := l.replicated(ctx, cfg, []string{k.keys.Lock}, wire.Extend, k.extendArgs(ms), func(res any) bool {
+		return res == int64(wire.Taken)
 	})
 	if err != nil {
 		return err
@@ -234,22 +236,25 @@ func (l *Locker) confirm(ctx context.Context, cfg *config, k *Lock) error {
 // TTL returns the remaining lease as Redis counts it, or an error wrapping [ErrNotHeld] when
 // this acquisition no longer holds the resource.
 func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
-	if k == nil {
+	if k == nil || k.locker == nil {
 		return 0, opErr("ttl", "", ErrNotHeld)
 	}
 	args := []any{k.value}
-	if !k.mode.exclusive() {
-		args = append(args, k.mode.arg())
+	if !k.mode.Exclusive() {
+		args = append(args, k.mode.Arg())
 	}
-	ms, err := ttlScript.run(ctx, k.locker.client, []string{k.keys.lock}, args...).Int64()
+	res, err := wire.TTL.RunOn(ctx, k.locker.client, k.keys.Lock, args...).Result()
+	if err != nil {
+		return 0, opErr("ttl", k.resource, err)
+	}
+	left, held, err := wire.ParseTTL(res)
 	switch {
 	case err != nil:
 		return 0, opErr("ttl", k.resource, err)
-	case ms < 0:
-		// -3: not ours; -2 cannot happen; -1 (no TTL) means someone else rewrote the key.
+	case !held:
 		return 0, opErr("ttl", k.resource, ErrNotHeld)
 	}
-	return time.Duration(ms) * time.Millisecond, nil
+	return left, nil
 }
 
 func (k *Lock) event(op Op, begin time.Time, err error) Event {
@@ -268,6 +273,10 @@ func (k *Lock) event(op Op, begin time.Time, err error) Event {
 func (k *Lock) setValidUntil(sent time.Time, ttl time.Duration) {
 	k.validUntil.Store(int64(sent.Sub(k.acquired) + ttl - ttl/100))
 }
+
+// keepRecord reports whether the lease has less than wire.RecordTTL left by the local clock,
+// so that the record of its release must outlive it (see the release script).
+func (k *Lock) keepRecord() bool { return time.Until(k.deadline()) < wire.RecordTTL }
 
 // deadline returns the local end of the lease.
 func (k *Lock) deadline() time.Time {

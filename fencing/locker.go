@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fencekit/fencekit/fencing/internal/room"
 	"github.com/fencekit/fencekit/internal/topology"
 )
 
@@ -19,7 +20,7 @@ type Locker struct {
 	client redis.UniversalClient
 	topo   topology.Topology
 	cfg    config
-	waits  *waiting
+	room   *room.Room // the calls that wait; nil for a Locker not made by New
 
 	closing sync.Once
 	done    chan struct{} // closed by Close
@@ -49,17 +50,26 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 	case l.cfg.err != nil:
 	case isNil(client):
 		l.cfg.err = invalidf("nil redis client")
-	case l.cfg.mode.shared:
+	case l.cfg.mode.Shared:
 		l.cfg.err = invalidf("Shared applies to one call, not to a Locker")
 	default:
 		l.cfg.err = l.cfg.conflict()
 	}
-	l.waits = newWaiting(client, l.topo, l.cfg.err == nil, l.passOn, l.done)
+	l.room = room.New(room.Config{
+		Client: client, Topo: l.topo, PollMin: l.cfg.pollMin, PollMax: l.cfg.pollMax,
+		Listen: l.cfg.err == nil, Done: l.done,
+	})
 	return l
 }
 
-// Client returns the Redis client the Locker was created with.
-func (l *Locker) Client() redis.UniversalClient { return l.client }
+// Client returns the Redis client the Locker was created with, nil for a Locker not made
+// by New.
+func (l *Locker) Client() redis.UniversalClient {
+	if l == nil {
+		return nil
+	}
+	return l.client
+}
 
 // Settings are a Locker's own settings, as [New] resolved them: the defaults of every call,
 // and the settings that are the Locker's alone. [Locker.Settings] returns them.
@@ -76,11 +86,16 @@ type Settings struct {
 	RetryMax        time.Duration // WithRetryBackoff
 }
 
-// Settings returns the Locker's settings, for diagnostics (package servercheck uses them).
+// Settings returns the Locker's settings, for diagnostics (package servercheck uses them);
+// for a Locker not made by New, the defaults.
 func (l *Locker) Settings() Settings {
+	if l == nil || l.room == nil {
+		d := defaultConfig()
+		return Settings{TTL: d.ttl, Prefix: d.prefix, MaxWait: d.maxWait, Limit: 1, RetryMin: d.pollMin, RetryMax: d.pollMax}
+	}
 	c := &l.cfg
 	return Settings{
-		TTL: c.ttl, Prefix: c.prefix, MaxWait: c.maxWait, Limit: max(c.mode.limit, 1),
+		TTL: c.ttl, Prefix: c.prefix, MaxWait: c.maxWait, Limit: max(c.mode.Limit, 1),
 		Replicas: c.replicas, ReplicaTimeout: c.replicaTO, ServerTimeFloor: c.timeFloor,
 		CounterExpiry: c.expiry, RetryMin: c.pollMin, RetryMax: c.pollMax,
 	}
@@ -99,7 +114,12 @@ func isNil(c redis.UniversalClient) bool {
 // client or an invalid option given to [New], or [ErrClosed] after Close; nil otherwise. It
 // sends nothing to Redis.
 func (l *Locker) Err() error {
-	if l.cfg.err != nil {
+	switch {
+	case l == nil:
+		return errNilLocker
+	case l.room == nil:
+		return errZeroLocker
+	case l.cfg.err != nil:
 		return l.cfg.err
 	}
 	if isDone(l.done) {
@@ -113,100 +133,27 @@ func (l *Locker) Err() error {
 // Locks already held can still be released and extended. Close does not close the Redis
 // client. It is safe to call more than once.
 func (l *Locker) Close() error {
+	if l == nil || l.room == nil {
+		return nil // nothing to free
+	}
 	l.closing.Do(func() {
 		close(l.done)
-		l.waits.close()
+		l.room.Close()
 	})
 	return nil
 }
 
-// TryAcquire makes one attempt to take resource: exclusively, or with [Shared] beside other
-// shared holders, or with [WithLimit] one of its slots. It returns the lock and its fencing
-// token, or a [*BusyError] (matching [ErrNotAcquired]) when the resource is busy: held in a
-// way this call cannot join, or waiters are queued for it (the error says how long the
-// holders' lease had left), or when the reply came back too late to trust the lease. Any other
-// error (Redis unreachable, invalid input wrapping [ErrInvalid], a context already done) means
-// nothing is held. A call refused before it reaches Redis (invalid input, a closed Locker, a
-// context already done) sends nothing, and hooks still observe it. Options override the
-// Locker's settings for this call, such as [WithTTL].
-func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...CallOption) (*Lock, error) {
-	cfg := l.cfg.with(opts)
-	ctx = cfg.hooks.start(ctx, OpTryAcquire, resource)
-	begin := time.Now()
-	var lock *Lock
-	var busy *BusyError
-	attempts := 0
-	err := l.check(ctx, cfg, resource)
-	if err == nil {
-		attempts = 1
-		var locks []*Lock
-		var r attemptReply
-		locks, r, err = l.attempt(ctx, cfg, []member{{name: resource, keys: resourceKeys(cfg.prefix, resource)}}, "", "")
-		switch {
-		case err != nil:
-			err = opErr("acquire", resource, err)
-		case len(locks) > 0:
-			lock = locks[0]
-		default:
-			busy, err = r.busy, r.busy
-		}
-	}
-	ev := Event{Op: OpTryAcquire, Resource: resource, Attempts: attempts, Elapsed: time.Since(begin)}
-	switch {
-	case busy != nil:
-		ev.Outcome = OutcomeBusy
-	case err != nil:
-		ev.Outcome, ev.Err = outcomeOf(err), err
-	default:
-		ev.Outcome, ev.Token, ev.ClockBehind = OutcomeAcquired, lock.token, lock.behind
-	}
-	cfg.hooks.end(ctx, ev)
-	return lock, err
-}
-
-// Acquire takes resource as TryAcquire does, waiting while it is busy. Waiting is first come,
-// first served across every process that locks the resource, in a queue kept in Redis: while
-// waiters are queued, neither TryAcquire nor Acquire takes the resource ahead of them, even
-// when it is free, and a shared request waits behind an exclusive one queued before it. A
-// release hands the resource to the longest-waiting waiters in the same round trip and wakes
-// only their processes; a holder whose lease runs out is replaced about a round trip after
-// its end. The Lock returned may start with a shorter lease than the TTL and is extended to
-// it in the background, unless it is released or extended first (see docs/waiting.md).
-//
-// When ctx ends first, Acquire returns an error that matches both [ErrNotAcquired] and
-// ctx.Err() under errors.Is, and holds nothing: the waiter leaves the queue, and a grant to it
-// meanwhile goes to the next waiter. A Redis error on the way into the queue ends the call at
-// once and is returned as it is (it does not match ErrNotAcquired). Once queued, a waiter keeps
-// its place through errors that can pass by themselves (a lost connection, a timeout,
-// LOADING, READONLY, CLUSTERDOWN, MASTERDOWN, TRYAGAIN, BUSY: a restart or a failover) for up
-// to 30s of them in a row; the error that ends the wait then also matches the last of them.
-// Any other error ends it at once.
-func (l *Locker) Acquire(ctx context.Context, resource string, opts ...CallOption) (*Lock, error) {
-	return l.acquire(ctx, l.cfg.with(opts), resource)
-}
-
-// acquire is Acquire with the call's settings resolved.
-func (l *Locker) acquire(ctx context.Context, cfg *config, resource string) (*Lock, error) {
-	ctx = cfg.hooks.start(ctx, OpAcquire, resource)
-	begin := time.Now()
-	var lock *Lock
-	attempts := 0
-	err := l.check(ctx, cfg, resource)
-	if err == nil {
-		lock, attempts, err = l.wait(ctx, cfg, resource)
-	}
-	ev := Event{Op: OpAcquire, Resource: resource, Attempts: attempts, Elapsed: time.Since(begin)}
-	if err != nil {
-		ev.Outcome, ev.Err = outcomeOf(err), err
-	} else {
-		ev.Outcome, ev.Token, ev.ClockBehind = OutcomeAcquired, lock.token, lock.behind
-	}
-	cfg.hooks.end(ctx, ev)
-	return lock, err
-}
+// The errors of a Locker not made by New: every call returns one, before anything is sent.
+var (
+	errNilLocker  = invalidf("nil *Locker: make one with fencing.New")
+	errZeroLocker = invalidf("a Locker not made by fencing.New: make one with fencing.New")
+)
 
 // check validates a call before anything is sent.
 func (l *Locker) check(ctx context.Context, cfg *config, resource string) error {
+	if l.room == nil {
+		return errZeroLocker
+	}
 	if cfg.err != nil {
 		return cfg.err
 	}

@@ -440,8 +440,8 @@ func (h afterAcquireHook) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 func (h afterAcquireHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if name := cmd.Name(); err == nil && (name == "evalsha" || name == "eval") && len(cmd.Args()) == 3+3+2 {
-			h.fn() // three keys and two arguments: the acquire script's uncontended attempt
+		if name := cmd.Name(); err == nil && (name == "evalsha" || name == "eval") && len(cmd.Args()) == 3+1+2 {
+			h.fn() // one key and two arguments: the acquire script's uncontended attempt
 		}
 		return err
 	}

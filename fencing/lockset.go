@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/fencekit/fencekit/internal/wire"
 )
 
 // MaxResources is the most distinct resources one call on a set accepts.
@@ -74,9 +76,10 @@ func (s *LockSet) releaseAll(ctx context.Context) []error {
 // release releases the set's locks and returns the error of each, nil for those released.
 func (s *LockSet) release(ctx context.Context) []error {
 	errs := make([]error, len(s.locks))
-	var ks []keys
+	var ks []wire.Keys
 	var values []string
 	var which []int
+	keep := false
 	for i, k := range s.locks {
 		k.stopLater()
 		if k.released.Load() {
@@ -84,8 +87,9 @@ func (s *LockSet) release(ctx context.Context) []error {
 			continue
 		}
 		ks, values, which = append(ks, k.keys), append(values, k.value), append(which, i)
+		keep = keep || k.keepRecord()
 	}
-	held, rerrs := s.locker.release(ctx, ks, values, mode{})
+	held, rerrs := s.locker.release(ctx, ks, values, mode{}, keep)
 	for j, i := range which {
 		errs[i] = s.locks[i].releasedAs(held[j], rerrs[j])
 	}
@@ -122,11 +126,11 @@ func (s *LockSet) extendAll(ctx context.Context, ttl time.Duration, op Op) ([]er
 		return nil, err
 	}
 	ms := millis(ttl)
-	calls := make([]scriptCall, len(s.locks))
+	calls := make([]wire.Call, len(s.locks))
 	for i, k := range s.locks {
-		calls[i] = scriptCall{keys: []string{k.keys.lock}, args: k.extendArgs(ms)}
+		calls[i] = wire.Call{Keys: []string{k.keys.Lock}, Args: k.extendArgs(ms)}
 	}
-	cmds := s.locker.pipeScripts(ctx, extendScript, calls)
+	cmds := wire.Extend.Pipe(ctx, s.locker.client, calls)
 	errs := make([]error, len(s.locks))
 	for i, k := range s.locks {
 		res, err := cmds[i].Result()
@@ -239,8 +243,8 @@ func (l *Locker) acquireAll(ctx context.Context, cfg *config, op Op, resources [
 
 // members validates resources and returns them deduplicated, in the canonical order.
 func (l *Locker) members(cfg *config, resources []string) ([]member, error) {
-	if !cfg.mode.exclusive() {
-		return nil, invalidf("%s applies to one resource, not to a set", cfg.mode)
+	if !cfg.mode.Exclusive() {
+		return nil, invalidf("%s applies to one resource, not to a set", kindName(cfg.mode))
 	}
 	if len(resources) == 0 {
 		return nil, invalidf("empty set of resources")
@@ -250,8 +254,8 @@ func (l *Locker) members(cfg *config, resources []string) ([]member, error) {
 		if err := validResource(r); err != nil {
 			return nil, err
 		}
-		ms[i] = member{name: r, keys: resourceKeys(cfg.prefix, r)}
-		ms[i].slot = l.topo.Slot(ms[i].keys.lock)
+		ms[i] = member{name: r, keys: wire.For(cfg.prefix, r)}
+		ms[i].slot = l.topo.Slot(ms[i].keys.Lock)
 	}
 	slices.SortFunc(ms, func(a, b member) int {
 		if c := cmp.Compare(a.slot, b.slot); c != 0 {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/internal/wire"
 )
 
 // The model test's environment: the clock, the loss of replies, and the two hooks into a
@@ -98,7 +100,7 @@ func (d *dropper) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if !hit {
 			return next(ctx, cmd)
 		}
-		if err := next(ctx, cmd); noScript(err) {
+		if err := next(ctx, cmd); wire.NoScript(err) {
 			// The server ran nothing: answer as it did, and lose the reply of the EVAL
 			// that follows instead.
 			d.rearm(cmd)
@@ -121,7 +123,7 @@ func (d *dropper) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 		}
 		_ = next(ctx, cmds)
 		for _, c := range cmds {
-			if noScript(c.Err()) {
+			if wire.NoScript(c.Err()) {
 				d.rearm(c)
 				return nil
 			}
@@ -145,65 +147,38 @@ func (d *dropper) rearm(cmd redis.Cmder) {
 	d.fired = false
 	d.match = func(c redis.Cmder) bool {
 		a := c.Args()
-		return len(a) > 3 && len(args) > 3 && a[0] == "eval" && a[3] == args[3] && scriptOf(a[1]) == scriptOf(args[1])
+		return len(a) > 3 && len(args) > 3 && a[0] == "eval" && a[3] == args[3] && sameScript(a[1], args[1])
 	}
 }
 
 // scriptCmd returns a matcher of the EVALSHA or EVAL of s whose first key is key.
-func scriptCmd(s *script, key string) func(redis.Cmder) bool {
+func scriptCmd(s *wire.Script, key string) func(redis.Cmder) bool {
 	return func(c redis.Cmder) bool {
 		a := c.Args()
 		if len(a) < 4 || (a[0] != "evalsha" && a[0] != "eval") {
 			return false
 		}
-		return scriptOf(a[1]) == s && a[3] == key
+		return s.Is(a[1]) && a[3] == key
 	}
 }
 
-// scriptOf returns the script whose digest or text body is, or nil.
-func scriptOf(body any) *script {
-	for _, s := range []*script{acquireScript, acquireAllScript, releaseScript, extendScript, ttlScript, pollScript} {
-		if body == s.sha || body == s.box {
-			return s
+// sameScript reports whether a and b, second arguments of EVAL or EVALSHA, are one script's.
+func sameScript(a, b any) bool {
+	for _, s := range []*wire.Script{wire.Acquire, wire.AcquireAll, wire.Release, wire.Extend, wire.TTL, wire.Poll, wire.Inspect} {
+		if s.Is(a) && s.Is(b) {
+			return true
 		}
 	}
-	return nil
+	return false
 }
 
 // pollNow makes every waiter of l that is the front of its line check with Redis now, as its
 // poll would when the holders' lease ends, and returns when the checks are done.
-func pollNow(ctx context.Context, l *Locker) error {
-	l.waits.mu.Lock()
-	var lines []*line
-	for _, ln := range l.waits.lines {
-		lines = append(lines, ln)
-	}
-	l.waits.mu.Unlock()
-	for _, ln := range lines {
-		ln.mu.Lock()
-		front := ln.front()
-		waiting := front != nil && queued(front)
-		ln.mu.Unlock()
-		if waiting {
-			if err := l.poll(ctx, ln); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
+func pollNow(ctx context.Context, l *Locker) error { return l.room.CheckNow(ctx) }
 
 // aged makes l behave as a process whose clock moved on with the server's (the model's time
 // jumps as a process's pause does): its next join writes its waiter key again.
-func aged(l *Locker) {
-	l.waits.mu.Lock()
-	defer l.waits.mu.Unlock()
-	for _, ln := range l.waits.lines {
-		ln.mu.Lock()
-		ln.renewBy = time.Time{}
-		ln.mu.Unlock()
-	}
-}
+func aged(l *Locker) { l.room.Age() }
 
 // settleLock runs a lock's deferred extension now, when one is pending (a grant's lease
 // shorter than the TTL), and reports whether it ran.
@@ -220,17 +195,5 @@ func settleLock(ctx context.Context, k *Lock) (bool, error) {
 
 // queuedOn returns how many of l's waiters are queued in resource's line.
 func queuedOn(l *Locker, resource string) int {
-	ln := l.waits.line(resourceKeys(l.cfg.prefix, resource).channel)
-	if ln == nil {
-		return 0
-	}
-	ln.mu.Lock()
-	defer ln.mu.Unlock()
-	n := 0
-	for _, w := range ln.waiters {
-		if queued(w) {
-			n++
-		}
-	}
-	return n
+	return l.room.QueuedFor(wire.For(l.cfg.prefix, resource))
 }

@@ -18,7 +18,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 
+	"github.com/fencekit/fencekit/fencing/internal/room"
 	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/wire"
 )
 
 // The model test runs random sequences of every verb of every kind of acquisition by two
@@ -324,7 +326,7 @@ func (m *model) fill(r *resM) []*waiterM {
 		if w.set != nil {
 			h = w.set.h
 		}
-		lease := min(w.ttl, grantLease)
+		lease := min(w.ttl, room.GrantLease)
 		if len(r.holders) == 0 {
 			r.kind = w.kind
 		}
@@ -385,13 +387,13 @@ func (m *model) pickTTL(short bool) time.Duration {
 
 // lose arms the dropper of locker for the call of s on res's lock key after skip others, or
 // not; it returns a function that disarms it and reports whether a reply was lost.
-func (m *model) lose(locker int, s *script, res string, skip int) func() bool {
+func (m *model) lose(locker int, s *wire.Script, res string, skip int) func() bool {
 	how := rapid.SampledFrom([]string{"", "", "", "lost", "retried"}).Draw(m.t, "reply")
 	d := m.drop[locker]
 	if how == "" {
 		return func() bool { return false }
 	}
-	match := scriptCmd(s, resourceKeys(m.prefix, res).lock)
+	match := scriptCmd(s, wire.For(m.prefix, res).Lock)
 	d.arm(func(c redis.Cmder) bool {
 		if !match(c) {
 			return false
@@ -457,7 +459,7 @@ func (m *model) tryAcquire(t *rapid.T) {
 	li, res := m.pickLocker(), m.pickRes()
 	k, ttl := m.pickKind(res), m.pickTTL(false)
 	r := m.res[res]
-	lost := m.lose(li, acquireScript, res, 0)
+	lost := m.lose(li, wire.Acquire, res, 0)
 	lock, err := m.lockers[li].TryAcquire(m.ctx, res, append(k.opts(), WithTTL(ttl))...)
 	dropped := lost()
 	m.expire(r)
@@ -480,14 +482,27 @@ func (m *model) tryAcquire(t *rapid.T) {
 			m.fatalf("TryAcquire(%s, %v) busy: got %v, %v; want ErrNotAcquired", res, k, lock, err)
 		}
 		if left := m.leaseLeft(r); len(r.holders) > 0 && (m.clock.mini != nil || left > m.clock.tol) {
-			if d, _ := RetryAfter(err); absDur(d-left) > m.clock.tol {
-				m.fatalf("TryAcquire(%s) busy: RetryAfter %v, want %v", res, d, left)
-			}
+			m.retryAfter(res, err, r, left)
 		}
 	case err != nil:
 		m.fatalf("TryAcquire(%s, %v) on a resource that admits it: %v", res, k, err)
 	default:
 		m.took(res, lock, k, ttl, m.clock.now())
+	}
+}
+
+// retryAfter checks the RetryAfter of a busy error on r, whose holders' lease has left: the
+// exclusive holder's remaining lease; for shared holders, at least the latest of theirs (the
+// scripts keep an upper bound of their ends, which a release does not move back); for a
+// limit's, at most the earliest of theirs and more than 0 (a lower bound).
+func (m *model) retryAfter(res string, err error, r *resM, left time.Duration) {
+	d, _ := RetryAfter(err)
+	tol := m.clock.tol
+	switch {
+	case r.kind.exclusive() && absDur(d-left) > tol,
+		r.kind.shared && d < left-tol,
+		!r.kind.exclusive() && !r.kind.shared && (d > left+tol || d <= 0):
+		m.fatalf("TryAcquire(%s) busy beside %v holders: RetryAfter %v, the holders' lease %v", res, r.kind, d, left)
 	}
 }
 
@@ -517,7 +532,7 @@ func (m *model) acquire(t *rapid.T) {
 	l := m.lockers[li]
 	// The call's first script is a single attempt, unless the Locker waits on the resource
 	// already; the second (or first) joins the queue. Either may lose its reply.
-	lost := m.lose(li, acquireScript, res, rapid.IntRange(0, 1).Draw(t, "which"))
+	lost := m.lose(li, wire.Acquire, res, rapid.IntRange(0, 1).Draw(t, "which"))
 	ctx, cancel := context.WithTimeout(m.ctx, time.Minute)
 	m.n++
 	w := &waiterM{name: fmt.Sprintf("w%d", m.n), locker: li, res: res, kind: k, ttl: ttl, cancel: cancel, out: make(chan callOut, 1)}
@@ -652,7 +667,7 @@ func (m *model) release(t *rapid.T) {
 	}
 	li := m.lockerOf(h)
 	names := m.members(h)
-	lost := m.lose(li, releaseScript, names[0], 0)
+	lost := m.lose(li, wire.Release, names[0], 0)
 	var err error
 	if h.set != nil {
 		err = h.set.Release(m.ctx)
@@ -692,7 +707,7 @@ func (m *model) extend(t *rapid.T) {
 	}
 	ttl := m.pickTTL(false)
 	names := m.members(h)
-	lost := m.lose(m.lockerOf(h), extendScript, names[0], 0)
+	lost := m.lose(m.lockerOf(h), wire.Extend, names[0], 0)
 	var err error
 	if h.set != nil {
 		err = h.set.Extend(m.ctx, ttl)
@@ -726,7 +741,7 @@ func (m *model) ttl(t *rapid.T) {
 		t.Skip("no single lock")
 	}
 	res := m.members(h)[0]
-	lost := m.lose(m.lockerOf(h), ttlScript, res, 0)
+	lost := m.lose(m.lockerOf(h), wire.TTL, res, 0)
 	got, err := h.lock.TTL(m.ctx)
 	dropped := lost()
 	r := m.res[res]
@@ -749,9 +764,9 @@ func (m *model) tryAcquireAll(t *rapid.T) {
 	names := rapid.SliceOfNDistinct(rapid.SampledFrom(modelResources), 1, 3, rapid.ID[string]).Draw(t, "resources")
 	slices.Sort(names)
 	ttl := m.pickTTL(false)
-	s := acquireAllScript
+	s := wire.AcquireAll
 	if len(names) == 1 {
-		s = acquireScript
+		s = wire.Acquire
 	}
 	lost := m.lose(li, s, names[0], 0)
 	set, err := m.lockers[li].TryAcquireAll(m.ctx, names, WithTTL(ttl))
@@ -1021,8 +1036,8 @@ func (m *model) loseEverything(t *rapid.T) {
 		aged(l)
 	}
 	for _, name := range modelResources {
-		k := resourceKeys(m.prefix, name)
-		if err := m.client.Del(m.ctx, k.lock, k.fence, k.queue).Err(); err != nil {
+		k := wire.For(m.prefix, name)
+		if err := m.client.Del(m.ctx, k.Lock, k.Fence, k.Queue).Err(); err != nil {
 			m.fatalf("DEL: %v", err)
 		}
 		m.res[name].holders = nil // the tokens seen stay in last: the next must be higher

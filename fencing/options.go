@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fencekit/fencekit/internal/wire"
 )
 
 // Defaults and limits.
@@ -21,10 +23,36 @@ const (
 	// MinTTL is the shortest lease: Redis counts TTLs in milliseconds. A TTL that is not a
 	// whole number of milliseconds is rounded up.
 	MinTTL = time.Millisecond
-	// MaxLimit is the largest limit [WithLimit] accepts: the scripts of a limited resource
-	// read all its holders on every acquisition and release.
+	// MaxLimit is the largest limit [WithLimit] accepts.
 	MaxLimit = 1024
 )
+
+// MaxResourceLen is the longest resource name, in bytes, that a Locker accepts.
+const MaxResourceLen = 4096
+
+// The back-offs other than the queued waiter's polls (WithRetryBackoff), each a constant.
+const (
+	// retryFirst and retryMost bound the retries of an extension that failed with an error
+	// that can pass (a grant's confirmation, Acquire's deferred extension), while the lease
+	// lasts.
+	retryFirst = 10 * time.Millisecond
+	retryMost  = 250 * time.Millisecond
+	// campaignFirst and campaignMost bound the pause of Lead between two campaigns that
+	// failed (see Locker.Lead).
+	campaignFirst = 50 * time.Millisecond
+	campaignMost  = time.Second
+)
+
+// validResource returns an error wrapping ErrInvalid when resource cannot be locked.
+func validResource(resource string) error {
+	switch {
+	case resource == "":
+		return invalidf("empty resource name")
+	case len(resource) > MaxResourceLen:
+		return invalidf("resource name of %d bytes exceeds %d", len(resource), MaxResourceLen)
+	}
+	return nil
+}
 
 // An Option configures a [Locker]: give it to [New]. The settings that every process locking
 // the same resources must agree on ([WithPrefix], [WithServerTimeFloor],
@@ -66,40 +94,13 @@ type config struct {
 	expiry    time.Duration // the fence counter's idle expiry; 0: never
 	maxWait   time.Duration // < 0: wait until the context ends
 	mode      mode
+	memo      string // UnlessMemo's name; "" for none
 	hooks     hookList
 	err       error // the first invalid option, returned by every call
 }
 
-// mode is the kind of an acquisition (see lib.lua): exclusive, shared, or one of limit slots.
-type mode struct {
-	shared bool
-	limit  int // 0 or 1: one holder at a time (unless shared); n > 1: one of n slots
-}
-
-// arg returns the scripts' kind argument: "x", "shared" or the limit.
-func (m mode) arg() string {
-	switch {
-	case m.shared:
-		return "shared"
-	case m.limit > 1:
-		return strconv.Itoa(m.limit)
-	}
-	return "x"
-}
-
-// exclusive reports whether m is the exclusive lock.
-func (m mode) exclusive() bool { return !m.shared && m.limit <= 1 }
-
-// String names m in errors: "exclusive", "shared" or "limit n".
-func (m mode) String() string {
-	switch {
-	case m.shared:
-		return "shared"
-	case m.limit > 1:
-		return "limit " + strconv.Itoa(m.limit)
-	}
-	return "exclusive"
-}
+// mode is the kind of an acquisition: exclusive, shared, or one of Limit slots.
+type mode = wire.Kind
 
 func defaultConfig() config {
 	return config{
@@ -174,7 +175,7 @@ func WithLimit(n int) CallOption {
 		if (n < 1 || n > MaxLimit) && c.err == nil {
 			c.err = invalidf("limit %d out of range [1, %d]", n, MaxLimit)
 		}
-		c.mode.limit = n
+		c.mode.Limit = n
 	})
 }
 
@@ -195,7 +196,7 @@ func WithLimit(n int) CallOption {
 // live holders hold with a limit above 1 (or the reverse) returns an error wrapping
 // ErrInvalid that names both, and changes nothing.
 func Shared() CallOption {
-	return callOption(func(c *config) { c.mode.shared = true })
+	return callOption(func(c *config) { c.mode.Shared = true })
 }
 
 // WithRetryBackoff sets how often a queued [Locker.Acquire] checks with Redis when no
@@ -291,8 +292,8 @@ func (c *config) conflict() error {
 	switch {
 	case c.expiry > 0 && c.ttl > c.expiry:
 		return invalidf("ttl %v exceeds the counter expiry %v", c.ttl, c.expiry)
-	case c.mode.shared && c.mode.limit > 1:
-		return invalidf("Shared with WithLimit(%d): a resource is shared or limited, not both", c.mode.limit)
+	case c.mode.Shared && c.mode.Limit > 1:
+		return invalidf("Shared with WithLimit(%d): a resource is shared or limited, not both", c.mode.Limit)
 	}
 	return nil
 }

@@ -2,100 +2,98 @@ package fencing
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fencekit/fencekit/internal/seam"
+	"github.com/fencekit/fencekit/fencing/internal/room"
+	"github.com/fencekit/fencekit/internal/wire"
 )
 
 // releaseTimeout bounds releases made with a fresh context.
 const releaseTimeout = 5 * time.Second
 
-// release runs release.lua for lock values of one acquisition of mode m: values[i] on the
-// resource of ks[i], or "<owner>:" for whatever token that owner holds. One script takes the
-// resources that one script can (see groups), and the scripts go in one pipeline. It reports
-// for each value whether it held its resource, or the error. Grants to this Locker's own
-// waiters, which the script returns instead of announcing, are delivered to them.
-func (l *Locker) release(ctx context.Context, ks []keys, values []string, m mode) ([]bool, []error) {
+// release runs the release script for lock values of one acquisition of mode m: values[i] on
+// the resource of ks[i], or "<owner>:" for whatever token that owner holds; keep when a
+// lease has less than wire.RecordTTL left (see the script). One script takes
+// the resources that one script can (see groupKeys), and the scripts go in one pipeline. It
+// reports for each value whether it held its resource, or the error. Grants to this Locker's
+// own waiters, which the script returns instead of announcing, are delivered to them.
+func (l *Locker) release(ctx context.Context, ks []wire.Keys, values []string, m mode, keep bool) ([]bool, []error) {
 	held, errs := make([]bool, len(ks)), make([]error, len(ks))
 	if len(ks) == 0 {
 		return held, errs
 	}
 	runs := l.groupKeys(ks)
-	calls := make([]scriptCall, len(runs))
+	calls := make([]wire.Call, len(runs))
 	for j, run := range runs {
-		c := scriptCall{keys: make([]string, 0, 3*len(run)), args: make([]any, 0, len(run)+3)}
+		c := wire.Call{Keys: make([]string, 0, len(run)), Args: make([]any, 0, len(run)+4)}
 		self := ""
 		for _, i := range run {
-			c.keys = append(c.keys, ks[i].lock, ks[i].fence, ks[i].queue)
-			c.args = append(c.args, values[i])
-			if l.waits.queuedOn(ks[i].channel) {
-				self = l.waits.id
+			c.Keys = append(c.Keys, ks[i].Lock)
+			c.Args = append(c.Args, values[i])
+			if l.room.QueuedOn(ks[i]) {
+				self = l.room.ID()
 			}
 		}
-		c.args = releaseArgs(c.args, l.topo.Publish(), m, self)
+		c.Args = releaseArgs(c.Args, m, l.topo.Publish(), self, keep)
 		calls[j] = c
 	}
 	sent := time.Now()
-	cmds := l.pipeScripts(ctx, releaseScript, calls)
-	resend(ctx, cmds, func(which []scriptCall) []*redis.Cmd { return l.pipeScripts(ctx, releaseScript, which) }, calls)
+	cmds := wire.Release.Pipe(ctx, l.client, calls)
+	resend(ctx, cmds, func(which []wire.Call) []*redis.Cmd { return wire.Release.Pipe(ctx, l.client, which) }, calls)
 	for j, cmd := range cmds {
 		res, err := cmd.Result()
 		run := runs[j]
-		if err == nil && len(run) > 1 {
-			arr, _ := res.([]any)
-			if len(arr) != len(run) {
-				err = fmt.Errorf("unexpected reply %v", res)
-			}
-			for n, i := range run {
-				if err != nil {
-					errs[i] = err
-					continue
-				}
-				held[i], errs[i] = l.released(ks[i], sent, values[i], m, arr[n])
-			}
-			continue
-		}
 		if err != nil {
 			for _, i := range run {
 				errs[i] = err
 			}
 			continue
 		}
-		i := run[0]
-		held[i], errs[i] = l.released(ks[i], sent, values[i], m, res)
+		if len(run) == 1 {
+			i := run[0]
+			held[i], errs[i] = l.released(ks[i], sent, values[i], m, res)
+			continue
+		}
+		arr, _ := res.([]any)
+		for n, i := range run {
+			if len(arr) != len(run) {
+				errs[i] = fmt.Errorf("unexpected reply %v", res)
+				continue
+			}
+			held[i], errs[i] = l.released(ks[i], sent, values[i], m, arr[n])
+		}
 	}
 	return held, errs
 }
 
-// releaseOne is release of one value, with no slice but the arguments', and with what call
-// commits with it (see seam.Call; nil: nothing).
-func (l *Locker) releaseOne(ctx context.Context, k keys, value string, m mode, call *seam.Call) (bool, error) {
+// releaseOne is release of one value, without a slice but the arguments', and with a memo
+// written in the same step (nil: none).
+func (l *Locker) releaseOne(ctx context.Context, k wire.Keys, value string, m mode, keep bool, memo *Memo) (bool, error) {
 	self := ""
-	if l.waits.queuedOn(k.channel) {
-		self = l.waits.id
+	if l.room.QueuedOn(k) {
+		self = l.room.ID()
+	}
+	args := []any{value}
+	if memo == nil {
+		args = releaseArgs(args, m, l.topo.Publish(), self, keep)
+	} else {
+		counter := "0"
+		if memo.ExpireCounter {
+			counter = strconv.FormatInt(millis(memo.TTL), 10)
+		}
+		args = append(args, m.Arg(), l.topo.Publish(), self, boolArg(keep), memo.Name, memo.Value, millis(memo.TTL), counter)
 	}
 	sent := time.Now()
-	var res any
-	var err error
-	if call != nil && call.GuardKey != "" && (call.Commit != "" || call.CounterTTL > 0) {
-		args := []any{value, l.topo.Publish(), m.arg(), self, call.Commit, max(call.CommitTTL.Milliseconds(), 1), call.CounterTTL.Milliseconds()}
-		ks := []string{k.lock, k.fence, k.queue, call.GuardKey}
-		res, err = releaseScript.run(ctx, l.client, ks, args...).Result()
-		if lostReply(ctx, err) {
-			res, err = releaseScript.run(ctx, l.client, ks, args...).Result()
-		}
-		defer func() { call.Committed = err == nil && res != int64(flagNotHeld) }()
-	} else {
-		args := releaseArgs([]any{value}, l.topo.Publish(), m, self)
-		res, err = releaseScript.runOn(ctx, l.client, k, args...).Result()
-		if lostReply(ctx, err) {
-			res, err = releaseScript.runOn(ctx, l.client, k, args...).Result()
-		}
+	res, err := wire.Release.RunOn(ctx, l.client, k.Lock, args...).Result()
+	if room.LostReply(ctx, err) {
+		// The release is sent once more, on another connection: its release record answers
+		// it as the first run went, whatever retries the client makes of its own.
+		res, err = wire.Release.RunOn(ctx, l.client, k.Lock, args...).Result()
 	}
 	if err != nil {
 		return false, err
@@ -103,31 +101,19 @@ func (l *Locker) releaseOne(ctx context.Context, k keys, value string, m mode, c
 	return l.released(k, sent, value, m, res)
 }
 
-// lostReply reports whether err leaves it unknown whether a release ran: the connection
-// failed, the context still lasts. The release is sent once more, on another connection: its
-// release record answers it as the first run went (a release is idempotent), whatever
-// retries the client makes of its own.
-func lostReply(ctx context.Context, err error) bool {
-	if err == nil || ctx.Err() != nil {
-		return false
-	}
-	var reply redis.Error
-	return !errors.As(err, &reply)
-}
-
-// resend sends again, with send, the calls whose replies were lost (see lostReply), and puts
-// their new commands in cmds.
-func resend(ctx context.Context, cmds []*redis.Cmd, send func([]scriptCall) []*redis.Cmd, calls []scriptCall) {
+// resend sends again, with send, the calls whose replies were lost (see room.LostReply), and
+// puts their new commands in cmds.
+func resend(ctx context.Context, cmds []*redis.Cmd, send func([]wire.Call) []*redis.Cmd, calls []wire.Call) {
 	var lost []int
 	for i, cmd := range cmds {
-		if lostReply(ctx, cmd.Err()) {
+		if room.LostReply(ctx, cmd.Err()) {
 			lost = append(lost, i)
 		}
 	}
 	if len(lost) == 0 {
 		return
 	}
-	again := make([]scriptCall, len(lost))
+	again := make([]wire.Call, len(lost))
 	for n, i := range lost {
 		again[n] = calls[i]
 	}
@@ -136,52 +122,50 @@ func resend(ctx context.Context, cmds []*redis.Cmd, send func([]scriptCall) []*r
 	}
 }
 
-// releaseArgs appends to the values release.lua's other arguments, leaving out those with
-// their defaults: publish, kind and self.
-func releaseArgs(args []any, publish string, m mode, self string) []any {
+// releaseArgs appends to the values the release script's other arguments, leaving out those
+// with their defaults at the end: kind, publish, self, keep.
+func releaseArgs(args []any, m mode, publish, self string, keep bool) []any {
 	switch {
+	case keep:
+		return append(args, m.Arg(), publish, self, "1")
 	case self != "":
-		return append(args, publish, m.arg(), self)
-	case !m.exclusive():
-		return append(args, publish, m.arg())
+		return append(args, m.Arg(), publish, self)
 	case publish != "P":
-		return append(args, publish)
+		return append(args, m.Arg(), publish)
+	case !m.Exclusive():
+		return append(args, m.Arg())
 	}
 	return args
 }
 
-// released decodes release.lua's reply for one value released at sent, and delivers the grants
-// to this Locker's own waiters in it. It reports whether value held the resource.
-func (l *Locker) released(k keys, sent time.Time, value string, m mode, res any) (bool, error) {
-	var grants []grantReply
-	switch r := res.(type) {
-	case int64:
-		switch r {
-		case flagNotHeld:
-			return false, nil
-		case flagReleased:
-		default:
-			return false, fmt.Errorf("unexpected reply %v", res)
-		}
-	case []any:
-		if len(r) < 1 || r[0] != int64(flagGranted) {
-			return false, fmt.Errorf("unexpected reply %v", res)
-		}
-		var err error
-		if grants, err = grantPairs(r, 2); err != nil {
-			return true, err
-		}
-	default:
-		return false, fmt.Errorf("unexpected reply %v", res)
+// boolArg returns b as the scripts' '1' or '0'.
+func boolArg(b bool) string {
+	if b {
+		return "1"
 	}
-	if !m.exclusive() {
+	return "0"
+}
+
+// released decodes the release script's reply for one value released at sent, and delivers
+// the grants to this Locker's own waiters in it. It reports whether value held the resource.
+func (l *Locker) released(k wire.Keys, sent time.Time, value string, m mode, res any) (bool, error) {
+	code, grants, err := wire.ParseRelease(res)
+	switch {
+	case err != nil:
+		return false, err
+	case code == wire.NotHeld:
+		return false, nil
+	case code == wire.Layout:
+		return false, room.ErrLayout
+	}
+	if !m.Exclusive() {
 		// Other holders may have tokens above this one: the release dates no grant but its
-		// own (see waiting.saw).
+		// own.
 		value = ""
 	}
-	l.waits.saw(k, sent, value)
+	l.room.Saw(k, sent, value)
 	for _, g := range grants {
-		l.waits.granted(k, g.elem, g.token, sent)
+		l.room.Granted(k, g.Element, g.Token, sent)
 	}
 	if len(grants) > 0 {
 		// The grant went to a waiter of this Locker, now runnable: let it run before this
@@ -194,7 +178,7 @@ func (l *Locker) released(k keys, sent time.Time, value string, m mode, res any)
 
 // groupKeys splits the indices of ks, in order, into the runs that one script can take: all
 // of them on one server, those of one slot on a Cluster, one each on a Ring.
-func (l *Locker) groupKeys(ks []keys) [][]int {
+func (l *Locker) groupKeys(ks []wire.Keys) [][]int {
 	var runs [][]int
 	if !l.topo.OneScript() {
 		for i := range ks {
@@ -204,7 +188,7 @@ func (l *Locker) groupKeys(ks []keys) [][]int {
 	}
 	bySlot := map[uint16]int{}
 	for i, k := range ks {
-		s := l.topo.Slot(k.lock)
+		s := l.topo.Slot(k.Lock)
 		j, ok := bySlot[s]
 		if !ok {
 			j = len(runs)
@@ -214,12 +198,4 @@ func (l *Locker) groupKeys(ks []keys) [][]int {
 		runs[j] = append(runs[j], i)
 	}
 	return runs
-}
-
-// passOn releases a grant to this Locker's waiter of mode m that no waiter takes, which
-// grants it to the next waiters. Errors are ignored: the lease then runs out by itself.
-func (l *Locker) passOn(k keys, value string, m mode) {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-	defer cancel()
-	_, _ = l.releaseOne(ctx, k, value, m, nil)
 }

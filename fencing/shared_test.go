@@ -57,8 +57,8 @@ func TestSharedTryAcquire(t *testing.T) {
 	if err := b.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := r.Client.Exists(ctx, r.Prefix+"{acct}:lock").Val(); n != 0 {
-		t.Fatal("the lock key outlived its last shared holder")
+	if st, err := l.Inspect(ctx, "acct"); err != nil || len(st.Holders) != 0 {
+		t.Fatalf("after the last shared holder: %+v, %v; want no holder", st, err)
 	}
 	x := mustAcquire(t, l, "acct")
 	if x.Shared() || x.Token() <= b.Token() {

@@ -7,15 +7,15 @@ import (
 	"time"
 )
 
-// errNoHold is stall's error when ctx holds no lock of Do, DoAll or Lead.
+// errNoHold is stallHolds's error when ctx holds no lock of Do, DoAll or Lead.
 var errNoHold = errors.New("the context holds no lock of Do, DoAll or Lead")
 
-// stall makes every hold in ctx behave as a process paused past its lease, for
+// stallHolds makes every hold in ctx behave as a process paused past its lease, for
 // fencingtest.Stall: its renewals stop (without cancelling the work), each lease ends in Redis
 // (the resource goes to its next waiters, as after a lapsed lease and a waiter's check) and by
 // the local clock, and stall returns once another acquisition has taken one of the
 // resources (its counter moved past the holder's token), or with ctx.Err() when ctx ends.
-func stall(ctx context.Context) error {
+func stallHolds(ctx context.Context) error {
 	var holds []*hold
 	for h, _ := ctx.Value(heldKey{}).(*held); h != nil; h = h.outer {
 		if h.hold != nil {
@@ -34,14 +34,14 @@ func stall(ctx context.Context) error {
 	for _, k := range locks {
 		k.stopLater()
 		k.validUntil.Store(0)
-		_, _ = k.locker.releaseOne(rctx, k.keys, k.value, k.mode, nil)
+		_, _ = k.locker.releaseOne(rctx, k.keys, k.value, k.mode, false, nil)
 		// Its release record would answer the holder's own release later as a retry's:
 		// the lock is gone, as after a lapsed lease.
 		k.released.Store(true)
 	}
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
 		for _, k := range locks {
-			v, err := k.locker.client.Get(rctx, k.keys.fence).Result()
+			v, err := k.locker.client.Get(rctx, k.keys.Fence).Result()
 			if n, perr := strconv.ParseInt(v, 10, 64); err == nil && perr == nil && n > k.token {
 				return nil
 			}

@@ -138,7 +138,9 @@ func (scripted) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		// The acquire script's first argument is an owner; the release script's, a lock
 		// value "<owner>:<token>".
-		if first, _ := cmd.Args()[6].(string); !strings.Contains(first, ":") {
+		args := cmd.Args()
+		keys, _ := args[2].(int)
+		if first, _ := args[3+keys].(string); !strings.Contains(first, ":") {
 			c.SetVal("7") // acquired with token 7
 		} else {
 			c.SetVal(int64(4)) // the release script: deleted, nobody waiting (flagReleased)

@@ -15,7 +15,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/fencekit/fencekit/internal/seam"
+	"github.com/fencekit/fencekit/fencing/internal/stall"
 )
 
 // ErrNoLock is Stall's error when ctx is not the context of work that holds a lock.
@@ -40,7 +40,7 @@ var ErrNoLock = errors.New("fencingtest: the context holds no lock of Do, DoAll 
 // [ErrNoLock] when ctx holds no such lock, and changes nothing then. It works on miniredis and
 // on Redis.
 func Stall(ctx context.Context) error {
-	s := seam.StallerFrom(ctx)
+	s := stall.From(ctx)
 	if s == nil {
 		return ErrNoLock
 	}

@@ -91,7 +91,7 @@ func TestCheckServerACL(t *testing.T) {
 	do(t, s, "ACL", "SETUSER", "noconfig", "on", ">pw", "~*", "&*", "+@all", "-config")
 	do(t, s, "ACL", "SETUSER", "locker", "on", ">pw", "resetkeys", "~fk:*", "resetchannels", "&fk:*", "-@all",
 		"+hello", "+ping", "+eval", "+evalsha", "+subscribe", "+unsubscribe", "+rpushx", "+lrem",
-		"+get", "+set", "+incr", "+del", "+pexpire", "+pttl", "+exists", "+lpop", "+rpush", "+lpos", "+lrange", "+append", "+publish", "+time")
+		"+get", "+set", "+incr", "+del", "+rename", "+pexpire", "+pttl", "+exists", "+lpop", "+lpush", "+rpush", "+lpos", "+lrange", "+append", "+publish", "+time")
 	as := func(user string) *redis.Client {
 		return s.Client(t, func(o *redis.Options) { o.Username, o.Password = user, "pw" })
 	}

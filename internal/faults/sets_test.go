@@ -143,13 +143,13 @@ func TestSetLostRepliesOnCluster(t *testing.T) {
 		var seen atomic.Int32
 		return func(p []byte) bool { return match(p) && seen.Add(1) == n }
 	}
-	// One resource per slot: an EVALSHA on 3 keys, of the acquire script (its owner, lease
+	// One resource per slot: an EVALSHA on one key, of the acquire script (its owner, lease
 	// and 'S' for SPUBLISH; TryAcquireAll alone sends such requests here) or of the release
 	// script (a lock value and 'S'): the first argument, a lock value "<owner>:<token>" for a
 	// release, tells them apart.
 	script := func(p []byte, release bool) bool {
 		args := respArgs(p)
-		return len(args) >= 8 && args[0] == "evalsha" && args[2] == "3" && strings.Contains(args[6], ":") == release
+		return len(args) >= 7 && args[0] == "evalsha" && args[2] == "1" && strings.Contains(args[4], ":") == release
 	}
 	acquire := func(p []byte) bool { return script(p, false) }
 	release := func(p []byte) bool { return script(p, true) }

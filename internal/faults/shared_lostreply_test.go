@@ -23,16 +23,17 @@ import (
 func sharedScript(lock, op string) func([]byte) bool {
 	return func(p []byte) bool {
 		args := respArgs(p)
-		if len(args) < 9 || (args[0] != "evalsha" && args[0] != "eval") || args[2] != "3" || args[3] != lock {
+		// EVALSHA (or EVAL), the digest, one key, then ARGV from args[4].
+		if len(args) < 6 || (args[0] != "evalsha" && args[0] != "eval") || args[2] != "1" || args[3] != lock {
 			return false
 		}
 		switch op {
 		case "release":
-			return args[8] == "shared" && strings.Contains(args[6], ":") && !strings.HasSuffix(args[6], ":")
+			return args[5] == "s" && strings.Contains(args[4], ":") && !strings.HasSuffix(args[4], ":")
 		case "join":
-			return len(args) >= 13 && args[9] == "shared" && !strings.Contains(args[6], ":")
+			return len(args) >= 9 && args[6] == "s" && args[7] != "" && !strings.Contains(args[4], ":")
 		}
-		return len(args) >= 10 && args[9] == "shared" && !strings.Contains(args[6], ":")
+		return len(args) >= 7 && args[6] == "s" && (len(args) < 8 || args[7] == "") && !strings.Contains(args[4], ":")
 	}
 }
 

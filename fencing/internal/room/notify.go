@@ -1,4 +1,4 @@
-package fencing
+package room
 
 import (
 	"context"
@@ -10,12 +10,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fencekit/fencekit/fencing/internal/backoff"
 	"github.com/fencekit/fencekit/internal/topology"
 )
 
-// Notifications (see docs/waiting.md). A Locker's notifier keeps it subscribed to the
-// channels its waiters wait on and hands each announcement of a grant to its listener (the
-// Locker's lines of waiters, line.go), which never learns what client it has. A route says where a channel is heard: one SUBSCRIBE connection
+// Notifications (see docs/waiting.md). A room's notifier keeps it subscribed to the channels
+// its waiters wait on and hands each announcement of a grant to its listener (the room's lines
+// of waiters, line.go), which never learns what client it has. A route says where a channel is heard: one SUBSCRIBE connection
 // for a single server, SSUBSCRIBE on the primary that owns the channel's slot on a Cluster.
 // Each channel is subscribed with a command of its own, and a connection in doubt is replaced,
 // never repaired: after a reconnect go-redis's PubSub resubscribes all its shard channels in
@@ -100,7 +101,7 @@ type notifier struct {
 	ended   chan struct{}              // closed when run returns
 	readers sync.WaitGroup
 	fails   atomic.Int32 // failures since the last confirmed subscription: retry.first << fails
-	retry   backoff      // first and most only
+	retry   backoff.Backoff // first and most only
 
 	// Owned by run.
 	chans   map[string]*feed // the channels listened to, and the connection of each (nil: none yet)
@@ -119,7 +120,7 @@ type feed struct {
 
 func newNotifier(r route, to listener) *notifier {
 	return &notifier{
-		route: r, to: to, retry: newBackoff(10*time.Millisecond, retryMaxDelay),
+		route: r, to: to, retry: backoff.New(10*time.Millisecond, retryMaxDelay),
 		ops: make(chan func(context.Context), opsQueued), done: make(chan struct{}), ended: make(chan struct{}),
 		chans: map[string]*feed{}, feeds: map[string]*feed{}, checked: time.Now(),
 	}
@@ -173,7 +174,7 @@ func (n *notifier) run() {
 			wait = time.Second
 		}
 		if n.homeless() {
-			wait = min(wait, n.retry.after(int(n.fails.Load())))
+			wait = min(wait, n.retry.After(int(n.fails.Load())))
 		}
 		timer.Reset(time.Until(n.checked.Add(wait)))
 		var op func(context.Context)

@@ -1,4 +1,4 @@
-package fencing
+package room
 
 import (
 	"context"
@@ -47,11 +47,11 @@ func TestPassing(t *testing.T) {
 		{redisErr("ERR user_script:1: Script attempted to access nonexistent global variable"), false},
 		{redis.ErrClosed, false},
 		{context.Canceled, false},
-		{ErrNotHeld, false},
+		{errors.New("fencing: not held"), false},
 		{errors.New("fencing: bad token"), false},
 	} {
-		if got := passing(tc.err); got != tc.want {
-			t.Errorf("passing(%v) = %v, want %v", tc.err, got, tc.want)
+		if got := Passing(tc.err); got != tc.want {
+			t.Errorf("Passing(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }

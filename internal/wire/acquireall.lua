@@ -1,0 +1,69 @@
+-- Take the exclusive locks of several resources in one step and issue a fencing token for
+-- each, as far as they are free, in the order given (the canonical order, see lockset.go; see
+-- doc.go for the keys and values).
+-- KEYS: the lock key of each resource; on a Cluster they share one slot.
+-- ARGV[1]: owner: the set's owner value, random and unique per call, without ':' or '.'; each
+--          lock's value is "<owner>:<token>".
+-- ARGV[2]: lease: the lease in milliseconds (a positive integer).
+-- ARGV[3]: floor: '1' or '0' (the default), as in acquire.lua.
+-- ARGV[4]: expiry: the counter's expiry in milliseconds, or '0' (the default).
+-- A resource is free when nobody holds it (or only holders whose lease ended) and nobody is
+-- queued for it: a set never takes a lock ahead of the waiters of its queue (the caller then
+-- waits in that queue). A lock that ARGV[1] already holds (a call sent again) counts as
+-- taken, with its token, and its lease is reset.
+-- Returns {TAKEN, behind, token1, ..., tokenN} when every lock was taken; {BUSY, k, left,
+-- token1, ..., tokenk} when the (k+1)-th resource is not free: the first k were taken, the
+-- rest were not touched; left is as lease_left says for its holders, or -2 when it is free but
+-- waiters are queued; {MISMATCH, k, kind, token1, ..., tokenk} instead when its live holders
+-- hold it with a limit (kind), which an exclusive lock never joins; {LAYOUT, k, '', ...} for a
+-- hash of the earlier layout. behind is the largest number of microseconds by which the server
+-- clock was behind a resource's last token (see next_token), or 0. Every counter moves before
+-- its lock is set, so a failing INCR leaves no lock for that resource.
+-- #include grants.lua
+local mine = ARGV[1] .. ':'
+local floor, expiry = ARGV[3] or '0', ARGV[4] or '0'
+local tokens = {}
+local most = 0
+local function stop(reply)
+  for j = 1, #tokens do
+    reply[j + 3] = tokens[j]
+  end
+  return reply
+end
+for i = 1, #KEYS do
+  local r = resource(KEYS[i])
+  local t
+  if redis.call('EXISTS', r.lock, r.queue) == 0 then
+    local behind
+    t, behind = next_token(r, floor, expiry)
+    most = math.max(most, behind)
+    redis.call('SET', r.lock, mine .. t, 'PX', ARGV[2])
+  else
+    local s = state(r)
+    if s.shape == 'old' then
+      return stop({LAYOUT, i - 1, ''})
+    elseif s.shape == 'x' and string.sub(s.value, 1, #mine) == mine then
+      redis.call('PEXPIRE', r.lock, ARGV[2])
+      t = string.match(s.value, '^%d+', #mine + 1)
+    else
+      local now = clock(r, s)
+      sweep(r, s, now)
+      if free(s) and redis.call('EXISTS', r.queue) == 0 then
+        local behind
+        t, behind = next_token(r, floor, expiry)
+        most = math.max(most, behind)
+        redis.call('SET', r.lock, mine .. t, 'PX', ARGV[2])
+      elseif mismatch(s, 'x') then
+        return stop({MISMATCH, i - 1, s.kind})
+      else
+        return stop({BUSY, i - 1, free(s) and -2 or lease_left(r, s, now)})
+      end
+    end
+  end
+  tokens[i] = t
+end
+local reply = {TAKEN, most}
+for j = 1, #tokens do
+  reply[j + 2] = tokens[j]
+end
+return reply

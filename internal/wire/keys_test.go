@@ -1,0 +1,111 @@
+package wire
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/fencekit/fencekit/internal/topology"
+)
+
+func TestKeySlotVector(t *testing.T) {
+	// The cluster specification's test vector: CRC16("123456789") = 0x31C3.
+	if got := topology.Slot("123456789"); got != 0x31C3%16384 {
+		t.Fatalf("got %d, want %d", got, 0x31C3%16384)
+	}
+}
+
+func TestFor(t *testing.T) {
+	cases := []struct{ name, lock, fence string }{
+		{"order-42", "fencing:{order-42}:lock", "fencing:{order-42}:fence"},
+		{"a b:c", "fencing:{a b:c}:lock", "fencing:{a b:c}:fence"},
+		{"{", "fencing:{ew}:b64:lock", "fencing:{ew}:b64:fence"},
+		{"}", "fencing:{fQ}:b64:lock", "fencing:{fQ}:b64:fence"},
+		{"a{b}c", "fencing:{YXtifWM}:b64:lock", "fencing:{YXtifWM}:b64:fence"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			k := For("fencing:", tc.name)
+			if k.Lock != tc.lock || k.Fence != tc.fence {
+				t.Fatalf("got %q %q, want %q %q", k.Lock, k.Fence, tc.lock, tc.fence)
+			}
+			if got, ok := ResourceOf("fencing:", k.Lock); !ok || got != tc.name {
+				t.Fatalf("ResourceOf(%q): got %q %v, want %q", k.Lock, got, ok, tc.name)
+			}
+		})
+	}
+}
+
+func checkKeys(t *testing.T, prefix, name string) Keys {
+	k := For(prefix, name)
+	for _, key := range []string{k.Lock, k.Fence, k.Queue, k.Channel} {
+		if !strings.HasPrefix(key, prefix) {
+			t.Fatalf("%q: key %q lacks the prefix", name, key)
+		}
+	}
+	if s := topology.Slot(k.Lock); topology.Slot(k.Fence) != s || topology.Slot(k.Queue) != s || topology.Slot(k.Channel) != s || topology.Slot(k.Waiter("x")) != s || topology.Slot(k.Memo("idem")) != s {
+		t.Fatalf("%q: keys in slots %d, %d, %d, %d: a script would fail with CROSSSLOT", name, s, topology.Slot(k.Fence), topology.Slot(k.Queue), topology.Slot(k.Channel))
+	}
+	if !strings.ContainsAny(name, "{}") && k.Lock != prefix+"{"+name+"}:lock" {
+		t.Fatalf("%q: plain name not used as it is: %q", name, k.Lock)
+	}
+	if got, ok := ResourceOf(prefix, k.Lock); !ok || got != name {
+		t.Fatalf("ResourceOf(%q): got %q %v, want %q", k.Lock, got, ok, name)
+	}
+	if g, ok := GrantsOf(k.Grants("id"), "id"); !ok || g != k {
+		t.Fatalf("GrantsOf(%q): got %+v %v, want %+v", k.Grants("id"), g, ok, k)
+	}
+	return k
+}
+
+// FuzzFor checks the key layout for any pair of names: every key carries the prefix, a name's
+// keys share one cluster slot, distinct names never share a key, and a lock key names its
+// resource back.
+func FuzzFor(f *testing.F) {
+	for _, s := range []string{"order-42", "{", "}", "{}", "a}b", "{x}", "a{b}c", "x:fence", "\n", "\xff\x00", "ew", "ew}:b64", "fQ"} {
+		f.Add(s, "other")
+		f.Add(s, "{"+s+"}")
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		if a == "" || b == "" {
+			return
+		}
+		ka, kb := checkKeys(t, "fencing:", a), checkKeys(t, "fencing:", b)
+		if a == b {
+			return
+		}
+		for _, x := range []string{ka.Lock, ka.Fence, ka.Queue, ka.Channel} {
+			for _, y := range []string{kb.Lock, kb.Fence, kb.Queue, kb.Channel} {
+				if x == y {
+					t.Fatalf("names %q and %q share the key %q", a, b, x)
+				}
+			}
+		}
+	})
+}
+
+// FuzzResourceOf checks that a key ResourceOf accepts is the lock key of the name it returns.
+func FuzzResourceOf(f *testing.F) {
+	for _, s := range []string{"fencing:{a}:lock", "fencing:{ew}:b64:lock", "fencing:{}:lock", "fencing:{a}:fence", "fencing:{YQ}:b64:lock", "fencing:{a}b}:lock"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		if name, ok := ResourceOf("fencing:", key); ok && For("fencing:", name).Lock != key {
+			t.Fatalf("ResourceOf(%q) = %q, whose lock key is %q", key, name, For("fencing:", name).Lock)
+		}
+	})
+}
+
+func TestValidMemo(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{
+		{"idem", true}, {"done-1_A", true}, {strings.Repeat("a", 64), true},
+		{"", false}, {strings.Repeat("a", 65), false}, {"lock", false}, {"fence", false},
+		{"queue", false}, {"grant", false}, {"b64", false}, {"w:x", false}, {"a b", false}, {"r:1", false},
+	} {
+		if got := ValidMemo(tc.name); got != tc.want {
+			t.Errorf("ValidMemo(%q) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,94 @@
+-- Keep a Locker's waiters in a resource's queue and find out whether the resource was granted
+-- to some of them, for a waiter that heard nothing for a while (a lost announcement, a holder
+-- whose lease ran out); see doc.go and grants.lua.
+-- KEYS[1]: the resource's lock key (the others are named after it).
+-- ARGV[1]: id: the Locker's id.
+-- ARGV[2]: entry: its waiter value (when it began waiting, unix ms).
+-- ARGV[3]: publish: 'P', 'S' or '-' (see acquire.lua).
+-- ARGV[4] and on: the queue elements of the Locker's waiters that have not received a grant,
+--          longest-waiting first.
+-- Elements of ARGV[4..] missing from the queue (dropped while the Locker's key had lapsed) are
+-- added at the tail, except those that hold the resource; then whatever fits is granted to the
+-- queue's head waiters (holders whose lease ended are gone). Returns {GRANTED, element, token,
+-- now, ...}, one triple per grant to a waiter of this Locker (now is 1 when this call granted
+-- it, 0 when it was granted before); otherwise {BUSY, held, left}: an exclusive holder's lock
+-- value (or '' for other holders) and lease_left's milliseconds (the waiter checks again
+-- then), or {BUSY, ''} when the resource is free; {LAYOUT} for a hash of the earlier layout.
+-- #include grants.lua
+local id, publish = ARGV[1], ARGV[3]
+local r = resource(KEYS[1])
+local s = state(r)
+if s.shape == 'old' then
+  return {LAYOUT}
+end
+local now
+if s.shape == 'hash' then
+  now = clock(r, s)
+end
+local out = {}
+local mine = {}
+for i = 4, #ARGV do
+  mine[ARGV[i]] = true
+end
+-- Grants made before whose announcement was lost: this Locker's elements among the holders.
+if s.shape == 'x' then
+  local owner, token = string.match(s.value, '^(.*):(%d+)%+?$')
+  if owner and mine[owner] then
+    out[#out + 1], out[#out + 2], out[#out + 3] = owner, token, 0
+    mine[owner] = nil
+  end
+elseif s.shape == 'hash' and #ARGV >= 4 then
+  local held = redis.call('HMGET', r.lock, unpack(ARGV, 4))
+  for i = 4, #ARGV do
+    local f = held[i - 3]
+    if f and tonumber(string.match(f, '^%d+')) > now then
+      out[#out + 1], out[#out + 2], out[#out + 3] = ARGV[i], string.match(f, ':(%d+)$'), 0
+      mine[ARGV[i]] = nil
+    end
+  end
+end
+if #ARGV >= 4 then
+  if #ARGV == 4 then
+    if mine[ARGV[4]] and redis.call('LPOS', r.queue, ARGV[4]) then
+      mine[ARGV[4]] = nil
+    end
+  else
+    for _, e in ipairs(redis.call('LRANGE', r.queue, 0, -1)) do
+      mine[e] = nil
+    end
+  end
+  for i = 4, #ARGV do
+    if mine[ARGV[i]] then
+      redis.call('RPUSH', r.queue, ARGV[i])
+      if s.shape == 'x' and string.sub(s.value, -1) ~= '+' then
+        redis.call('APPEND', r.lock, '+') -- mark the lock (see acquire.lua)
+        s.value = s.value .. '+'
+      elseif s.shape == 'hash' and s.q ~= '1' then
+        redis.call('HSET', r.lock, 'q', '1')
+        s.q = '1'
+      end
+    end
+  end
+  redis.call('PEXPIRE', r.queue, ENTRY_TTL)
+  redis.call('SET', r.base .. 'w:' .. id, ARGV[2], 'PX', ENTRY_TTL)
+end
+if s.shape == 'hash' then
+  sweep(r, s, now)
+end
+local granted
+s, granted = fill(r, s, publish, id, now)
+for i = 1, #granted, 2 do
+  out[#out + 1], out[#out + 2], out[#out + 3] = granted[i], granted[i + 1], 1
+end
+if #out > 0 then
+  table.insert(out, 1, GRANTED)
+  return out
+end
+if free(s) then
+  return {BUSY, ''}
+end
+local held = ''
+if s.shape == 'x' then
+  held = s.value
+end
+return {BUSY, held, lease_left(r, s, now or clock(r, s))}

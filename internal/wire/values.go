@@ -1,0 +1,165 @@
+package wire
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A Kind is a kind of acquisition: exclusive (Limit 1), shared, or one of Limit > 1 slots.
+type Kind struct {
+	Shared bool
+	Limit  int // 0 or 1: exclusive, unless Shared
+}
+
+// Exclusive reports whether k is the exclusive lock.
+func (k Kind) Exclusive() bool { return !k.Shared && k.Limit <= 1 }
+
+// Arg returns k as the scripts write it: "x", "s" or "l<n>".
+func (k Kind) Arg() string {
+	switch {
+	case k.Shared:
+		return "s"
+	case k.Limit > 1:
+		return "l" + strconv.Itoa(k.Limit)
+	}
+	return "x"
+}
+
+// ParseKind reads a kind as the scripts write it.
+func ParseKind(s string) (Kind, bool) {
+	switch {
+	case s == "x":
+		return Kind{Limit: 1}, true
+	case s == "s":
+		return Kind{Shared: true}, true
+	case strings.HasPrefix(s, "l"):
+		n, err := strconv.Atoi(s[1:])
+		return Kind{Limit: n}, err == nil && n > 1 && strconv.Itoa(n) == s[1:]
+	}
+	return Kind{}, false
+}
+
+// Value returns the lock value of an acquisition: "<owner>:<token>".
+func Value(owner string, token int64) string { return owner + ":" + strconv.FormatInt(token, 10) }
+
+// SplitValue splits a lock value "<owner>:<token>", with or without the mark '+' of a lock with
+// waiters queued.
+func SplitValue(v string) (owner string, token int64, ok bool) {
+	v = strings.TrimSuffix(v, "+")
+	i := strings.LastIndexByte(v, ':')
+	if i < 0 {
+		return "", 0, false
+	}
+	token, err := strconv.ParseInt(v[i+1:], 10, 64)
+	return v[:i], token, err == nil && token > 0
+}
+
+// An Element is a waiter's entry in a resource's queue: "<Locker id>.<n>.<lease ms>" and the
+// rules of its grant, 'f' when its tokens are floored at the server clock, or 'e<ms>' when
+// the counter expires (which implies the floor), then 's' for a shared waiter or 'l<n>' for
+// one of n slots. A grant to it follows those rules, whichever Locker grants it.
+type Element struct {
+	Locker string        // the waiting Locker's id
+	Seq    uint64        // numbers the Locker's waiters
+	Lease  time.Duration // a grant's lease, in whole milliseconds
+	Floor  bool          // tokens at or above the server clock in microseconds
+	Expiry time.Duration // the counter's expiry after a grant; 0: it does not expire
+	Kind   Kind
+}
+
+// String returns the element as the queue holds it.
+func (e Element) String() string {
+	b := make([]byte, 0, len(e.Locker)+32)
+	b = append(b, e.Locker...)
+	b = append(b, '.')
+	b = strconv.AppendUint(b, e.Seq, 10)
+	b = append(b, '.')
+	b = strconv.AppendInt(b, e.Lease.Milliseconds(), 10)
+	switch {
+	case e.Expiry > 0:
+		b = append(b, 'e')
+		b = strconv.AppendInt(b, e.Expiry.Milliseconds(), 10)
+	case e.Floor:
+		b = append(b, 'f')
+	}
+	switch {
+	case e.Kind.Shared:
+		b = append(b, 's')
+	case e.Kind.Limit > 1:
+		b = append(b, 'l')
+		b = strconv.AppendInt(b, int64(e.Kind.Limit), 10)
+	}
+	return string(b)
+}
+
+// ParseElement reads an element as the scripts do (grants.lua's parse); ok is false for what
+// they cannot read, which they drop, without a grant, when it reaches the head of the queue.
+func ParseElement(s string) (e Element, ok bool) {
+	id, rest, found := strings.Cut(s, ".")
+	if !found {
+		return Element{}, false
+	}
+	seq, rest, found := strings.Cut(rest, ".")
+	n, err := strconv.ParseUint(seq, 10, 64)
+	if !found || err != nil || !digits(seq) {
+		return Element{}, false
+	}
+	end := 0
+	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
+		end++
+	}
+	lease, err := strconv.ParseInt(rest[:end], 10, 64)
+	if end == 0 || err != nil {
+		return Element{}, false
+	}
+	e = Element{Locker: id, Seq: n, Lease: time.Duration(lease) * time.Millisecond, Kind: Kind{Limit: 1}}
+	rules := rest[end:]
+	if i := strings.IndexByte(rules, 'e'); i >= 0 {
+		j := i + 1
+		for j < len(rules) && rules[j] >= '0' && rules[j] <= '9' {
+			j++
+		}
+		if ms, err := strconv.ParseInt(rules[i+1:j], 10, 64); err == nil {
+			e.Floor, e.Expiry = true, time.Duration(ms)*time.Millisecond
+		}
+	}
+	if !e.Floor && strings.IndexByte(rules, 'f') >= 0 {
+		e.Floor = true
+	}
+	if strings.IndexByte(rules, 's') >= 0 {
+		e.Kind = Kind{Shared: true}
+	} else if i := strings.IndexByte(rules, 'l'); i >= 0 {
+		j := i + 1
+		for j < len(rules) && rules[j] >= '0' && rules[j] <= '9' {
+			j++
+		}
+		if n, err := strconv.Atoi(rules[i+1 : j]); err == nil {
+			e.Kind = Kind{Limit: n}
+		}
+	}
+	return e, true
+}
+
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// WaiterValue returns the value of a Locker's waiter key: when it began waiting, in unix
+// milliseconds.
+func WaiterValue(since time.Time) string { return strconv.FormatInt(since.UnixMilli(), 10) }
+
+// ParseWaiterValue reads a waiter key's value; it also reads the earlier form
+// "<lease>:<floor>:<since>".
+func ParseWaiterValue(v string) (time.Time, bool) {
+	ms, err := strconv.ParseInt(v[strings.LastIndexByte(v, ':')+1:], 10, 64)
+	if err != nil || ms <= 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
+}
