@@ -1066,7 +1066,7 @@ func TestLeaveWaitsForPollInFlight(t *testing.T) {
 	holder := process(t, r)
 	acquireSHA, pollSHA := scripts(t, r)
 	join := newGate(evalsha(acquireSHA, 8)) // an acquire script with a queue element
-	poll := newGate(evalsha(pollSHA, 8))     // a poll with at least one element
+	poll := newGate(evalsha(pollSHA, 8))    // a poll with at least one element
 	a := hooked(t, r, join, poll)
 	w1Elem, w2Elem := fencing.ID(a)+".1.3000", fencing.ID(a)+".2.3000" // see lib.lua
 

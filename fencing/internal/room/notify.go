@@ -100,7 +100,7 @@ type notifier struct {
 	done    chan struct{}              // closed by close
 	ended   chan struct{}              // closed when run returns
 	readers sync.WaitGroup
-	fails   atomic.Int32 // failures since the last confirmed subscription: retry.first << fails
+	fails   atomic.Int32    // failures since the last confirmed subscription: retry.first << fails
 	retry   backoff.Backoff // first and most only
 
 	// Owned by run.

@@ -243,7 +243,7 @@ func (r *Room) queue(ctx, parent context.Context, c Call, w *waiter) (Grant, err
 		return g, err
 	}
 	quiet := backoff.New(r.poll[0], r.poll[1]) // polls while no announcement can come
-	var failing error                         // see Ended
+	var failing error                          // see Ended
 	var failingSince time.Time
 	for {
 		d := min(r.poll[1], PollEvery)
