@@ -3,8 +3,8 @@ package fencing
 import (
 	"cmp"
 	"context"
+	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -29,7 +29,8 @@ type Status struct {
 	Waiters []Waiter
 	// NextToken is the lowest token the next acquisition of the resource gets: the last
 	// token issued plus one, or 1 when the resource has no counter (with
-	// [WithServerTimeFloor] it is at least the server's clock in microseconds).
+	// [WithServerTimeFloor] it is at least the server's clock in microseconds). At the
+	// int64 maximum, where no acquisition succeeds, it is that maximum.
 	NextToken int64
 	// CounterTTL is how long the resource's counter lives without a new token
 	// ([WithCounterExpiry]); 0 when it never expires or there is none.
@@ -104,6 +105,9 @@ func (l *Locker) checkName(resource string) error {
 // statusOf returns the Status of what the inspect script read of resource.
 func statusOf(resource string, raw wire.State) *Status {
 	st := &Status{Resource: resource, NextToken: raw.Counter + 1, CounterTTL: raw.CounterTTL}
+	if raw.Counter == math.MaxInt64 {
+		st.NextToken = math.MaxInt64 // none: the next acquisition fails
+	}
 	if len(raw.Holders) > 0 {
 		k, _ := wire.ParseKind(strings.TrimPrefix(raw.Kind, "old:"))
 		st.Shared, st.Limit = k.Shared, k.Limit
@@ -155,7 +159,10 @@ func (l *Locker) ForceRelease(ctx context.Context, resource string, token int64)
 	}
 	m := mode{Shared: st.Shared, Limit: st.Limit}
 	k := wire.For(l.cfg.prefix, resource)
-	held, err := l.releaseOne(ctx, k, st.Holders[i].Owner+":"+strconv.FormatInt(token, 10), m, true, nil)
+	// By its owner alone ("<owner>:"), which leaves no release record: the holder's own
+	// Release, finding none, returns ErrNotHeld. An owner is one acquisition's, which never
+	// changes its token.
+	held, err := l.releaseOne(ctx, k, st.Holders[i].Owner+":", m, false, nil)
 	switch {
 	case err != nil:
 		return opErr("force release", resource, err)

@@ -475,3 +475,50 @@ func TestGrantExtensionRidesOutRedisErrors(t *testing.T) {
 		t.Fatalf("%d extensions failed, want 2", n)
 	}
 }
+
+// TestRetryAfterWhenReturned: a busy error's RetryAfter is the holders' lease left when the
+// error is returned: after a wait, and for a Locker that already waits on the resource (and so
+// makes no first attempt), within a second of the lease read from Redis right after it.
+func TestRetryAfterWhenReturned(t *testing.T) {
+	r := redistest.New(t)
+	holders, waiters := newLocker(t, r), newLocker(t, r)
+	const lease = 3 * time.Second
+	held := mustAcquire(t, holders, "res", fencing.WithTTL(lease))
+	check := func(what string, err error) {
+		t.Helper()
+		left, perr := held.TTL(context.Background())
+		if perr != nil {
+			t.Fatal(perr)
+		}
+		d, busy := fencing.RetryAfter(err)
+		if !busy || !errors.Is(err, fencing.ErrNotAcquired) {
+			t.Fatalf("%s: got %v, want a busy error", what, err)
+		}
+		if gap := d - left; gap < 0 || gap > time.Second {
+			t.Errorf("%s: RetryAfter %v with the holder's lease at %v, want it within a second above", what, d, left)
+		}
+	}
+	// After a wait, on real Redis a wait the lease visibly shortens over.
+	wait := 100 * time.Millisecond
+	if redistest.Real() {
+		wait = 1500 * time.Millisecond
+	}
+	_, err := waiters.Acquire(t.Context(), "res", fencing.WithMaxWait(wait))
+	check("after a wait", err)
+
+	// A Locker that already waits on the resource.
+	ctx, cancel := context.WithCancel(t.Context())
+	long := acquireAsync(ctx, waiters, "res")
+	waitFor(t, 5*time.Second, "the long wait to queue", func() bool { return fencing.Waiters(waiters) == 1 })
+	for i := range 3 {
+		if err := held.Extend(t.Context(), lease); err != nil {
+			t.Fatal(err)
+		}
+		_, err := waiters.Acquire(t.Context(), "res", fencing.WithMaxWait(100*time.Millisecond))
+		check("a Locker that waits already, call "+strconv.Itoa(i+1), err)
+	}
+	cancel()
+	if a := <-long; !errors.Is(a.err, context.Canceled) {
+		t.Fatalf("the long wait: got %v, want context.Canceled", a.err)
+	}
+}

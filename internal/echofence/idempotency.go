@@ -93,7 +93,7 @@ type Idempotency[C Context] struct {
 	replayHeaders []string // canonical names
 	errorHandler  func(c C, err error) error
 	glue          Glue[C]
-	try           []fencing.CallOption // a single attempt: WithTTL(lockTTL), WithMaxWait(0), WithLimit(1)
+	try           []fencing.CallOption // a single attempt: WithTTL(lockTTL), WithMaxWait(0), WithLimit(1), UnlessMemo
 	floored       bool                 // the Locker's tokens are floored at the server clock: counters may expire
 }
 
@@ -155,7 +155,7 @@ func NewIdempotency[C Context, S ~func(C) bool](g Glue[C], s IdempotencySettings
 	if err != nil {
 		return nil, err
 	}
-	m.try = try
+	m.try = append(try, fencing.UnlessMemo(RecordName))
 	if m.header == "" {
 		m.header = DefaultIdempotencyHeader
 	}

@@ -7,11 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/errtext"
-	"github.com/fencekit/fencekit/internal/seam"
 )
 
 // Serve runs one request under the idempotency middleware: it reads the key, buffers the
@@ -51,52 +48,52 @@ func (m *Idempotency[C]) Serve(c C, next func(c C) error) error {
 	return m.serve(c, next, name, fp)
 }
 
-// attempt is one run of a request under the key's lock: what the handler answered and the
-// reply of the commit sent with the release.
+// attempt is one run of a request under the key's lock: what the handler answered and
+// whether the record went with the release.
 type attempt struct {
 	ran        bool
 	handled    bool  // the handler's error was answered by Echo's error handler, into out
 	err        error // the handler's error
 	out        *capture
-	stored     string            // a record found before running (a call that waited)
-	call       *seam.Call        // the call's, whose Committed says whether the release committed
-	committing bool              // a record went with the release (seam.Call.Commit)
-	lost       bool              // the call lost its lock while the handler ran
-	read       func() *redis.Cmd // reads the result that won (result.lua)
+	stored     string // a record found before running (a call that waited)
+	committing bool   // the record went with the release (fencing.LeaveMemo)
+	committed  bool   // and the release found the lock held: Do returned nil
+	lost       bool   // the call lost its lock while the handler ran
+	token      int64  // the call's token
 }
 
 // serve takes the key's lock and runs next under it, or answers from the stored result.
-// The first try is a single attempt whose acquire script reads the record first (the
-// seam's guard): a stored result is replayed in that one round trip, without a lock. A
+// The first try is a single attempt with fencing.UnlessMemo: its acquire script reads the
+// record first, and a stored result is replayed in that one round trip, without a lock. A
 // busy key is answered 409, or with MaxWait waited for in the lock's queue: a call granted
-// the lock from the queue was not checked, so it looks for a record before it runs.
+// the lock from the queue was not checked, so it reads the record before it runs.
 func (m *Idempotency[C]) serve(c C, next func(c C) error, name, fp string) error {
 	req := c.Request()
 	begin := time.Now()
-	call := &seam.Call{Guard: GuardSuffix}
 	var a attempt
-	err := m.locker.Do(seam.WithCall(req.Context(), call), name, func(work context.Context) error {
-		return m.run(work, c, next, name, call, fp, false, &a)
+	err := m.locker.Do(req.Context(), name, func(work context.Context) error {
+		return m.run(work, c, next, name, fp, false, &a)
 	}, m.try...)
-	if errors.Is(err, fencing.ErrNotAcquired) && !errors.Is(err, seam.ErrGuarded) && m.maxWait > 0 {
+	var memo *fencing.MemoError
+	if errors.Is(err, fencing.ErrNotAcquired) && !errors.As(err, &memo) && m.maxWait > 0 {
 		wait := m.maxWait - time.Since(begin)
-		call = &seam.Call{Guard: GuardSuffix}
-		err = m.locker.Do(seam.WithCall(req.Context(), call), name, func(work context.Context) error {
-			return m.run(work, c, next, name, call, fp, true, &a)
-		}, fencing.WithTTL(m.lockTTL), fencing.WithMaxWait(max(wait, 0)), fencing.WithLimit(1))
+		err = m.locker.Do(req.Context(), name, func(work context.Context) error {
+			return m.run(work, c, next, name, fp, true, &a)
+		}, fencing.WithTTL(m.lockTTL), fencing.WithMaxWait(max(wait, 0)), fencing.WithLimit(1), fencing.UnlessMemo(RecordName))
 	}
+	a.committed = a.committing && err == nil
 	switch {
 	case a.stored != "":
 		return m.replay(c, a.stored, fp)
 	case a.ran:
-		return m.finish(c, fp, &a)
-	case errors.Is(err, seam.ErrGuarded):
-		return m.replay(c, call.Guarded, fp)
+		return m.finish(c, fp, name, &a)
+	case errors.As(err, &memo):
+		return m.replay(c, memo.Value, fp)
 	case errors.Is(err, fencing.ErrNotAcquired):
 		return m.inProgress(c, err)
 	case errors.Is(err, fencing.ErrInvalid):
 		// The Locker refused its own settings for this call (WithReplicas, say, which the
-		// record's guard does not support): the server's fault.
+		// record does not support): the server's fault.
 		err = errtext.New(Prefix, "Locker call", errSetup, err)
 	}
 	return m.errorHandler(c, err)
@@ -105,27 +102,24 @@ func (m *Idempotency[C]) serve(c C, next func(c C) error, name, fp string) error
 // errStored ends a run that found a stored result before running the handler.
 var errStored = errors.New("stored result found")
 
-// errProbeTook means the record's probe took the key's lock: the call's own had been lost.
-var errProbeTook = errtext.New(Prefix, "the lock was lost before the request ran", fencing.ErrNotAcquired)
-
 // run is the work of Locker.Do: it runs the handler with the token in the request's context
-// and its response captured, and sets the commit to send with the release. With probe (the
-// lock may come from the queue, whose grant reads no record) it first looks for a record.
-func (m *Idempotency[C]) run(work context.Context, c C, next func(c C) error, name string, call *seam.Call, fp string, probe bool, a *attempt) error {
+// and its response captured, and leaves the record to write with the release. With probe (the
+// lock may come from the queue, whose grant reads no record) it first reads the record.
+func (m *Idempotency[C]) run(work context.Context, c C, next func(c C) error, name, fp string, probe bool, a *attempt) error {
 	req := c.Request()
 	if probe {
-		stored, err := m.probe(work, name)
+		stored, ok, err := m.locker.ReadMemo(work, name, RecordName)
 		switch {
 		case err != nil:
 			return err
-		case stored != "":
+		case ok:
 			a.stored = stored
 			return errStored
 		}
 	}
 	token, _ := fencing.TokenFor(work, name)
 	out := newCapture(m.glue.Response(c), m.maxBody)
-	a.ran, a.out, a.call = true, out, call
+	a.ran, a.out, a.token = true, out, token
 	restore := m.glue.Swap(c, out)
 	c.SetRequest(req.WithContext(withRecordHeld(work, name, token)))
 	defer func() { // also when next panics: Recover, outside, answers on the client's response
@@ -141,18 +135,11 @@ func (m *Idempotency[C]) run(work context.Context, c C, next func(c C) error, na
 		a.handled = true
 	}
 
-	// The record is committed by the release script itself, in the same step, only while the
-	// call still holds the key's lock (seam.Call.Commit). A call that lost its lock stores
+	// The record is written by the release itself, in the same step, only while the call
+	// still holds the key's lock (fencing.LeaveMemo). A call that lost its lock stores
 	// nothing, but still reads the result that won, for its client (finish).
 	lost := errors.Is(context.Cause(work), fencing.ErrNotHeld)
 	status := out.code()
-	if m.floored {
-		// Tokens floored at the server clock: a counter created again starts above every
-		// token before it, so the key's counter may expire with its record.
-		call.CounterTTL = m.retention
-	}
-	ctx := context.WithoutCancel(req.Context())
-	a.read = func() *redis.Cmd { return resultCmd(ctx, m.locker.Client(), call, token) }
 	switch {
 	case out.streamed, !lost && (!m.keep(status) || errors.Is(a.err, fencing.ErrNotAcquired)):
 		// Not kept: streamed, a 5xx by default, or a busy lock inside (the Fence middleware's
@@ -169,34 +156,22 @@ func (m *Idempotency[C]) run(work context.Context, c C, next func(c C) error, na
 				rec.header[h] = values
 			}
 		}
-		call.Commit, call.CommitTTL = string(rec.encode()), m.retention
+		// With tokens floored at the server clock, a counter created again starts above
+		// every token before it, so the key's counter expires with its record.
+		memo := fencing.Memo{Name: RecordName, Value: string(rec.encode()), TTL: m.retention, ExpireCounter: m.floored}
+		if err := fencing.LeaveMemo(work, memo); err != nil {
+			return err
+		}
 		a.committing = true
 	}
 	return nil
-}
-
-// probe looks for the key's record while the call holds the key's lock, in one round trip
-// and through the seam alone: a single attempt on the same lock, with the guard, returns the
-// record when there is one and is busy (the lock is the call's) when there is none.
-func (m *Idempotency[C]) probe(work context.Context, name string) (string, error) {
-	p := &seam.Call{Guard: GuardSuffix}
-	err := m.locker.Do(seam.WithCall(work, p), name, func(context.Context) error { return nil }, m.try...)
-	switch {
-	case errors.Is(err, seam.ErrGuarded):
-		return p.Guarded, nil
-	case errors.Is(err, fencing.ErrNotAcquired):
-		return "", nil
-	case err == nil:
-		return "", errProbeTook
-	}
-	return "", err
 }
 
 // finish answers a request whose handler ran, from the commit's reply: the handler's
 // response when it is the stored one (or none was to be stored, or the commit's outcome is
 // unknown), the result that won when another call committed first, and 409 when another
 // call holds the key and has not committed yet.
-func (m *Idempotency[C]) finish(c C, fp string, a *attempt) error {
+func (m *Idempotency[C]) finish(c C, fp, name string, a *attempt) error {
 	result := a.err
 	if a.handled {
 		result = nil // answered already, by Echo's error handler
@@ -204,9 +179,9 @@ func (m *Idempotency[C]) finish(c C, fp string, a *attempt) error {
 	if a.out.streamed {
 		return result
 	}
-	if (a.committing && !a.call.Committed) || a.lost {
+	if (a.committing && !a.committed) || a.lost {
 		// The release found the lock lost: nothing was written. Read what won.
-		reply, err := parseResult(a.read())
+		reply, err := wonFor(context.WithoutCancel(c.Request().Context()), m.locker, name, a.token)
 		switch {
 		case err != nil, reply.mine, reply.free:
 			// Stored, nothing to store, or not known: the handler's answer is the truth.

@@ -49,8 +49,8 @@ func TestIdempotencyLayout(t *testing.T) {
 		key := code.FindStringSubmatch(cells[0])[1]
 		rows = append(rows, &row{suffix: strings.TrimPrefix(key, "<prefix>{R}:"), kind: strings.TrimSpace(cells[1])})
 	}
-	if len(rows) != 1 || rows[0].suffix != echofence.GuardSuffix {
-		t.Fatalf("rows %v, want one, for the key %q", rows, echofence.GuardSuffix)
+	if len(rows) != 1 || rows[0].suffix != echofence.RecordName {
+		t.Fatalf("rows %v, want one, for the key %q", rows, echofence.RecordName)
 	}
 
 	r := redistest.New(t)

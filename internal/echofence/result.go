@@ -2,50 +2,52 @@ package echofence
 
 import (
 	"context"
-	_ "embed"
 	"strconv"
+	"strings"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/fencekit/fencekit/internal/seam"
+	"github.com/fencekit/fencekit/fencing"
 )
 
-// resultScript is result.lua: the result that won for a key, for a request whose release
-// found its lock lost (its commit was not written).
-//
-//go:embed result.lua
-var resultSource string
+// RecordName names the record of a key's request among the memos of its resource
+// (fencing.Memo): its key is "<prefix>{R}:idem", beside the lock's.
+const RecordName = "idem"
 
-var resultScript = redis.NewScript(resultSource)
-
-// GuardSuffix names the record's key beside the lock's: "<prefix>{R}:idem".
-const GuardSuffix = "idem"
-
-// resultCmd runs result.lua for a request of token on c: the result that won for its key.
-func resultCmd(ctx context.Context, c redis.Scripter, call *seam.Call, token int64) *redis.Cmd {
-	return resultScript.Run(ctx, c, []string{call.GuardKey, call.FenceKey}, strconv.FormatInt(token, 10))
-}
-
-// resultReply is what result.lua answered.
+// resultReply is what won for a key, read by a request whose release found its lock lost (its
+// record was not written).
 type resultReply struct {
-	mine   bool   // the record is the call's
-	free   bool   // no record and no later acquisition
+	mine   bool   // the record is the call's: a lost reply's release had written it
+	free   bool   // no record, and no later acquisition: nothing was stored
 	stored string // the record that won, when another call's; "" when none
 }
 
-// parseResult reads result.lua's reply.
-func parseResult(cmd *redis.Cmd) (resultReply, error) {
-	res, err := cmd.Slice()
+// wonFor reads what won for the key of name, for a request that held its lock with token:
+// its record, or, when there is none, whether a later acquisition exists (the key's counter
+// is past token: that request runs, and will write the record).
+func wonFor(ctx context.Context, l *fencing.Locker, name string, token int64) (resultReply, error) {
+	stored, ok, err := l.ReadMemo(ctx, name, RecordName)
+	switch {
+	case err != nil:
+		return resultReply{}, err
+	case ok && recordToken(stored) == token:
+		return resultReply{mine: true}, nil
+	case ok:
+		return resultReply{stored: stored}, nil
+	}
+	st, err := l.Inspect(ctx, name)
 	if err != nil {
 		return resultReply{}, err
 	}
-	var r resultReply
-	if len(res) > 0 {
-		flag, _ := res[0].(int64)
-		r.mine, r.free = flag == 1, flag == 2
+	return resultReply{free: st.NextToken-1 <= token}, nil
+}
+
+// recordToken returns the token a record was written under (see record), 0 for one it cannot
+// read.
+func recordToken(stored string) int64 {
+	rest, ok := strings.CutPrefix(stored, "1:")
+	if !ok {
+		return 0
 	}
-	if len(res) > 1 {
-		r.stored, _ = res[1].(string)
-	}
-	return r, nil
+	digits, _, _ := strings.Cut(rest, ":")
+	n, _ := strconv.ParseInt(digits, 10, 64)
+	return n
 }

@@ -1,23 +1,25 @@
 package echofence
 
 import (
-	"context"
 	"errors"
 	"strconv"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/redistest"
-	"github.com/fencekit/fencekit/internal/seam"
+	"github.com/fencekit/fencekit/internal/wire"
 )
 
-// TestResultScript runs result.lua as the middleware sends it against each
-// state of the record and the fence counter a request whose commit was not written can meet.
-func TestResultScript(t *testing.T) {
+// TestResult reads what won for a key in each state of the record and the fence counter that
+// a request whose record was not written can meet.
+func TestResult(t *testing.T) {
 	t.Parallel()
 	r := redistest.New(t)
 	ctx := t.Context()
+	l := fencing.New(r.Client, fencing.WithPrefix(r.Prefix))
+	t.Cleanup(func() { _ = l.Close() })
 	rec := func(token int64) []byte {
 		return (&record{token: token, status: 201, fingerprint: "fp", body: []byte("body " + strconv.FormatInt(token, 10))}).encode()
 	}
@@ -40,47 +42,28 @@ func TestResultScript(t *testing.T) {
 		{"an earlier record", "8", 7, 8, resultReply{stored: string(rec(7))}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			call := &seam.Call{GuardKey: r.Prefix + "{" + tc.name + "}:idem", FenceKey: r.Prefix + "{" + tc.name + "}:fence"}
+			k := wire.For(r.Prefix, tc.name)
 			if tc.fence != "" {
-				r.Client.Set(ctx, call.FenceKey, tc.fence, 0)
+				r.Client.Set(ctx, k.Fence, tc.fence, 0)
 			}
 			if tc.stored != 0 {
-				r.Client.Set(ctx, call.GuardKey, rec(tc.stored), 0)
+				r.Client.Set(ctx, k.Memo(RecordName), rec(tc.stored), 0)
 			}
-			got, err := parseResult(resultCmd(ctx, r.Client, call, tc.token))
+			got, err := wonFor(ctx, l, tc.name, tc.token)
 			if err != nil || got != tc.want {
 				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
 			}
-			// The script only reads.
-			left, err := r.Client.Get(ctx, call.GuardKey).Result()
+			// It only reads.
+			left, err := r.Client.Get(ctx, k.Memo(RecordName)).Result()
 			switch {
 			case tc.stored == 0 && !errors.Is(err, redis.Nil):
 				t.Errorf("record %q written, want none", left)
 			case tc.stored != 0 && left != string(rec(tc.stored)):
 				t.Errorf("record %q, want the one of token %d", left, tc.stored)
 			}
-			if fence := r.Client.Get(ctx, call.FenceKey).Val(); fence != tc.fence {
+			if fence := r.Client.Get(ctx, k.Fence).Val(); fence != tc.fence {
 				t.Errorf("counter %q, want %q", fence, tc.fence)
 			}
 		})
-	}
-}
-
-// TestResultScriptKeys checks that the script is given only the two keys it reads (so that a
-// Cluster routes it to the lock's slot), with the seam's names, and writes no key.
-func TestResultScriptKeys(t *testing.T) {
-	t.Parallel()
-	r := redistest.New(t)
-	ctx := context.Background()
-	call := &seam.Call{GuardKey: r.Prefix + "{k}:idem", FenceKey: r.Prefix + "{k}:fence"}
-	cmd := resultCmd(ctx, r.Client, call, 1)
-	if args := cmd.Args(); args[2] != 2 || args[3] != call.GuardKey || args[4] != call.FenceKey {
-		t.Fatalf("command %v: want the record and the fence keys", args)
-	}
-	if err := cmd.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if keys := r.Client.Keys(ctx, r.Prefix+"*").Val(); len(keys) != 0 {
-		t.Fatalf("keys %q written, want none", keys)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/internal/redisproc"
+	"github.com/fencekit/fencekit/internal/wire"
 )
 
 // sharedSection is one ENTER line of a loop child (see childLoop).
@@ -76,10 +77,10 @@ func leaseEnd(t *testing.T, client redis.UniversalClient, key string, token int6
 	if err != nil && !strings.Contains(err.Error(), "WRONGTYPE") {
 		t.Fatal(err)
 	}
-	suffix := ":" + strconv.FormatInt(token, 10)
-	for f, v := range fields {
-		if strings.HasSuffix(f, suffix) {
-			return atoi64(v)
+	_, holders, _ := wire.HashHolders(fields)
+	for _, h := range holders {
+		if h.Token == token {
+			return h.End.UnixMilli()
 		}
 	}
 	return 0

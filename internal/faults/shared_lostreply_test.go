@@ -128,8 +128,8 @@ func TestSharedLostReply(t *testing.T) {
 						}
 					}
 				}
-				if n := admin.Exists(ctx, lockKey(t, "res")).Val(); n != 0 {
-					t.Fatal("the lock outlived its holders' releases")
+				if h := holderTokens(t, admin, lockKey(t, "res")); len(h) != 0 {
+					t.Fatalf("the lock holds tokens %v after its holders' releases", h)
 				}
 			})
 			t.Run("release/"+mode+"/"+where, func(t *testing.T) {
@@ -162,17 +162,17 @@ func TestSharedLostReply(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if n := admin.Exists(ctx, lockKey(t, "res")).Val(); n != 0 {
-					t.Fatal("the lock outlived its holders' releases")
+				if h := holderTokens(t, admin, lockKey(t, "res")); len(h) != 0 {
+					t.Fatalf("the lock holds tokens %v after its holders' releases", h)
 				}
 			})
 		}
 		t.Run("join/"+mode, func(t *testing.T) {
 			// The reply lost is that of the script that queues the shared waiter behind a
-			// writer. Retried, the script queues the element again; not retried, Acquire fails
-			// and its element stays queued (the reply that would have confirmed it was lost).
-			// Either way the writer's release grants every copy, and the Locker, which keeps
-			// listening for entryTTL after a wait, passes on each grant no waiter takes.
+			// writer. Retried, the script finds its element queued (the lock marked, the
+			// element near the tail) and queues nothing more: the writer's release grants the
+			// waiter. Not retried, Acquire fails, and takes its element out of the queue again
+			// as it leaves: the writer's release grants nobody.
 			l, d := dropping(t, sharedScript(lockKey(t, "res"), "join"))
 			writer := mustTry(t, newLocker(t, admin), "res")
 			type result struct {
@@ -190,39 +190,46 @@ func TestSharedLostReply(t *testing.T) {
 			queue := keyBase(t, "res") + "queue"
 			var r result
 			if retries > 0 {
-				waitUntil(t, 10*time.Second, "the element queued twice", func() bool { return admin.LLen(ctx, queue).Val() == 2 })
+				waitUntil(t, 10*time.Second, "the reply dropped", func() bool { return d.dropped.Load() == 1 })
+				waitUntil(t, 10*time.Second, "the element queued", func() bool { return admin.LLen(ctx, queue).Val() == 1 })
 			} else {
 				r = <-got
 				if r.err == nil || errors.Is(r.err, fencing.ErrNotAcquired) {
 					t.Fatalf("Acquire: got %v, %v; want the connection's error", r.lock, r.err)
 				}
-				if n := admin.LLen(ctx, queue).Val(); n != 1 {
-					t.Fatalf("queue length %d after the failed Acquire, want 1 (its element, unconfirmed)", n)
+				if n := admin.LLen(ctx, queue).Val(); n != 0 {
+					t.Fatalf("queue length %d after the failed Acquire, want 0: it took its element out", n)
 				}
 			}
 			if d.dropped.Load() != 1 {
 				t.Fatalf("%d replies dropped, want 1", d.dropped.Load())
 			}
+			if n := admin.LLen(ctx, queue).Val(); retries > 0 && n != 1 {
+				t.Fatalf("queue length %d after the retried join, want 1: the element once", n)
+			}
 			if err := writer.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
 			var want []string
+			issued := writer.Token()
 			if retries > 0 {
 				if r = <-got; r.err != nil {
 					t.Fatalf("Acquire: %v, want the lock", r.err)
 				}
-				if r.lock.Token() != writer.Token()+1 {
-					t.Errorf("token %d, want %d: the first copy's grant", r.lock.Token(), writer.Token()+1)
+				// The element's grant (the writer's token + 1); or, when go-redis's retry of
+				// the join ran after the writer's release, the retry's own acquisition beside
+				// that grant, which the Locker, whose waiter is gone, released again.
+				issued = r.lock.Token()
+				if issued != writer.Token()+1 && issued != writer.Token()+2 {
+					t.Errorf("token %d, want %d (the element's grant) or %d (the retry's)", issued, writer.Token()+1, writer.Token()+2)
 				}
 				want = []string{strconv.FormatInt(r.lock.Token(), 10)}
 			}
-			released := time.Now()
-			waitUntil(t, time.Second, "the unused grants passed on", func() bool {
+			waitUntil(t, time.Second, "a grant no waiter took passed on", func() bool {
 				return slices.Equal(holderTokens(t, admin, lockKey(t, "res")), want)
 			})
-			passed := time.Since(released)
-			if n, want := fence(t, admin, "res"), writer.Token()+2; retries > 0 && n != want {
-				t.Errorf("counter %d, want %d: one token for each copy of the element", n, want)
+			if n := fence(t, admin, "res"); n != issued {
+				t.Errorf("counter %d, want %d: no token for a copy of the element", n, issued)
 			}
 			if n := admin.LLen(ctx, queue).Val(); n != 0 {
 				t.Errorf("%d elements left in the queue", n)
@@ -236,8 +243,8 @@ func TestSharedLostReply(t *testing.T) {
 					}
 				}
 			}
-			figure(t, "shared-lost-join-"+mode, "the queueing script's reply lost: Acquire %v; the unused grant passed on %v after the writer's release; counter %d after the writer's %d",
-				errText(r.err), passed.Round(100*time.Microsecond), counter, writer.Token())
+			figure(t, "shared-lost-join-"+mode, "the queueing script's reply lost: Acquire %v; counter %d after the writer's %d",
+				errText(r.err), counter, writer.Token())
 		})
 		t.Run("release-to-writer/"+mode, func(t *testing.T) {
 			l, d := dropping(t, sharedScript(lockKey(t, "res"), "release"))

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/redisproc"
+	"github.com/fencekit/fencekit/internal/wire"
 )
 
 // TestSharedWithReplicas checks WithReplicas for shared acquisitions against a real primary
@@ -141,11 +141,6 @@ type acquiredLock struct {
 
 // hashHolds reports whether the lock hash key on client has a holder field with token.
 func hashHolds(ctx context.Context, client redis.UniversalClient, key string, token int64) bool {
-	suffix := ":" + strconv.FormatInt(token, 10)
-	for f := range client.HGetAll(ctx, key).Val() {
-		if strings.HasSuffix(f, suffix) {
-			return true
-		}
-	}
-	return false
+	_, holders, _ := wire.HashHolders(client.HGetAll(ctx, key).Val())
+	return slices.ContainsFunc(holders, func(h wire.Holder) bool { return h.Token == token })
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/redisproc"
+	"github.com/fencekit/fencekit/internal/wire"
 )
 
 // TestSharedFIFOProcesses queues shared and exclusive requests of separate processes (one
@@ -144,8 +145,12 @@ func sharedFIFO(t *testing.T, addrs []string, client redis.UniversalClient, owne
 	only("after the second writer's release", 7, 8)
 	release(8)
 	release(7)
-	if n := client.Exists(ctx, lockKey(t, resource), keyBase(t, resource)+"queue").Val(); n != 0 {
-		t.Fatalf("%d of the lock and queue keys left after the last release", n)
+	// The lock's hash outlives its last holder, holding none; the queue goes with the last waiter.
+	if left := holderTokens(t, client, lockKey(t, resource)); len(left) != 0 {
+		t.Fatalf("holders %v left after the last release", left)
+	}
+	if n := client.Exists(ctx, keyBase(t, resource)+"queue").Val(); n != 0 {
+		t.Fatal("the queue left after the last release")
 	}
 	for i, tok := range tokens {
 		if want := holder.Token() + 1 + int64(i); tok != want {
@@ -179,10 +184,11 @@ func holderTokens(t *testing.T, client redis.UniversalClient, key string) []stri
 		if err != nil {
 			t.Fatal(err)
 		}
+		_, holders, _ := wire.HashHolders(client.HGetAll(ctx, key).Val())
 		var tokens []string
-		for f, v := range client.HGetAll(ctx, key).Val() {
-			if i := strings.LastIndexByte(f, ':'); i >= 0 && atoi64(v) > now.UnixMilli() {
-				tokens = append(tokens, f[i+1:])
+		for _, h := range holders {
+			if h.End.After(now) {
+				tokens = append(tokens, strconv.FormatInt(h.Token, 10))
 			}
 		}
 		slices.SortFunc(tokens, func(a, b string) int { return cmp.Compare(atoi64(a), atoi64(b)) })
@@ -217,7 +223,6 @@ func TestSharedWriterNotStarved(t *testing.T) {
 	)
 	s := redisproc.Start(t)
 	client := s.Client(t)
-	ctx := context.Background()
 	checkPrefix := prefix(t) + "{check}:"
 	check := newSharedCheck(checkPrefix)
 	base := childSettings{role: "loop", addrs: []string{s.Addr()}, prefix: prefix(t), resource: "res", ttl: 5 * time.Second, check: checkPrefix}
@@ -291,7 +296,7 @@ func TestSharedWriterNotStarved(t *testing.T) {
 	figure(t, "shared-writer-not-starved", "%d readers in %d processes holding 1–5ms back to back (up to %d at once), %d reader sections in %v; writer: %d requests (%d while readers held) waited median %v, p90 %v, max %v (bound %v); writer beside a reader: 0",
 		readerProcs*readerGoroutines, readerProcs, counts["most"], readerSections, elapsed.Round(time.Millisecond), rounds, contended,
 		waits[len(waits)/2].Round(100*time.Microsecond), waits[len(waits)*9/10].Round(100*time.Microsecond), worst.Round(100*time.Microsecond), bound)
-	if n := client.Exists(ctx, lockKey(t, "res")).Val(); n != 0 {
-		t.Errorf("the lock key outlived every holder's release")
+	if h := holderTokens(t, client, lockKey(t, "res")); len(h) != 0 {
+		t.Errorf("the lock holds tokens %v after every holder's release", h)
 	}
 }

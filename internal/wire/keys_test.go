@@ -109,3 +109,14 @@ func TestValidMemo(t *testing.T) {
 		}
 	}
 }
+
+func TestHashHolders(t *testing.T) {
+	kind, hs, old := HashHolders(map[string]string{"k": "l3", "q": "0", "e": "5", "x": "9", "t": "20", "own1": "9:4", "own2": "5:3"})
+	if old || kind != (Kind{Limit: 3}) || len(hs) != 2 {
+		t.Fatalf("layout 2: got %v %v %v", kind, hs, old)
+	}
+	kind, hs, old = HashHolders(map[string]string{"limit": "shared", "until": "20", "q": "1", "own:7": "9"})
+	if !old || !kind.Shared || len(hs) != 1 || hs[0].Owner != "own" || hs[0].Token != 7 || hs[0].End.UnixMilli() != 9 {
+		t.Fatalf("earlier layout: got %v %v %v", kind, hs, old)
+	}
+}

@@ -163,3 +163,41 @@ func ParseWaiterValue(v string) (time.Time, bool) {
 	}
 	return time.UnixMilli(ms), true
 }
+
+// HashHolders reads the hash of a shared or limited lock, as HGETALL returns it, in this layout
+// or the earlier one (old): the holders' kind and every holder field, whose lease may have
+// ended (End is in the server's clock). The inspect script reads it alike.
+func HashHolders(fields map[string]string) (kind Kind, holders []Holder, old bool) {
+	if v, ok := fields["limit"]; ok {
+		old = true
+		if v == "shared" {
+			kind = Kind{Shared: true}
+		} else {
+			n, _ := strconv.Atoi(v)
+			kind = Kind{Limit: n}
+		}
+	} else {
+		kind, _ = ParseKind(fields["k"])
+	}
+	for f, v := range fields {
+		if len(f) <= 1 || f == "limit" || f == "until" {
+			continue
+		}
+		owner, endText, tokenText := f, v, ""
+		if old {
+			i := strings.LastIndexByte(f, ':')
+			if i < 0 {
+				continue
+			}
+			owner, tokenText = f[:i], f[i+1:]
+		} else {
+			endText, tokenText, _ = strings.Cut(v, ":")
+		}
+		end, err1 := strconv.ParseInt(endText, 10, 64)
+		token, err2 := strconv.ParseInt(tokenText, 10, 64)
+		if err1 == nil && err2 == nil {
+			holders = append(holders, Holder{Owner: owner, Token: token, End: time.UnixMilli(end)})
+		}
+	}
+	return kind, holders, old
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/wire"
 	"github.com/fencekit/fencekit/internal/echofence"
 	"github.com/fencekit/fencekit/internal/redistest"
 )
@@ -74,8 +75,24 @@ func (v *env) keys(pattern string) []string {
 	return keys
 }
 
-// lockKeys returns the test's lock keys present in Redis.
-func (v *env) lockKeys() []string { return v.keys("*:lock") }
+// lockKeys returns the test's lock keys of resources that someone holds (a shared or limited
+// resource's key outlives its last holder, holding none).
+func (v *env) lockKeys() []string {
+	v.t.Helper()
+	var held []string
+	for _, key := range v.keys("*:lock") {
+		name, ok := wire.ResourceOf(v.r.Prefix, key)
+		if !ok {
+			held = append(held, key)
+			continue
+		}
+		st, err := v.locker.Inspect(context.Background(), name)
+		if err != nil || len(st.Holders) > 0 {
+			held = append(held, key)
+		}
+	}
+	return held
+}
 
 // waitNoLocks polls until no lock key of the test is left.
 func (v *env) waitNoLocks() {

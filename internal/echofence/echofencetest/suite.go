@@ -40,6 +40,7 @@ func cases() []testCase {
 		{"BadKey", badKey},
 		{"ExtractorStatusErrorPassesThrough", extractorStatusErrorPassesThrough},
 		{"Busy", busy},
+		{"BusyRetryAfter", busyRetryAfter},
 		{"MaxWait", maxWait},
 		{"Limit", limit},
 		{"Unavailable", unavailable},
