@@ -169,7 +169,7 @@ func TestUnreachable(t *testing.T) {
 // TestRedisURLEnv takes the server from REDIS_URL when -u is not given, and -u wins over it.
 func TestRedisURLEnv(t *testing.T) {
 	var out, errOut strings.Builder
-	c := &cli{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut, now: time.Now, progressEvery: time.Hour,
+	c := &cli{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut, progressEvery: time.Hour,
 		getenv: func(k string) string {
 			if k == "REDIS_URL" {
 				return "redis://127.0.0.1:1/0"

@@ -2,17 +2,20 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/internal/echofence"
+	"github.com/fencekit/fencekit/internal/wire"
 )
 
 // margin is added to every fixture TTL of whole minutes: rounded to the minute, the lease
 // left prints the same from margin after the keys are written until 30 s later, which is
-// far more than the tests take on a loaded machine.
+// far more than the tests take on a loaded machine. Waits are whole minutes: rounded, they
+// print the same for 30 s after the keys are written.
 const margin = 25 * time.Second
 
 // fixtureLock is one lock of the fixture.
@@ -26,10 +29,10 @@ type fixtureLock struct {
 	// fenceMinutes is the counter's TTL (plus margin); 0 for none.
 	fenceMinutes int
 	waiters      int64
-	oldestMs     int64 // -1 without a live waiter
-	// kind is the field limit of a shared or limited resource's hash ("shared", or the
-	// limit), whose holders are listed by token; "" for an exclusive lock held by ownerID.
-	kind    string
+	oldestMs     int64 // the oldest live waiter's wait; -1 without a live waiter
+	// kind is the holders' kind: exclusive (the zero Kind), held by ownerID; or shared or
+	// limited, whose holders are listed by token.
+	kind    wire.Kind
 	holders []fixtureHolder
 }
 
@@ -49,12 +52,18 @@ const (
 	otherID = "otherOOOOOOOOOOOOOOOOO"
 )
 
+// Kinds of the fixture's acquisitions.
+var (
+	exclusive = wire.Kind{Limit: 1}
+	shared    = wire.Kind{Shared: true}
+)
+
 // fixtureLocks are the locks prepare writes, awkward names included: braces (base64
 // keys), spaces, unicode, colons, a name ending in ":lock", a newline, a token from the
 // server-time floor; a shared resource of two holders (one granted from the queue, whose
 // owner is its queue element) and a limited one.
 var fixtureLocks = []fixtureLock{
-	{name: "order-42", token: 7, minutes: 10, fence: 7, waiters: 4, oldestMs: 90_000},
+	{name: "order-42", token: 7, minutes: 10, fence: 7, waiters: 4, oldestMs: 180_000},
 	{name: "{braced}", token: 3, minutes: 5, fence: 3, fenceMinutes: 30, oldestMs: -1},
 	{name: "with space", token: 1, minutes: 20, fence: 1, oldestMs: -1},
 	{name: "ünïcode-ключ", token: 12, minutes: 1, fence: 12, oldestMs: -1},
@@ -62,34 +71,50 @@ var fixtureLocks = []fixtureLock{
 	{name: "x}:lock", token: 4, minutes: 3, fence: 4, waiters: 1, oldestMs: -1},
 	{name: "line\nbreak", token: 9, minutes: 4, fence: 9, oldestMs: -1},
 	{name: "floor-token", token: 1_800_000_000_000_123, minutes: 6, fence: 1_800_000_000_000_123, oldestMs: -1},
-	{name: "report-7", token: 11, minutes: 9, fence: 11, waiters: 2, oldestMs: 45_000, kind: "shared", holders: []fixtureHolder{
+	{name: "report-7", token: 11, minutes: 9, fence: 11, waiters: 2, oldestMs: 120_000, kind: shared, holders: []fixtureHolder{
 		{owner: ownerID, token: 10, minutes: 8},
-		{owner: liveB + ".5.3000s", token: 11, minutes: 9},
+		{owner: element(liveB, 5, 3000, false, 0, shared), token: 11, minutes: 9},
 	}},
-	{name: "pool", token: 5, minutes: 15, fence: 5, oldestMs: -1, kind: "3", holders: []fixtureHolder{
+	{name: "pool", token: 5, minutes: 15, fence: 5, oldestMs: -1, kind: wire.Kind{Limit: 3}, holders: []fixtureHolder{
 		{owner: ownerID, token: 4, minutes: 11},
 		{owner: otherID, token: 5, minutes: 15},
 	}},
 }
 
-// Queue elements of the fixture, "<id>.<n>.<lease ms><rules>".
+// element returns the queue element of a waiter of Locker id: its n-th, whose grant gets a
+// lease of leaseMs, tokens floored at the server clock (floor) or a counter that expires
+// after expiry, and the kind.
+func element(id string, n uint64, leaseMs int64, floor bool, expiry time.Duration, kind wire.Kind) string {
+	return wire.Element{Locker: id, Seq: n, Lease: msDuration(leaseMs), Floor: floor, Expiry: expiry, Kind: kind}.String()
+}
+
+// Queue elements of the fixture.
 var (
 	// order-42, held exclusively: a dead waiter at the head, then two live Lockers, one with
 	// two shared waiters (the second floored at the server clock), the other with an
 	// exclusive waiter whose counter expires after an hour.
-	order42Queue = []string{deadID + ".1.3000", liveB + ".1.3000s", liveC + ".4.2000e3600000", liveB + ".2.3000fs"}
+	order42Queue = []string{
+		element(deadID, 1, 3000, false, 0, exclusive),
+		element(liveB, 1, 3000, false, 0, shared),
+		element(liveC, 4, 2000, true, time.Hour, exclusive),
+		element(liveB, 2, 3000, true, 0, shared),
+	}
 	// report-7, held shared: a writer waits, and a dead reader behind it.
-	report7Queue = []string{liveC + ".9.3000e3600000", deadID + ".3.3000fs"}
+	report7Queue = []string{
+		element(liveC, 9, 3000, true, time.Hour, exclusive),
+		element(deadID, 3, 3000, true, 0, shared),
+	}
 	// x}:lock: only a dead waiter.
-	xLockQueue = []string{deadID + ".1.3000"}
+	xLockQueue = []string{element(deadID, 1, 3000, false, 0, exclusive)}
 )
 
 // idemResource is the resource of the fixture's Echo idempotency record.
 const idemResource = ":idem orders POST:/orders key-1"
 
-// prepare writes the fixture under prefix: the locks above and their queues, two counters
-// whose locks were released ("idle" without expiry, "idle-ttl" with one), a release record,
-// an idempotency record and one key of another layout.
+// prepare writes the fixture under prefix in the key layout of docs/design.md: the locks
+// above and their queues, two counters whose locks were released ("idle" without expiry,
+// "idle-ttl" with one), a release record, an idempotency record and one key of another
+// layout.
 func prepare(t testing.TB, client redis.UniversalClient, prefix string) {
 	t.Helper()
 	ctx := context.Background()
@@ -97,49 +122,62 @@ func prepare(t testing.TB, client redis.UniversalClient, prefix string) {
 	if err != nil {
 		t.Fatalf("prepare: TIME: %v", err)
 	}
-	min := func(n int) time.Duration { return time.Duration(n)*time.Minute + margin }
+	minutes := func(n int) time.Duration { return time.Duration(n)*time.Minute + margin }
+	ms := func(d time.Duration) string { return strconv.FormatInt(server.Add(d).UnixMilli(), 10) }
 	pipe := client.Pipeline()
 	for _, l := range fixtureLocks {
-		k := keysFor(prefix, l.name)
-		if l.kind == "" {
-			pipe.Set(ctx, k.lock, ownerID+":"+strconv.FormatInt(l.token, 10), min(l.minutes))
-		} else {
-			// The key's bookkeeping, as the library writes it: its expiry and its queue mark.
-			fields := []any{"limit", l.kind, "until", server.Add(min(l.minutes)).UnixMilli(), "q", "1"}
-			for _, h := range l.holders {
-				end := server.Add(min(h.minutes)).UnixMilli()
-				fields = append(fields, h.owner+":"+strconv.FormatInt(h.token, 10), end)
+		k := wire.For(prefix, l.name)
+		if l.kind.Exclusive() {
+			v := wire.Value(ownerID, l.token)
+			if l.waiters > 0 {
+				v += "+" // the mark of a holder with waiters queued behind it
 			}
-			pipe.HSet(ctx, k.lock, fields...)
-			pipe.PExpire(ctx, k.lock, min(l.minutes))
+			pipe.Set(ctx, k.Lock, v, minutes(l.minutes))
+		} else {
+			// The hash of shared or limited holders: its kind, queue mark, the bounds of its
+			// holders' leases, its own expiry (twice the latest lease, as the library sets it)
+			// and a field per holder, "<lease end ms>:<token>".
+			q := "0"
+			if l.waiters > 0 {
+				q = "1"
+			}
+			first, last := minutes(l.minutes), minutes(l.minutes)
+			for _, h := range l.holders {
+				first = min(first, minutes(h.minutes))
+			}
+			fields := []any{"k", l.kind.Arg(), "q", q, "e", ms(first), "x", ms(last), "t", ms(2 * last)}
+			for _, h := range l.holders {
+				fields = append(fields, h.owner, ms(minutes(h.minutes))+":"+strconv.FormatInt(h.token, 10))
+			}
+			pipe.HSet(ctx, k.Lock, fields...)
+			pipe.PExpire(ctx, k.Lock, 2*last)
 		}
 		var ttl time.Duration
 		if l.fenceMinutes > 0 {
-			ttl = min(l.fenceMinutes)
+			ttl = minutes(l.fenceMinutes)
 		}
-		pipe.Set(ctx, k.fence, l.fence, ttl)
+		pipe.Set(ctx, k.Fence, l.fence, ttl)
 	}
-	waiter := func(ago time.Duration) string {
-		return fmt.Sprintf("3000:0:%d", testNow.Add(-ago).UnixMilli())
-	}
-	k := keysFor(prefix, "order-42")
-	pipe.RPush(ctx, k.queue, anys(order42Queue)...)
-	pipe.PExpire(ctx, k.queue, min(10))
-	pipe.Set(ctx, k.waiter(liveB), waiter(90*time.Second), min(10))
-	pipe.Set(ctx, k.waiter(liveC), waiter(30*time.Second), min(10))
-	k = keysFor(prefix, "report-7")
-	pipe.RPush(ctx, k.queue, anys(report7Queue)...)
-	pipe.PExpire(ctx, k.queue, min(10))
-	pipe.Set(ctx, k.waiter(liveC), waiter(45*time.Second), min(10))
-	// The release of an exclusive lock of report-7 that granted it to a shared waiter.
-	pipe.Set(ctx, k.base+suffixRecord+otherID+":9", "2:"+liveB+".5.3000s:11", min(10))
-	k = keysFor(prefix, "x}:lock")
-	pipe.RPush(ctx, k.queue, anys(xLockQueue)...)
-	pipe.PExpire(ctx, k.queue, min(10))
+	// A live waiter's key holds when its Locker began waiting, by its clock.
+	waiter := func(ago time.Duration) string { return wire.WaiterValue(server.Add(-ago)) }
+	k := wire.For(prefix, "order-42")
+	pipe.RPush(ctx, k.Queue, anys(order42Queue)...)
+	pipe.PExpire(ctx, k.Queue, minutes(10))
+	pipe.Set(ctx, k.Waiter(liveB), waiter(3*time.Minute), minutes(10))
+	pipe.Set(ctx, k.Waiter(liveC), waiter(time.Minute), minutes(10))
+	k = wire.For(prefix, "report-7")
+	pipe.RPush(ctx, k.Queue, anys(report7Queue)...)
+	pipe.PExpire(ctx, k.Queue, minutes(10))
+	pipe.Set(ctx, k.Waiter(liveC), waiter(2*time.Minute), minutes(10))
+	// The record of the release of an exclusive lock of report-7: released.
+	pipe.Set(ctx, k.Record(wire.Value(otherID, 9)), "1", minutes(10))
+	k = wire.For(prefix, "x}:lock")
+	pipe.RPush(ctx, k.Queue, anys(xLockQueue)...)
+	pipe.PExpire(ctx, k.Queue, minutes(10))
 
-	pipe.Set(ctx, keysFor(prefix, "idle").fence, 5, 0)
-	pipe.Set(ctx, keysFor(prefix, "idle-ttl").fence, 8, min(40))
-	pipe.Set(ctx, keysFor(prefix, idemResource).base+suffixIdem, "1:3:201:4:abcd0:created", min(24*60))
+	pipe.Set(ctx, wire.For(prefix, "idle").Fence, 5, 0)
+	pipe.Set(ctx, wire.For(prefix, "idle-ttl").Fence, 8, minutes(40))
+	pipe.Set(ctx, wire.For(prefix, idemResource).Memo(echofence.GuardSuffix), "1:3:201:4:abcd0:created", minutes(24*60))
 	pipe.Set(ctx, prefix+"unrelated", "x", 0)
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatalf("prepare: %v", err)

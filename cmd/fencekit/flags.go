@@ -129,6 +129,22 @@ func fewRetries(n int) int {
 // errUsage marks errors in the command line found after parsing.
 var errUsage = errors.New("usage")
 
+// newLocker returns the Locker through which a command reads and releases locks: on client,
+// with the flags' prefix. The caller closes it (before the client).
+func newLocker(client redis.UniversalClient, o *common) *fencing.Locker {
+	return fencing.New(client, fencing.WithPrefix(o.prefix))
+}
+
+// failLocker reports err, an error of the Locker's, for fs's command: a usage error when it
+// wraps fencing.ErrInvalid (a name the Locker refuses, such as one longer than
+// fencing.MaxResourceLen), the error exit code otherwise.
+func (c *cli) failLocker(fs *flag.FlagSet, err error) int {
+	if errors.Is(err, fencing.ErrInvalid) {
+		return c.usageError(fs, "%v", err)
+	}
+	return c.fail(strings.TrimPrefix(fs.Name(), "fencekit "), err)
+}
+
 // connectOrFail is connect with the error reported; ok is false when it failed.
 func (c *cli) connectOrFail(fs *flag.FlagSet, o *common) (redis.UniversalClient, int, bool) {
 	client, err := c.connect(o)

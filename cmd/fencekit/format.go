@@ -38,8 +38,8 @@ func displayName(s string) string {
 	return s
 }
 
-// ttl formats a remaining time in milliseconds as PTTL returns it: -1 (no expiry) as
-// "never", -2 (no key) as "-".
+// ttl formats a remaining time in milliseconds: -1 (no expiry) as "never", -2 (no key, no
+// holder) as "-".
 func (c *cli) ttl(ms int64) string {
 	switch {
 	case ms == -1:
@@ -47,9 +47,15 @@ func (c *cli) ttl(ms int64) string {
 	case ms < 0:
 		return "-"
 	}
-	d := time.Duration(ms) * time.Millisecond
-	if c.ttlGrain > 0 {
-		d = d.Round(c.ttlGrain)
+	return c.age(ms)
+}
+
+// age formats a time read from Redis in milliseconds, a lease left or a wait, rounded to
+// c.grain when it is set.
+func (c *cli) age(ms int64) string {
+	d := msDuration(ms)
+	if c.grain > 0 {
+		d = d.Round(c.grain)
 	}
 	return duration(d)
 }

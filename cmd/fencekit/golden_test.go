@@ -2,10 +2,11 @@ package main
 
 import (
 	"encoding/json"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencekit/fencekit/internal/wire"
 )
 
 // TestGolden runs every subcommand on the fixture, on the shared Redis and on a private
@@ -67,8 +68,11 @@ func checkLocksJSON(t *testing.T, tg target) {
 			continue
 		}
 		lease := int64(want.minutes)*60_000 + margin.Milliseconds()
-		if l.Token != want.token || l.Waiters != want.waiters || l.Key != keysFor(tg.prefix, want.name).lock {
+		if l.Token != want.token || l.Waiters != want.waiters || l.Key != wire.For(tg.prefix, want.name).Lock {
 			t.Errorf("%q: got %+v, want token %d, waiters %d", want.name, l, want.token, want.waiters)
+		}
+		if want.kind.Exclusive() && l.Value != wire.Value(ownerID, want.token) {
+			t.Errorf("%q: value %q, want %q", want.name, l.Value, wire.Value(ownerID, want.token))
 		}
 		checkMode(t, want, l.Mode, l.Limit, l.Owner, l.Holders)
 		if l.TTLMs <= 0 || l.TTLMs > lease {
@@ -77,23 +81,35 @@ func checkLocksJSON(t *testing.T, tg target) {
 		switch {
 		case want.oldestMs < 0 && l.OldestWaitMs != nil:
 			t.Errorf("%q: oldest_wait_ms %d, want null", want.name, *l.OldestWaitMs)
-		case want.oldestMs >= 0 && (l.OldestWaitMs == nil || *l.OldestWaitMs != want.oldestMs):
-			t.Errorf("%q: oldest_wait_ms %v, want %d", want.name, l.OldestWaitMs, want.oldestMs)
+		case want.oldestMs >= 0 && !waited(l.OldestWaitMs, want.oldestMs):
+			t.Errorf("%q: oldest_wait_ms %v, want %d ms or a little more", want.name, deref(l.OldestWaitMs), want.oldestMs)
 		}
 	}
+}
+
+// waited reports whether a wait read from Redis, got, is the fixture's wait of ms: that
+// much, and at most 30 s more, the time the test may take since prepare.
+func waited(got *int64, ms int64) bool {
+	return got != nil && *got >= ms && *got < ms+30_000
+}
+
+// deref returns *p, or nil: for messages.
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }
 
 // checkMode checks a lock's mode, limit, owner and holders in JSON against the fixture.
 func checkMode(t *testing.T, want fixtureLock, mode string, limit int, owner string, holders []holderInfo) {
 	t.Helper()
 	wantMode, wantLimit, wantOwner := modeExclusive, 0, ownerID
-	switch want.kind {
-	case "":
-	case "shared":
+	switch {
+	case want.kind.Shared:
 		wantMode, wantOwner = modeShared, ""
-	default:
-		wantLimit, _ = strconv.Atoi(want.kind)
-		wantMode, wantOwner = modeLimit, ""
+	case !want.kind.Exclusive():
+		wantMode, wantLimit, wantOwner = modeLimit, want.kind.Limit, ""
 	}
 	if mode != wantMode || limit != wantLimit || owner != wantOwner {
 		t.Errorf("%q: got mode %q, limit %d, owner %q; want %q, %d, %q", want.name, mode, limit, owner, wantMode, wantLimit, wantOwner)
@@ -128,26 +144,19 @@ func checkShowJSON(t *testing.T, tg target) {
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
 		t.Fatalf("%v in\n%s", err, r.stdout)
 	}
-	if got.Lock == nil || got.Lock.Mode != modeExclusive || got.Lock.Token != 7 || got.Lock.Owner != ownerID || got.Lock.Holders != nil || got.Fence.LastToken == nil || *got.Fence.LastToken != 7 || got.Fence.TTLMs != -1 {
+	if got.Lock == nil || got.Lock.Mode != modeExclusive || got.Lock.Token != 7 || got.Lock.Owner != ownerID || got.Lock.Value != wire.Value(ownerID, 7) || got.Lock.Holders != nil ||
+		got.Fence.LastToken == nil || *got.Fence.LastToken != 7 || got.Fence.NextToken != 8 || got.Fence.TTLMs != -1 {
 		t.Errorf("lock and fence: got %+v, %+v", got.Lock, got.Fence)
 	}
-	ptr := func(n int64) *int64 { return &n }
-	type entry struct {
-		id, mode          string
-		live, floor       bool
-		lease             int64
-		expiry, waitingMs *int64
+	if k := wire.For(tg.prefix, "order-42"); got.Keys.Lock != k.Lock || got.Keys.Fence != k.Fence || got.Keys.Queue != k.Queue {
+		t.Errorf("keys: got %+v", got.Keys)
 	}
-	checkQueue(t, got.Queue, order42Queue, []entry{
-		{id: deadID, mode: modeExclusive, lease: 3000},
-		{id: liveB, mode: modeShared, live: true, lease: 3000, waitingMs: ptr(90_000)},
-		{id: liveC, mode: modeExclusive, live: true, floor: true, lease: 2000, expiry: ptr(3_600_000), waitingMs: ptr(30_000)},
-		{id: liveB, mode: modeShared, live: true, floor: true, lease: 3000, waitingMs: ptr(90_000)},
-	}, func(e queueEntry, w entry) bool {
-		return e.ID == w.id && e.Mode == w.mode && e.Limit == 0 && e.Live == w.live &&
-			e.Floor != nil && *e.Floor == w.floor && e.LeaseMs != nil && *e.LeaseMs == w.lease &&
-			equalPtr(e.CounterExpiryMs, w.expiry) && equalPtr(e.WaitingMs, w.waitingMs) &&
-			(w.waitingMs == nil) == (e.SinceUnixMs == nil) && (e.SinceUnixMs == nil || *e.SinceUnixMs == testNow.UnixMilli()-*w.waitingMs)
+	ptr := func(n int64) *int64 { return &n }
+	checkQueue(t, got.Queue, []entry{
+		{id: deadID, mode: modeExclusive},
+		{id: liveB, mode: modeShared, live: true, waitingMs: ptr(180_000)},
+		{id: liveC, mode: modeExclusive, live: true, floor: true, expiry: ptr(3_600_000), waitingMs: ptr(60_000)},
+		{id: liveB, mode: modeShared, live: true, floor: true, waitingMs: ptr(180_000)},
 	})
 
 	for _, name := range []string{"report-7", "pool"} {
@@ -161,19 +170,17 @@ func checkShowJSON(t *testing.T, tg target) {
 			t.Fatalf("%s: no lock in\n%s", name, r.stdout)
 		}
 		checkMode(t, want, got.Lock.Mode, got.Lock.Limit, got.Lock.Owner, got.Lock.Holders)
-		if got.Lock.Token != want.token || got.Lock.Value != "" {
-			t.Errorf("%s: got %+v, want token %d and no value", name, got.Lock, want.token)
+		lease := int64(want.minutes)*60_000 + margin.Milliseconds()
+		if got.Lock.Token != want.token || got.Lock.Value != "" || got.Lock.TTLMs <= lease-60_000 || got.Lock.TTLMs > lease {
+			t.Errorf("%s: got %+v, want token %d, no value, the latest lease", name, got.Lock, want.token)
 		}
 		if name == "pool" {
-			checkQueue(t, got.Queue, nil, []entry{}, nil)
+			checkQueue(t, got.Queue, nil)
 			continue
 		}
-		checkQueue(t, got.Queue, report7Queue, []entry{
-			{id: liveC, mode: modeExclusive, live: true, floor: true, lease: 3000, expiry: ptr(3_600_000), waitingMs: ptr(45_000)},
-			{id: deadID, mode: modeShared, floor: true, lease: 3000},
-		}, func(e queueEntry, w entry) bool {
-			return e.ID == w.id && e.Mode == w.mode && e.Live == w.live && *e.Floor == w.floor && *e.LeaseMs == w.lease &&
-				equalPtr(e.CounterExpiryMs, w.expiry) && equalPtr(e.WaitingMs, w.waitingMs)
+		checkQueue(t, got.Queue, []entry{
+			{id: liveC, mode: modeExclusive, live: true, floor: true, expiry: ptr(3_600_000), waitingMs: ptr(120_000)},
+			{id: deadID, mode: modeShared, floor: true},
 		})
 	}
 
@@ -182,20 +189,39 @@ func checkShowJSON(t *testing.T, tg target) {
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
 		t.Fatalf("%v in\n%s", err, r.stdout)
 	}
-	if got.Lock != nil || got.Fence.LastToken == nil || *got.Fence.LastToken != 8 || got.Fence.TTLMs <= 0 || got.Fence.TTLMs > (40*time.Minute+margin).Milliseconds() || got.Queue.TTLMs != -2 {
+	if got.Lock != nil || got.Fence.LastToken == nil || *got.Fence.LastToken != 8 || got.Fence.TTLMs <= 0 || got.Fence.TTLMs > (40*time.Minute+margin).Milliseconds() || got.Queue.Length != 0 || len(got.Queue.Entries) != 0 {
 		t.Errorf("idle-ttl: got lock %+v, fence %+v, queue %+v", got.Lock, got.Fence, got.Queue)
+	}
+	r = tg.run(t, exitNotFound, "show", "never-locked", "--json")
+	got = showOutput{}
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("%v in\n%s", err, r.stdout)
+	}
+	if got.Lock != nil || got.Fence.LastToken != nil || got.Fence.NextToken != 1 || got.Fence.TTLMs != -2 || got.Queue.Entries == nil {
+		t.Errorf("never-locked: got lock %+v, fence %+v, queue %+v", got.Lock, got.Fence, got.Queue)
 	}
 }
 
-// checkQueue checks a queue's entries against its elements and the entries wanted.
-func checkQueue[E any](t *testing.T, q queueState, elements []string, want []E, match func(queueEntry, E) bool) {
+// entry is a queue entry wanted: waitingMs is the fixture's wait, nil for a dead waiter.
+type entry struct {
+	id, mode          string
+	limit             int
+	live, floor       bool
+	expiry, waitingMs *int64
+}
+
+// checkQueue checks a queue's entries against the entries wanted.
+func checkQueue(t *testing.T, q queueState, want []entry) {
 	t.Helper()
-	if q.Length != int64(len(elements)) || len(q.Entries) != len(elements) {
-		t.Fatalf("queue: got %+v, want %d entries", q, len(elements))
+	if q.Length != int64(len(want)) || len(q.Entries) != len(want) {
+		t.Fatalf("queue: got %+v, want %d entries", q, len(want))
 	}
 	for i, e := range q.Entries {
-		if e.Position != i || e.Element != elements[i] || !match(e, want[i]) {
-			t.Errorf("entry %d: got %+v, want element %s, %+v", i, e, elements[i], want[i])
+		w := want[i]
+		ok := e.Position == i && e.ID == w.id && e.Mode == w.mode && e.Limit == w.limit && e.Live == w.live && e.Floor == w.floor &&
+			equalPtr(e.CounterExpiryMs, w.expiry) && (w.waitingMs == nil) == (e.WaitingMs == nil)
+		if !ok || (w.waitingMs != nil && !waited(e.WaitingMs, *w.waitingMs)) {
+			t.Errorf("entry %d: got %+v (waiting %v), want %+v (waiting %v)", i, e, deref(e.WaitingMs), w, deref(w.waitingMs))
 		}
 	}
 }

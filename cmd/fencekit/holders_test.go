@@ -4,52 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"maps"
-	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/redis/go-redis/v9"
 )
-
-// TestParseHolders reads the hashes of shared and limited resources, and skips the holders
-// whose lease ended.
-func TestParseHolders(t *testing.T) {
-	now := time.UnixMilli(1_800_000_000_000)
-	end := func(d time.Duration) string { return strconv.FormatInt(now.Add(d).UnixMilli(), 10) }
-	tests := []struct {
-		name   string
-		hash   map[string]string
-		mode   string
-		limit  int
-		tokens []int64
-	}{
-		{"shared", map[string]string{"limit": "shared", "a:3": end(time.Minute), "b.1.3000s:2": end(time.Second), "c:1": end(-time.Millisecond)}, modeShared, 0, []int64{2, 3}},
-		{"limit", map[string]string{"limit": "4", "a:5": end(time.Minute)}, modeLimit, 4, []int64{5}},
-		{"limit-1", map[string]string{"limit": "1", "a:5": end(time.Minute)}, modeUnknown, 0, []int64{5}},
-		{"junk-limit", map[string]string{"limit": "x", "a:5": end(time.Minute)}, modeUnknown, 0, []int64{5}},
-		{"no-limit", map[string]string{"a:5": end(time.Minute), "b:6": "soon"}, modeUnknown, 0, []int64{5}},
-		{"all-ended", map[string]string{"limit": "shared", "a:5": end(0)}, modeShared, 0, nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			mode, limit, holders := parseHolders(tt.hash, now)
-			var tokens []int64
-			for _, h := range holders {
-				tokens = append(tokens, h.Token)
-				if want := tt.hash[h.Owner+":"+strconv.FormatInt(h.Token, 10)]; end(msDuration(h.TTLMs)) != want {
-					t.Errorf("holder %+v: got a lease ending at %s, want %s", h, end(msDuration(h.TTLMs)), want)
-				}
-			}
-			if mode != tt.mode || limit != tt.limit || !slices.Equal(tokens, tt.tokens) {
-				t.Errorf("parseHolders(%v) = %q, %d, tokens %v; want %q, %d, %v", slices.Sorted(maps.Keys(tt.hash)), mode, limit, tokens, tt.mode, tt.limit, tt.tokens)
-			}
-		})
-	}
-}
 
 // TestLimitedResource takes 3 slots of a resource of limit 4 with the library and checks
 // that locks and show list every holder and the limit.
@@ -152,9 +112,8 @@ func TestReleaseLimited(t *testing.T) {
 	if !strings.Contains(r.stdout, "token 2") {
 		t.Errorf("release of the last holder: got\n%s", r.stdout)
 	}
-	if n := tg.client.Exists(ctx, keysFor(tg.prefix, "tenant-9").lock).Val(); n != 0 {
-		t.Errorf("the lock key outlived its last holder")
-	}
+	tg.run(t, exitNotFound, "show", "tenant-9") // the hash may outlive its last holder: free
+	tg.run(t, exitNotFound, "release", "--force", "--yes", "tenant-9")
 }
 
 // TestSharedResource takes 3 shared holds of a resource with the library and queues an
@@ -177,9 +136,8 @@ func TestSharedResource(t *testing.T) {
 		defer writer.Close()
 		reader := fencing.New(tg.client, fencing.WithPrefix(tg.prefix), fencing.WithServerTimeFloor())
 		defer reader.Close()
-		queue := keysFor(tg.prefix, "report").queue
-		wait(t, tg.client, "writer", writer, queue, 1)
-		wait(t, tg.client, "reader", reader, queue, 2, fencing.Shared())
+		wait(t, l, "writer", writer, "report", 1)
+		wait(t, l, "reader", reader, "report", 2, fencing.Shared())
 
 		check := func(what string, mode string, limit int, holders []holderInfo) {
 			t.Helper()
@@ -219,44 +177,58 @@ func TestSharedResource(t *testing.T) {
 			t.Fatalf("show --json: queue %+v, want 2 entries", show.Queue)
 		}
 		w, rd := show.Queue.Entries[0], show.Queue.Entries[1]
-		if !w.Live || w.Mode != modeExclusive || w.Floor == nil || !*w.Floor || w.CounterExpiryMs == nil || *w.CounterExpiryMs != time.Hour.Milliseconds() || w.LeaseMs == nil || *w.LeaseMs != 3000 {
+		if !w.Live || w.Mode != modeExclusive || !w.Floor || w.CounterExpiryMs == nil || *w.CounterExpiryMs != time.Hour.Milliseconds() || w.WaitingMs == nil {
 			t.Errorf("show --json: the writer's entry: %+v", w)
 		}
-		if !rd.Live || rd.Mode != modeShared || rd.Floor == nil || !*rd.Floor || rd.CounterExpiryMs != nil || rd.LeaseMs == nil || *rd.LeaseMs != 3000 {
+		if !rd.Live || rd.Mode != modeShared || !rd.Floor || rd.CounterExpiryMs != nil || rd.WaitingMs == nil {
 			t.Errorf("show --json: the reader's entry: %+v", rd)
 		}
 		r = tg.run(t, exitOK, "show", "report")
 		if !strings.Contains(r.stdout, "Lock:        shared by 3 holders\n") || strings.Count(r.stdout, "holder:") != 3 ||
-			!strings.Contains(r.stdout, " exclusive  yes   3s     yes, expiry 1h ") || !strings.Contains(r.stdout, " shared     yes   3s     yes ") {
+			!strings.Contains(r.stdout, " exclusive  yes   yes, expiry 1h ") || !strings.Contains(r.stdout, " shared     yes   yes ") {
 			t.Errorf("show: got\n%s", r.stdout)
 		}
 	})
 }
 
-// wait starts l's Acquire of "report" in a goroutine that ends with the test, and returns
-// once queue holds n elements.
-func wait(t *testing.T, client redis.UniversalClient, who string, l *fencing.Locker, queue string, n int64, opts ...fencing.CallOption) {
+// wait starts l's Acquire of resource in a goroutine that ends with the test, expecting it
+// to wait until then, and returns once inspector sees n waiters queued for resource.
+func wait(t *testing.T, inspector *fencing.Locker, who string, l *fencing.Locker, resource string, n int, opts ...fencing.CallOption) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if lock, err := l.Acquire(ctx, "report", opts...); err == nil {
+		if lock, err := l.Acquire(ctx, resource, opts...); err == nil {
 			_ = lock.Release(context.Background())
-			t.Errorf("%s: acquired a resource held by shared holders", who)
+			t.Errorf("%s: acquired a resource held by others", who)
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
+	waitQueued(t, inspector, resource, n, done)
+}
+
+// waitQueued returns once inspector sees n waiters queued for resource. It fails t when
+// done is closed first (the Acquire that was to queue returned) or after 10 s.
+func waitQueued(t *testing.T, inspector *fencing.Locker, resource string, n int, done <-chan struct{}) {
+	t.Helper()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	timeout := time.After(10 * time.Second)
-	for client.LLen(context.Background(), queue).Val() != n {
+	for {
+		st, err := inspector.Inspect(context.Background(), resource)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Waiters) == n {
+			return
+		}
 		select {
 		case <-tick.C:
 		case <-done:
-			t.Fatalf("%s: Acquire returned before it queued", who)
+			t.Fatalf("%s: Acquire returned before %d waiters queued", resource, n)
 		case <-timeout:
-			t.Fatalf("%s: the queue did not reach %d elements", who, n)
+			t.Fatalf("%s: %d waiters queued, want %d", resource, len(st.Waiters), n)
 		}
 	}
 }
@@ -305,9 +277,7 @@ func TestReleaseShared(t *testing.T) {
 	if !strings.Contains(r.stdout, "Released a shared holder of \"report-9\": it had token 2") {
 		t.Errorf("release of the last holder: got\n%s", r.stdout)
 	}
-	if n := tg.client.Exists(ctx, keysFor(tg.prefix, "report-9").lock).Val(); n != 0 {
-		t.Errorf("the lock key outlived its last holder")
-	}
+	tg.run(t, exitNotFound, "show", "report-9") // the hash may outlive its last holder: free
 	if _, err := l.TryAcquire(ctx, "report-9", fencing.WithTTL(time.Hour)); err != nil {
 		t.Errorf("exclusive TryAcquire once no shared holder is left: %v", err)
 	}

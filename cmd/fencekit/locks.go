@@ -3,24 +3,27 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/wire"
 )
 
-const locksHelp = `Lists the locks held: every key P{...}:lock found with SCAN (never KEYS), on every
-primary with --cluster. For each: the resource (decoded, also names with braces), its mode
-(exclusive, shared or limit n), its token, the lease left (PTTL), the waiters queued (LLEN of
-the queue) and how long the oldest live waiter has waited. A shared resource (fencing.Shared)
-and a limited one (fencing.WithLimit) have one row per holder, each with its own token and
-lease left; a limited resource's name is followed by (holders/limit). Sorted by lease left
-(for several holders, the latest), soonest to expire first. Progress is printed on stderr when
-the scan takes longer than a second.
+const locksHelp = `Lists the locks held: every lock key under the prefix found with SCAN (never KEYS), on
+every primary with --cluster, each read with the Locker's Inspect. For each: the resource
+(decoded, also names with braces), its mode (exclusive, shared or limit n), its token, the
+lease left, the waiters queued and how long the oldest live waiter has waited. A shared
+resource (fencing.Shared) and a limited one (fencing.WithLimit) have one row per holder, each
+with its own token and lease left; a limited resource's name is followed by (holders/limit).
+A resource nobody holds but with waiters queued (dead ones, or live ones about to be granted
+it) has one row of mode free. Sorted by lease left (for several holders, the latest), soonest
+to expire first. Progress is printed on stderr when the scan takes longer than a second.
 
 --match takes a glob with the rules of Redis's MATCH ('*' also matches '/') and is applied
 to the decoded names, so it finds names with braces too.
@@ -30,22 +33,24 @@ Example:
   fencekit locks --cluster -u 'redis://10.0.0.1:7000?addr=10.0.0.2:7000' --json
 `
 
-// maxQueueRead bounds how many queue entries locks reads to find the oldest live waiter.
-const maxQueueRead = 32
+// inspectors bounds how many Inspect calls locks has in flight at once.
+const inspectors = 16
 
 // lockInfo is one held lock, as locks --json prints it.
 type lockInfo struct {
 	Resource string `json:"resource"`
 	Key      string `json:"key"`
 	// Mode is "exclusive", "shared" (fencing.Shared), "limit" (fencing.WithLimit; Limit is
-	// then n), or "unknown" for a hash whose field limit is neither.
-	Mode  string `json:"mode"`
+	// then n), "unknown" for holders whose kind cannot be read (a hash of an earlier key
+	// layout), or "free" for a resource nobody holds with waiters queued.
+	Mode string `json:"mode"`
+	// Value is the exclusive holder's lock value, "<owner>:<token>"; empty for the others.
 	Value string `json:"value"`
 	Owner string `json:"owner"`
 	Token int64  `json:"token"`
-	// TTLMs is the lease left in milliseconds; -1 if the key has no expiry.
+	// TTLMs is the lease left in milliseconds; -1 if the lock has no expiry, -2 when free.
 	TTLMs int64 `json:"ttl_ms"`
-	// Waiters is the length of the queue (0 when there is none).
+	// Waiters is the number of waiters queued.
 	Waiters int64 `json:"waiters"`
 	// OldestWaitMs is how long the oldest live waiter has waited; null without one.
 	OldestWaitMs *int64 `json:"oldest_wait_ms"`
@@ -79,8 +84,10 @@ func (c *cli) locks(ctx context.Context, args []string) int {
 		return code
 	}
 	defer client.Close()
+	locker := newLocker(client, o)
+	defer locker.Close()
 
-	found, err := c.findLocks(ctx, client, o.prefix, *match, *count)
+	found, err := c.findLocks(ctx, client, locker, o.prefix, *match, *count)
 	if err != nil {
 		return c.fail("locks", err)
 	}
@@ -105,15 +112,23 @@ func (c *cli) locks(ctx context.Context, args []string) int {
 	}
 	tw := newTable(c.stdout)
 	fmt.Fprintln(tw, "RESOURCE\tMODE\tTOKEN\tLEASE LEFT\tWAITERS\tOLDEST WAIT")
+	held := 0
 	for _, l := range found {
 		wait := "-"
 		if l.OldestWaitMs != nil {
-			wait = duration(msDuration(*l.OldestWaitMs))
+			wait = c.age(*l.OldestWaitMs)
 		}
 		mode := modeText(l.Mode, l.Limit)
-		if l.Mode != modeExclusive {
+		switch l.Mode {
+		case modeExclusive:
+			held++
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", displayName(l.Resource), mode, l.Token, c.ttl(l.TTLMs), l.Waiters, wait)
+		case modeFree:
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t%d\t%s\n", displayName(l.Resource), mode, l.Waiters, wait)
+		default:
 			// A shared or limited resource: one row per holder; a limited resource's name is
 			// followed by holders/limit.
+			held++
 			name := displayName(l.Resource)
 			if l.Mode == modeLimit {
 				name = fmt.Sprintf("%s (%d/%d)", name, len(l.Holders), l.Limit)
@@ -121,24 +136,31 @@ func (c *cli) locks(ctx context.Context, args []string) int {
 			for _, h := range l.Holders {
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", name, mode, h.Token, c.ttl(h.TTLMs), l.Waiters, wait)
 			}
-			continue
 		}
-		token := strconv.FormatInt(l.Token, 10)
-		if l.Token == 0 {
-			token = "? " + strconv.Quote(l.Value)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", displayName(l.Resource), mode, token, c.ttl(l.TTLMs), l.Waiters, wait)
 	}
 	if err := tw.Flush(); err != nil {
 		return c.fail("locks", err)
 	}
-	fmt.Fprintf(c.stdout, "%d lock(s) held\n", len(found))
+	if free := len(found) - held; free > 0 {
+		fmt.Fprintf(c.stdout, "%d lock(s) held; %s free with waiters queued\n", held, plural(free, "resource"))
+	} else {
+		fmt.Fprintf(c.stdout, "%d lock(s) held\n", held)
+	}
 	return exitOK
 }
 
-// findLocks scans every node for lock keys under prefix whose resource matches match.
-func (c *cli) findLocks(ctx context.Context, client redis.UniversalClient, prefix, match string, count int64) ([]lockInfo, error) {
-	pattern := escapeGlob(prefix) + "{*:" + suffixLock
+// lockPattern returns the SCAN pattern of the lock keys under prefix: the keys that start
+// with the prefix and a hash tag and end as package wire names a lock key. wire.ResourceOf
+// tells which of them are lock keys.
+func lockPattern(prefix string) string {
+	k := wire.For("", "r")
+	return escapeGlob(prefix) + "{*" + escapeGlob(strings.TrimPrefix(k.Lock, k.Base()))
+}
+
+// findLocks scans every node for lock keys under prefix whose resource matches match, and
+// reads each resource with locker.
+func (c *cli) findLocks(ctx context.Context, client redis.UniversalClient, locker *fencing.Locker, prefix, match string, count int64) ([]lockInfo, error) {
+	pattern := lockPattern(prefix)
 	prog := c.newProgress("lock keys")
 	var (
 		mu  sync.Mutex
@@ -151,8 +173,7 @@ func (c *cli) findLocks(ctx context.Context, client redis.UniversalClient, prefi
 		return scanNode(ctx, node, pattern, count, func(keys []string) error {
 			var names []string
 			for _, key := range keys {
-				name, suffix, ok := parseKey(prefix, key)
-				if ok && suffix == suffixLock && globMatch(match, name) {
+				if name, ok := wire.ResourceOf(prefix, key); ok && globMatch(match, name) {
 					names = append(names, name)
 				}
 			}
@@ -160,7 +181,7 @@ func (c *cli) findLocks(ctx context.Context, client redis.UniversalClient, prefi
 			if len(names) == 0 {
 				return nil
 			}
-			infos, err := c.readLocks(ctx, node, prefix, names)
+			infos, err := c.readLocks(ctx, locker, prefix, names)
 			if err != nil {
 				return err
 			}
@@ -174,131 +195,60 @@ func (c *cli) findLocks(ctx context.Context, client redis.UniversalClient, prefi
 	return all, err
 }
 
-// readLocks reads the lock, queue and oldest waiter of each resource from node, in two
-// pipelines. Locks gone since the scan are left out.
-func (c *cli) readLocks(ctx context.Context, node redis.Cmdable, prefix string, names []string) ([]lockInfo, error) {
-	type reads struct {
-		get   *redis.StringCmd
-		hash  *redis.MapStringStringCmd
-		pttl  *redis.DurationCmd
-		llen  *redis.IntCmd
-		head  *redis.StringSliceCmd
-		wkeys []*redis.StringCmd
-	}
-	rs := make([]reads, len(names))
-	pipe := node.Pipeline()
-	clock := pipe.Time(ctx)
+// readLocks reads each resource of names with locker.Inspect, up to inspectors at once.
+// Resources that neither a holder nor a waiter has are left out: released since the scan,
+// or a shared or limited lock's hash outliving its last holder. A resource that Redis cannot
+// read (a key of an unexpected type) is reported on stderr and left out; other errors end
+// the scan.
+func (c *cli) readLocks(ctx context.Context, locker *fencing.Locker, prefix string, names []string) ([]lockInfo, error) {
+	statuses := make([]*fencing.Status, len(names))
+	errs := make([]error, len(names))
+	sem := make(chan struct{}, inspectors)
+	var wg sync.WaitGroup
 	for i, name := range names {
-		k := keysFor(prefix, name)
-		rs[i] = reads{
-			get:  pipe.Get(ctx, k.lock),
-			hash: pipe.HGetAll(ctx, k.lock), // a shared or limited resource's holders (GET fails)
-			pttl: pipe.PTTL(ctx, k.lock),
-			llen: pipe.LLen(ctx, k.queue),
-			head: pipe.LRange(ctx, k.queue, 0, maxQueueRead-1),
-		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			statuses[i], errs[i] = locker.Inspect(ctx, name)
+		})
 	}
-	if _, err := pipe.Exec(ctx); transportError(err) != nil {
-		return nil, fmt.Errorf("read locks: %w", err)
-	}
-	pipe = node.Pipeline()
-	heads := make([][]string, len(names))
-	for i, name := range names {
-		heads[i] = rs[i].head.Val()
-		k := keysFor(prefix, name)
-		for _, id := range heads[i] {
-			rs[i].wkeys = append(rs[i].wkeys, pipe.Get(ctx, k.waiter(id)))
-		}
-	}
-	if pipe.Len() > 0 {
-		if _, err := pipe.Exec(ctx); transportError(err) != nil {
-			return nil, fmt.Errorf("read waiters: %w", err)
-		}
-	}
-	now := c.now().UnixMilli()
-	server := serverNow(clock, c.now())
+	wg.Wait()
 	var out []lockInfo
-	for i, name := range names {
-		r := rs[i]
-		info := lockInfo{
-			Resource: name,
-			Key:      keysFor(prefix, name).lock,
-			TTLMs:    pttlMs(r.pttl),
-			Waiters:  r.llen.Val(),
-		}
-		if value, err := r.get.Result(); err == nil {
-			info.Mode, info.Value = modeExclusive, value
-			info.Owner, info.Token = parseLockValue(value)
-		} else if h, err := r.hash.Result(); err == nil && len(h) > 0 {
-			info.Mode, info.Limit, info.Holders = parseHolders(h, server)
-			if len(info.Holders) == 0 {
-				continue // every lease ended since the scan
+	for i, st := range statuses {
+		if err := errs[i]; err != nil {
+			var reply redis.Error
+			if !errors.As(err, &reply) && !errors.Is(err, fencing.ErrInvalid) {
+				return nil, err
 			}
-			info.Token = info.Holders[len(info.Holders)-1].Token
-		} else {
-			continue // released since the scan
+			fmt.Fprintf(c.stderr, "fencekit locks: skipped: %v\n", err)
+			continue
 		}
-		for _, w := range r.wkeys {
-			if v, err := w.Result(); err == nil {
-				if ws, ok := parseWaiter(v); ok {
-					age := max(now-ws.sinceMs, 0)
-					info.OldestWaitMs = &age
-					break
-				}
-			}
+		if len(st.Holders) == 0 && len(st.Waiters) == 0 {
+			continue
 		}
-		out = append(out, info)
+		out = append(out, lockOf(prefix, st))
 	}
 	return out, nil
 }
 
-// parseLockValue splits a lock value "<owner>:<token>" at its last ':', less the mark '+'
-// that follows the token while waiters are queued. token is 0 when the value does not end in
-// a positive integer.
-func parseLockValue(v string) (owner string, token int64) {
-	v = strings.TrimSuffix(v, "+")
-	i := strings.LastIndexByte(v, ':')
-	if i < 0 {
-		return v, 0
+// lockOf returns what locks prints of st.
+func lockOf(prefix string, st *fencing.Status) lockInfo {
+	info := lockInfo{
+		Resource:     st.Resource,
+		Key:          wire.For(prefix, st.Resource).Lock,
+		TTLMs:        latestLease(st),
+		Waiters:      int64(len(st.Waiters)),
+		OldestWaitMs: oldestWait(st),
 	}
-	t, err := strconv.ParseInt(v[i+1:], 10, 64)
-	if err != nil || t <= 0 {
-		return v[:i], 0
+	info.Mode, info.Limit = holdersMode(st)
+	switch info.Mode {
+	case modeExclusive:
+		h := st.Holders[0]
+		info.Value, info.Owner, info.Token = wire.Value(h.Owner, h.Token), h.Owner, h.Token
+	case modeFree:
+	default:
+		info.Holders = holdersOf(st)
+		info.Token = st.Holders[len(st.Holders)-1].Token
 	}
-	return v[:i], t
+	return info
 }
-
-// waiterState is the value of a w:<id> key: "<lease ms>:<floor>:<since unix ms>". Only the
-// time its Locker started waiting is used: the lease is the longest of the Locker's grants,
-// and the floor is 0 (each queue element carries its own rules).
-type waiterState struct {
-	sinceMs int64
-}
-
-func parseWaiter(v string) (waiterState, bool) {
-	parts := strings.Split(v, ":")
-	if len(parts) != 3 {
-		return waiterState{}, false
-	}
-	_, err1 := strconv.ParseInt(parts[0], 10, 64)
-	since, err2 := strconv.ParseInt(parts[2], 10, 64)
-	if err1 != nil || err2 != nil || (parts[1] != "0" && parts[1] != "1") {
-		return waiterState{}, false
-	}
-	return waiterState{sinceMs: since}, true
-}
-
-// pttlMs returns a PTTL reply in milliseconds: -1 for no expiry, -2 for no key.
-func pttlMs(cmd *redis.DurationCmd) int64 {
-	d, err := cmd.Result()
-	if err != nil {
-		return -2
-	}
-	if d < 0 {
-		return int64(d) // go-redis keeps -1 and -2 as they are
-	}
-	return d.Milliseconds()
-}
-
-// msDuration converts milliseconds to a Duration.
-func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }

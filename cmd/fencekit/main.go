@@ -43,7 +43,6 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		stdout:        stdout,
 		stderr:        stderr,
 		getenv:        os.Getenv,
-		now:           time.Now,
 		progressEvery: time.Second,
 	}
 	return c.run(ctx, args)
@@ -54,14 +53,12 @@ type cli struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
-	// now is the client clock, used for the age of waiters.
-	now func() time.Time
 	// progressEvery is how long a scan runs before it reports progress on stderr, and then
 	// the interval between reports.
 	progressEvery time.Duration
-	// ttlGrain, when positive, rounds the remaining times read from Redis (PTTL) before
-	// they are printed in tables; tests use it for stable output.
-	ttlGrain time.Duration
+	// grain, when positive, rounds the times read from Redis (leases and counters left,
+	// waits) before they are printed in tables; tests use it for stable output.
+	grain time.Duration
 }
 
 // A command is one subcommand.
@@ -73,9 +70,9 @@ type command struct {
 
 var commands = []command{
 	{"locks", "list the locks held, soonest to expire first", (*cli).locks},
-	{"show", "show one resource: its lock, last token, counter expiry and queue", (*cli).show},
+	{"show", "show one resource: its holders, last token, counter expiry and waiters", (*cli).show},
 	{"check", "audit the server settings (servercheck.Check); exit 3 when unsafe", (*cli).check},
-	{"release", "free a stuck lock (needs --force)", (*cli).release},
+	{"release", "free a stuck lock and hand it to its waiters (needs --force)", (*cli).release},
 	{"stats", "count locks, fence counters, queues and their memory", (*cli).stats},
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/alicebob/miniredis/v2"
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/redisproc"
@@ -26,17 +29,14 @@ func TestMain(m *testing.M) {
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
-// testNow is the client clock of every test: waiter ages are computed from it.
-var testNow = time.UnixMilli(1_800_000_000_000)
-
 // result is one run of the command.
 type result struct {
 	stdout, stderr string
 	code           int
 }
 
-// runCLI runs args with a fixed clock, remaining times rounded to the minute, no progress
-// unless progressEvery is given, and no REDIS_URL from the environment.
+// runCLI runs args with the times read from Redis rounded to the minute in tables, no
+// progress unless progressEvery is given, and no REDIS_URL from the environment.
 func runCLI(t testing.TB, stdin io.Reader, progressEvery time.Duration, args ...string) result {
 	t.Helper()
 	if stdin == nil {
@@ -51,9 +51,8 @@ func runCLI(t testing.TB, stdin io.Reader, progressEvery time.Duration, args ...
 		stdout:        &out,
 		stderr:        &errOut,
 		getenv:        func(string) string { return "" },
-		now:           func() time.Time { return testNow },
 		progressEvery: progressEvery,
-		ttlGrain:      time.Minute,
+		grain:         time.Minute,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -67,6 +66,16 @@ type target struct {
 	cluster bool
 	prefix  string
 	client  redis.UniversalClient
+	// mini is the embedded server of a target on miniredis, nil otherwise.
+	mini *miniredis.Miniredis
+}
+
+// locker returns a Locker on the target, with its prefix, closed when the test ends.
+func (tg target) locker(t testing.TB, opts ...fencing.Option) *fencing.Locker {
+	t.Helper()
+	l := fencing.New(tg.client, append([]fencing.Option{fencing.WithPrefix(tg.prefix)}, opts...)...)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
 }
 
 // args returns the command line for cmd on the target: cmd, the connection flags, rest.
@@ -91,15 +100,13 @@ func (tg target) run(t testing.TB, wantCode int, cmd string, rest ...string) res
 	return r
 }
 
-// sharedTarget is the real Redis named by FENCING_REDIS_ADDR, database 9, with a key prefix
-// of the test's own whose keys are deleted when it ends. It skips t without one.
+// sharedTarget is the test's Redis from redistest: miniredis, or the real Redis named by
+// FENCING_REDIS_ADDR (database 9) when it is set, with a key prefix of the test's own whose
+// keys are deleted when it ends.
 func sharedTarget(t *testing.T) target {
 	t.Helper()
-	if !redistest.Real() {
-		t.Skipf("%s not set: no real Redis", redistest.EnvAddr)
-	}
 	r := redistest.New(t)
-	return target{url: "redis://" + r.Addr + "/9", prefix: r.Prefix, client: r.Client}
+	return target{url: fmt.Sprintf("redis://%s/%d", r.Addr, r.DB), prefix: r.Prefix, client: r.Client, mini: r.Mini}
 }
 
 // clusterTarget is a private three-primary Redis Cluster, with the default prefix. It
@@ -113,7 +120,7 @@ func clusterTarget(t *testing.T) target {
 	return target{url: url, cluster: true, prefix: fencing.DefaultPrefix, client: cl.Client(t)}
 }
 
-// forTargets runs fn on the shared Redis and on a private Cluster.
+// forTargets runs fn on the test's Redis (sharedTarget) and on a private Cluster.
 func forTargets(t *testing.T, fn func(t *testing.T, tg target)) {
 	t.Run("redis", func(t *testing.T) { fn(t, sharedTarget(t)) })
 	t.Run("cluster", func(t *testing.T) { fn(t, clusterTarget(t)) })

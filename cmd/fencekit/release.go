@@ -3,25 +3,26 @@ package main
 import (
 	"bufio"
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/wire"
 )
 
-const releaseHelp = `Frees a stuck lock: reads it, asks for confirmation (unless --yes), then deletes it only if
-it still has the value read, so a lock that changed hands meanwhile is left alone. It prints
-the token its holder had. --force is required: this takes a lock away from a holder that may
-still be working.
+const releaseHelp = `Frees a stuck lock: reads its holders with the Locker's Inspect, asks for confirmation
+(unless --yes), then releases the holder read with the Locker's ForceRelease, only if it still
+holds the resource, so a lock that changed hands meanwhile is left alone. It prints the token
+its holder had. --force is required: this takes a lock away from a holder that may still be
+working.
 
 This is safe for data when the store checks tokens: the next holder gets a higher token, so
 writes the old holder still sends with its token are refused. Without such a store, the old
-holder and the next one may both write. Nothing is published: waiters take the lock within
-about a second through their own polling. The old holder's Extend and Release fail with
-ErrNotHeld.
+holder and the next one may both write. The release hands the resource on as the holder's own
+Release would: the next waiters queued for it get it at once, in the same step, with new
+tokens. The old holder's Extend (and the renewal of its Do) fails with ErrNotHeld.
 
 A shared resource (fencing.Shared) and a limited one (fencing.WithLimit) have several
 holders: release frees one, the only holder's or, with several, the one --token names; the
@@ -36,23 +37,14 @@ Example:
   fencekit release --force --yes 'tenant{7}/invoice' --json
 `
 
-//go:embed release.lua
-var releaseLua string
-
-var releaseScript = redis.NewScript(releaseLua)
-
-//go:embed release_slot.lua
-var releaseSlotLua string
-
-var releaseSlotScript = redis.NewScript(releaseSlotLua)
-
 // releaseOutput is what release --json prints.
 type releaseOutput struct {
 	Resource string `json:"resource"`
 	Released bool   `json:"released"`
 	// Mode is the mode of the lock found: "exclusive", "shared", "limit" or "unknown"; left
 	// out when none was found.
-	Mode  string `json:"mode,omitempty"`
+	Mode string `json:"mode,omitempty"`
+	// Value is the holder's lock value, "<owner>:<token>".
 	Value string `json:"value"`
 	Owner string `json:"owner"`
 	Token int64  `json:"token"`
@@ -81,36 +73,39 @@ func (c *cli) release(ctx context.Context, args []string) int {
 		return code
 	}
 	defer client.Close()
+	locker := newLocker(client, o)
+	defer locker.Close()
 
 	name := pos[0]
-	k := keysFor(o.prefix, name)
 	out := releaseOutput{Resource: name}
-	pipe := client.Pipeline()
-	get, pttl := pipe.Get(ctx, k.lock), pipe.PTTL(ctx, k.lock)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !strings.Contains(err.Error(), "WRONGTYPE") {
-		return c.fail("release", err)
-	}
-	value, err := get.Result()
-	if err != nil && strings.Contains(err.Error(), "WRONGTYPE") {
-		return c.releaseHolder(ctx, client, o, k, name, *slot, *yes, out)
-	}
-	if errors.Is(err, redis.Nil) {
-		out.Reason = "not found"
-		return c.releaseDone(o, out, exitNotFound, fmt.Sprintf("No lock is held on %s (key %s); nothing to release.", strconv.Quote(name), k.lock))
-	}
+	st, err := locker.Inspect(ctx, name)
 	if err != nil {
-		return c.fail("release", fmt.Errorf("read %s: %w", k.lock, err))
+		return c.failLocker(fs, err)
 	}
-	out.Mode, out.Value = modeExclusive, value
-	out.Owner, out.Token = parseLockValue(value)
-	if *slot != 0 && out.Token != *slot {
+	if len(st.Holders) == 0 {
 		out.Reason = "not found"
-		return c.releaseDone(o, out, exitNotFound, fmt.Sprintf("No holder of %s has token %d (its exclusive lock has %s); nothing to release.", strconv.Quote(name), *slot, tokenText(out.Token)))
+		return c.releaseDone(o, out, exitNotFound, fmt.Sprintf("No lock is held on %s (key %s); nothing to release.", strconv.Quote(name), wire.For(o.prefix, name).Lock))
 	}
-	if !o.json && out.Token > 0 {
-		fmt.Fprintf(c.stdout, "Lock on %s: token %d, owner %s, lease left %s.\n", strconv.Quote(name), out.Token, out.Owner, c.ttl(pttlMs(pttl)))
-	} else if !o.json {
-		fmt.Fprintf(c.stdout, "Lock on %s: value %q without a token, lease left %s.\n", strconv.Quote(name), value, c.ttl(pttlMs(pttl)))
+	mode, limit := holdersMode(st)
+	out.Mode = mode
+	what := map[string]string{
+		modeExclusive: "an exclusive lock",
+		modeShared:    "a shared resource",
+		modeLimit:     fmt.Sprintf("a limited resource (limit %d)", limit),
+		modeUnknown:   "a resource of unknown mode (a hash of an earlier key layout)",
+	}[mode]
+
+	h, code, ok := c.pickHolder(o, st, mode, what, *slot, out)
+	if !ok {
+		return code
+	}
+	out.Owner, out.Token, out.Value = h.Owner, h.Token, wire.Value(h.Owner, h.Token)
+	if !o.json {
+		if mode == modeExclusive {
+			fmt.Fprintf(c.stdout, "Lock on %s: token %d, owner %s, lease left %s.\n", strconv.Quote(name), h.Token, h.Owner, c.ttl(leaseMs(h.TTL)))
+		} else {
+			fmt.Fprintf(c.stdout, "Holder of %s, %s: token %d, owner %s, lease left %s.\n", strconv.Quote(name), what, h.Token, h.Owner, c.ttl(leaseMs(h.TTL)))
+		}
 	}
 	if !*yes {
 		fmt.Fprintf(c.stderr, "Release it? Its holder is not told and may still be working. Type yes or no: ")
@@ -120,35 +115,86 @@ func (c *cli) release(ctx context.Context, args []string) int {
 			return c.releaseDone(o, out, exitError, "Not released.")
 		}
 	}
-	res, err := releaseScript.Run(ctx, client, []string{k.lock}, value).Result()
-	if err != nil {
-		return c.fail("release", err)
+
+	err = locker.ForceRelease(ctx, name, h.Token)
+	if errors.Is(err, fencing.ErrNotHeld) {
+		return c.releaseOvertaken(ctx, locker, o, mode, out)
 	}
-	switch v := res.(type) {
-	case int64:
-		if v == 0 {
-			out.Reason = "not found"
-			return c.releaseDone(o, out, exitNotFound, "The lock was released or expired meanwhile; nothing to release.")
-		}
-		if v < 0 {
-			out.Reason = "changed"
-			return c.releaseDone(o, out, exitError, "The lock changed hands meanwhile (shared or limited holders hold it now); not released. Run again to see them.")
-		}
-	case string:
-		out.Reason = "changed"
-		_, now := parseLockValue(v)
-		return c.releaseDone(o, out, exitError, fmt.Sprintf("The lock changed hands meanwhile (token %d now); not released. Run again to release the new holder's lock.", now))
-	default:
-		return c.fail("release", fmt.Errorf("unexpected reply %v", res))
+	if err != nil {
+		return c.failLocker(fs, err)
 	}
 	out.Released = true
-	if out.Token <= 0 {
-		return c.releaseDone(o, out, exitOK, fmt.Sprintf("Released %s: its value %q had no token.", strconv.Quote(name), value))
-	}
-	return c.releaseDone(o, out, exitOK, fmt.Sprintf(`Released %s: its holder had token %d (owner %s).
+	q := strconv.Quote(name)
+	switch mode {
+	case modeExclusive:
+		return c.releaseDone(o, out, exitOK, fmt.Sprintf(`Released %s: its holder had token %d (owner %s).
 This is safe for data when the store checks tokens: the next holder gets a token above %d,
-so writes the old holder still sends with token %d are refused. Waiters take the lock within
-about a second through their own polling; nothing was published.`, strconv.Quote(name), out.Token, out.Owner, out.Token, out.Token))
+so writes the old holder still sends with token %d are refused. As its holder's own Release
+would, the release handed the lock at once to the next waiters queued, if any.`, q, out.Token, out.Owner, out.Token, out.Token))
+	case modeShared:
+		return c.releaseDone(o, out, exitOK, fmt.Sprintf(`Released a shared holder of %s: it had token %d (owner %s).
+The other shared holders keep theirs; once none is left, an exclusive holder can take the
+resource, with a token above %d. As the holder's own Release would, the release handed the
+resource at once to the next waiters queued that it now admits, if any.`, q, out.Token, out.Owner, out.Token))
+	}
+	return c.releaseDone(o, out, exitOK, fmt.Sprintf(`Released a slot of %s: its holder had token %d (owner %s). The other holders keep
+theirs. Fence what the holders write, not the resource: the token cannot exclude the other
+holders. As the holder's own Release would, the release handed the slot at once to the next
+waiter queued, if any.`, q, out.Token, out.Owner))
+}
+
+// pickHolder returns the holder of st that release frees: an exclusive lock's holder, whose
+// token must be slot when slot is not 0; or the holder of a shared or limited resource with
+// token slot, or its only one when slot is 0. Otherwise it prints why and returns ok false
+// with the exit code.
+func (c *cli) pickHolder(o *common, st *fencing.Status, mode, what string, slot int64, out releaseOutput) (h fencing.Holder, code int, ok bool) {
+	q := strconv.Quote(st.Resource)
+	if mode == modeExclusive {
+		h = st.Holders[0]
+		if slot != 0 && h.Token != slot {
+			out.Reason = "not found"
+			return h, c.releaseDone(o, out, exitNotFound, fmt.Sprintf("No holder of %s has token %d (its exclusive lock has token %d); nothing to release.", q, slot, h.Token)), false
+		}
+		return h, exitOK, true
+	}
+	for _, cand := range st.Holders {
+		if cand.Token == slot || (slot == 0 && len(st.Holders) == 1) {
+			return cand, exitOK, true
+		}
+	}
+	if slot != 0 {
+		out.Reason = "not found"
+		return h, c.releaseDone(o, out, exitNotFound, fmt.Sprintf("No holder of %s has token %d; nothing to release.", q, slot)), false
+	}
+	tokens := make([]string, len(st.Holders))
+	for i, cand := range st.Holders {
+		tokens[i] = strconv.FormatInt(cand.Token, 10)
+	}
+	out.Reason = "several holders"
+	return h, c.releaseDone(o, out, exitError, fmt.Sprintf("%s is %s with %d holders, tokens %s; name one with --token.", q, what, len(st.Holders), strings.Join(tokens, ", "))), false
+}
+
+// releaseOvertaken reports a ForceRelease that found the holder gone (ErrNotHeld): it was
+// released or its lease ended (not found), or, for an exclusive lock, another acquisition
+// holds the resource now (changed), which a second read tells apart.
+func (c *cli) releaseOvertaken(ctx context.Context, locker *fencing.Locker, o *common, mode string, out releaseOutput) int {
+	if mode == modeExclusive {
+		st, err := locker.Inspect(ctx, out.Resource)
+		if err != nil {
+			return c.fail("release", fmt.Errorf("the lock changed hands or was released meanwhile; not released: %w", err))
+		}
+		if len(st.Holders) > 0 {
+			out.Reason = "changed"
+			if now, _ := holdersMode(st); now == modeExclusive {
+				return c.releaseDone(o, out, exitError, fmt.Sprintf("The lock changed hands meanwhile (token %d now); not released. Run again to release the new holder's lock.", st.Holders[0].Token))
+			}
+			return c.releaseDone(o, out, exitError, "The lock changed hands meanwhile (shared or limited holders hold it now); not released. Run again to see them.")
+		}
+		out.Reason = "not found"
+		return c.releaseDone(o, out, exitNotFound, "The lock was released or expired meanwhile; nothing to release.")
+	}
+	out.Reason = "not found"
+	return c.releaseDone(o, out, exitNotFound, "The holder released it or its lease ended meanwhile; nothing to release.")
 }
 
 // releaseDone prints the outcome of release and returns code.
@@ -161,86 +207,4 @@ func (c *cli) releaseDone(o *common, out releaseOutput, code int, text string) i
 	}
 	fmt.Fprintln(c.stdout, text)
 	return code
-}
-
-// releaseHolder frees one holder of a shared or limited resource, whose lock key k.lock is
-// a hash: the holder with token slot, or the only holder when slot is 0.
-func (c *cli) releaseHolder(ctx context.Context, client redis.UniversalClient, o *common, k resourceKeys, name string, slot int64, yes bool, out releaseOutput) int {
-	pipe := client.Pipeline()
-	clock := pipe.Time(ctx)
-	hash := pipe.HGetAll(ctx, k.lock)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return c.fail("release", fmt.Errorf("read %s: %w", k.lock, err))
-	}
-	mode, limit, holders := parseHolders(hash.Val(), serverNow(clock, c.now()))
-	what := map[string]string{
-		modeShared: "a shared resource",
-		modeLimit:  fmt.Sprintf("a limited resource (limit %d)", limit),
-	}[mode]
-	if what == "" {
-		what = "a resource of unknown mode (its field limit is neither shared nor a limit)"
-	}
-	if len(holders) == 0 {
-		out.Reason = "not found"
-		return c.releaseDone(o, out, exitNotFound, fmt.Sprintf("No lock is held on %s (key %s: every lease ended); nothing to release.", strconv.Quote(name), k.lock))
-	}
-	out.Mode = mode
-	var pick *holderInfo
-	for i, h := range holders {
-		if h.Token == slot || (slot == 0 && len(holders) == 1) {
-			pick = &holders[i]
-		}
-	}
-	if pick == nil {
-		if slot == 0 {
-			tokens := make([]string, len(holders))
-			for i, h := range holders {
-				tokens[i] = strconv.FormatInt(h.Token, 10)
-			}
-			out.Reason = "several holders"
-			return c.releaseDone(o, out, exitError, fmt.Sprintf("%s is %s with %d holders, tokens %s; name one with --token.", strconv.Quote(name), what, len(holders), strings.Join(tokens, ", ")))
-		}
-		out.Reason = "not found"
-		return c.releaseDone(o, out, exitNotFound, fmt.Sprintf("No holder of %s has token %d; nothing to release.", strconv.Quote(name), slot))
-	}
-	out.Owner, out.Token = pick.Owner, pick.Token
-	out.Value = pick.Owner + ":" + strconv.FormatInt(pick.Token, 10)
-	if !o.json {
-		fmt.Fprintf(c.stdout, "Holder of %s, %s: token %d, owner %s, lease left %s.\n", strconv.Quote(name), what, pick.Token, pick.Owner, c.ttl(pick.TTLMs))
-	}
-	if !yes {
-		fmt.Fprintf(c.stderr, "Release it? Its holder is not told and may still be working. Type yes or no: ")
-		line, _ := bufio.NewReader(c.stdin).ReadString('\n')
-		if !strings.EqualFold(strings.TrimSpace(line), "yes") {
-			out.Reason = "declined"
-			return c.releaseDone(o, out, exitError, "Not released.")
-		}
-	}
-	n, err := releaseSlotScript.Run(ctx, client, []string{k.lock}, out.Value).Int64()
-	if err != nil {
-		return c.fail("release", err)
-	}
-	if n == 0 {
-		out.Reason = "not found"
-		return c.releaseDone(o, out, exitNotFound, "The holder released it or its lease ended meanwhile; nothing to release.")
-	}
-	out.Released = true
-	if mode == modeShared {
-		return c.releaseDone(o, out, exitOK, fmt.Sprintf(`Released a shared holder of %s: it had token %d (owner %s).
-The other shared holders keep theirs; once none is left, an exclusive holder can take the
-resource, with a token above %d. Waiters take it within about a second through their own
-polling; nothing was published.`, strconv.Quote(name), out.Token, out.Owner, out.Token))
-	}
-	return c.releaseDone(o, out, exitOK, fmt.Sprintf(`Released a slot of %s: its holder had token %d (owner %s). The other holders keep
-theirs. Fence what the holders write, not the resource: the token cannot exclude the other
-holders. Waiters take the slot within about a second through their own polling; nothing was
-published.`, strconv.Quote(name), out.Token, out.Owner))
-}
-
-// tokenText formats a lock's token, 0 when its value has none.
-func tokenText(token int64) string {
-	if token <= 0 {
-		return "no token"
-	}
-	return "token " + strconv.FormatInt(token, 10)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/internal/redisproc"
+	"github.com/fencekit/fencekit/internal/wire"
 )
 
 // TestLargeScan fills a private redis-server with 100,000 keys of the layout (2,000 held
@@ -28,14 +29,14 @@ func TestLargeScan(t *testing.T) {
 	for start := 0; start < locks+counters; start += 10_000 {
 		pipe := client.Pipeline()
 		for i := start; i < start+10_000; i++ {
-			k := keysFor(tg.prefix, fmt.Sprintf("res-%d", i))
+			k := wire.For(tg.prefix, fmt.Sprintf("res-%d", i))
 			switch {
 			case i < locks:
-				pipe.Set(ctx, k.lock, fmt.Sprintf("%s:%d", ownerID, i+1), time.Hour)
+				pipe.Set(ctx, k.Lock, wire.Value(ownerID, int64(i+1)), time.Hour)
 			case i%10 == 0:
-				pipe.Set(ctx, k.fence, i, time.Hour)
+				pipe.Set(ctx, k.Fence, i, time.Hour)
 			default:
-				pipe.Set(ctx, k.fence, i, 0)
+				pipe.Set(ctx, k.Fence, i, 0)
 			}
 		}
 		if _, err := pipe.Exec(ctx); err != nil {

@@ -3,26 +3,24 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/wire"
 )
 
-const showHelp = `Shows one resource: its lock, the last token issued (the fence counter) and when the
-counter expires, and the queue of waiters.
+const showHelp = `Shows one resource as the Locker's Inspect reads it, in one round trip: its holders, the
+last token issued (the fence counter) and when the counter expires, and the waiters queued.
 
-The lock is shown with its mode: exclusive (its value, owner, token and lease left), shared
+The lock is shown with its mode: exclusive (its owner, token and lease left), shared
 (fencing.Shared: every shared holder with its token, lease left and owner) or limit n
 (fencing.WithLimit: the limit and every holder likewise).
 
-Each queue entry is shown with what its element says of its grant: the mode (exclusive,
-shared or limit n), its first lease (the waiter's TTL, at most 3s, which the Locker extends),
-and whether its tokens are floored at the server clock (WithServerTimeFloor; "yes, expiry D"
-with WithCounterExpiry(D), which implies the floor); and with whether its Locker still waits
-(its w:<id> key exists) and how long it has waited. A dead waiter is skipped at the next
-grant.
+Each waiter is shown in queue order with the kind of acquisition it waits for (exclusive,
+shared or limit n), whether its tokens are floored at the server clock (WithServerTimeFloor;
+"yes, expiry D" with WithCounterExpiry(D), which implies the floor), whether its Locker still
+waits (a dead waiter is skipped when it reaches the head) and how long it has waited.
 
-Exits 4 when no lock is held on the resource; the counter and the queue are shown anyway.
+Exits 4 when no lock is held on the resource; the counter and the waiters are shown anyway.
 Quote the name for your shell; a name with braces is found under its base64 key.
 
 Example:
@@ -45,17 +43,18 @@ type showOutput struct {
 }
 
 type lockState struct {
-	// Mode is "exclusive" for a lock of one holder (a string key); "shared" (fencing.Shared)
-	// or "limit" (fencing.WithLimit, Limit is then n) for a hash of holders; "unknown" for a
-	// hash whose field limit is neither.
-	Mode  string `json:"mode"`
+	// Mode is "exclusive" for a lock of one holder; "shared" (fencing.Shared) or "limit"
+	// (fencing.WithLimit, Limit is then n) for several; "unknown" for holders whose kind
+	// cannot be read (a hash of an earlier key layout with an odd limit).
+	Mode string `json:"mode"`
+	// Value is the exclusive holder's lock value, "<owner>:<token>"; empty for the others.
 	Value string `json:"value"`
 	Owner string `json:"owner"`
 	Token int64  `json:"token"`
 	TTLMs int64  `json:"ttl_ms"`
-	// Limit and Holders describe a shared or limited resource, whose lock key is a hash: the
-	// limit (left out for shared) and the live holders, by token. Token is then the highest,
-	// TTLMs the key's (the latest lease), Value and Owner empty. Left out for an exclusive lock.
+	// Limit and Holders describe a shared or limited resource: the limit (left out for
+	// shared) and the live holders, by token. Token is then the highest, TTLMs the latest
+	// lease, Value and Owner empty. Left out for an exclusive lock.
 	Limit   int          `json:"limit,omitempty"`
 	Holders []holderInfo `json:"holders,omitempty"`
 }
@@ -63,45 +62,39 @@ type lockState struct {
 type fenceState struct {
 	// LastToken is the last token issued; null when there is no counter.
 	LastToken *int64 `json:"last_token"`
-	// Raw is the counter's value when it is not an integer.
-	Raw string `json:"raw,omitempty"`
+	// NextToken is the lowest token the next acquisition gets (fencing.Status.NextToken).
+	NextToken int64 `json:"next_token"`
 	// TTLMs is the counter's expiry: -1 never, -2 no counter.
 	TTLMs int64 `json:"ttl_ms"`
 }
 
 type queueState struct {
-	Length int64 `json:"length"`
-	// TTLMs is the list's expiry: -1 never, -2 no queue.
-	TTLMs   int64        `json:"ttl_ms"`
+	// Length is the number of waiters queued.
+	Length  int64        `json:"length"`
 	Entries []queueEntry `json:"entries"`
 }
 
 type queueEntry struct {
 	Position int `json:"position"`
-	// ID is the waiting Locker's id; Element is the waiter's queue element,
-	// "<id>.<n>.<lease ms><rules>".
-	ID      string `json:"id"`
-	Element string `json:"element"`
-	// Mode, Limit, LeaseMs, Floor and CounterExpiryMs are what the element says of the
-	// grant: its mode ("exclusive", "shared", or "limit" with Limit n), its first lease (the
-	// waiter's TTL, at most 3 s), whether its tokens are floored at the server clock (rule f,
-	// or e<ms>), and the counter's expiry (rule e<ms>; null without it). For an element the
-	// scripts cannot read (they drop it), Mode is "unknown" and the others are null.
+	// ID is the waiting Locker's id.
+	ID string `json:"id"`
+	// Mode, Limit, Floor and CounterExpiryMs are what its grant will be: its mode
+	// ("exclusive", "shared", or "limit" with Limit n), whether its tokens are floored at the
+	// server clock (WithServerTimeFloor, or WithCounterExpiry), and the counter's expiry
+	// (WithCounterExpiry; null without it).
 	Mode            string `json:"mode"`
 	Limit           int    `json:"limit,omitempty"`
-	LeaseMs         *int64 `json:"lease_ms"`
-	Floor           *bool  `json:"floor"`
+	Floor           bool   `json:"floor"`
 	CounterExpiryMs *int64 `json:"counter_expiry_ms"`
-	// Live reports whether the waiter's w:<id> key exists; SinceUnixMs and WaitingMs are
-	// null without it.
-	Live        bool   `json:"live"`
-	SinceUnixMs *int64 `json:"since_unix_ms"`
-	WaitingMs   *int64 `json:"waiting_ms"`
+	// Live reports whether the waiter's Locker still waits; WaitingMs is how long it has
+	// waited, null for a dead waiter.
+	Live      bool   `json:"live"`
+	WaitingMs *int64 `json:"waiting_ms"`
 }
 
 func (c *cli) show(ctx context.Context, args []string) int {
 	fs, o := c.newFlags("show", "[flags] RESOURCE", showHelp)
-	limit := fs.Int64("limit", 100, "show at most `N` queue entries")
+	limit := fs.Int64("limit", 100, "show at most `N` waiters")
 	pos, code, ok := c.parse(fs, args)
 	if !ok {
 		return code
@@ -120,17 +113,20 @@ func (c *cli) show(ctx context.Context, args []string) int {
 		return code
 	}
 	defer client.Close()
+	locker := newLocker(client, o)
+	defer locker.Close()
 
-	out, err := c.readResource(ctx, client, o.prefix, pos[0], *limit)
+	st, err := locker.Inspect(ctx, pos[0])
 	if err != nil {
-		return c.fail("show", err)
+		return c.failLocker(fs, err)
 	}
+	out := showStatus(o.prefix, st, *limit)
 	if o.json {
 		if err := writeJSON(c.stdout, out); err != nil {
 			return c.fail("show", err)
 		}
 	} else {
-		c.printShow(out)
+		c.printShow(out, wire.For(o.prefix, st.Resource).Base())
 	}
 	if out.Lock == nil {
 		return exitNotFound
@@ -138,90 +134,61 @@ func (c *cli) show(ctx context.Context, args []string) int {
 	return exitOK
 }
 
-// readResource reads one resource's keys.
-func (c *cli) readResource(ctx context.Context, client redis.Cmdable, prefix, name string, limit int64) (showOutput, error) {
-	k := keysFor(prefix, name)
+// showStatus returns what show prints of st, with at most limit waiters.
+func showStatus(prefix string, st *fencing.Status, limit int64) showOutput {
 	var out showOutput
-	out.Resource = name
-	out.Keys.Lock, out.Keys.Fence, out.Keys.Queue = k.lock, k.fence, k.queue
+	out.Resource = st.Resource
+	k := wire.For(prefix, st.Resource)
+	out.Keys.Lock, out.Keys.Fence, out.Keys.Queue = k.Lock, k.Fence, k.Queue
+
+	if mode, limit := holdersMode(st); mode == modeExclusive {
+		h := st.Holders[0]
+		out.Lock = &lockState{Mode: mode, Value: wire.Value(h.Owner, h.Token), Owner: h.Owner, Token: h.Token, TTLMs: leaseMs(h.TTL)}
+	} else if mode != modeFree {
+		top := st.Holders[len(st.Holders)-1]
+		out.Lock = &lockState{Mode: mode, Token: top.Token, TTLMs: latestLease(st), Limit: limit, Holders: holdersOf(st)}
+	}
+
+	out.Fence = fenceState{NextToken: st.NextToken, TTLMs: -2}
+	if st.NextToken > 1 {
+		last := st.NextToken - 1
+		out.Fence.LastToken, out.Fence.TTLMs = &last, -1
+		if st.CounterTTL > 0 {
+			out.Fence.TTLMs = st.CounterTTL.Milliseconds()
+		}
+	}
+
+	out.Queue.Length = int64(len(st.Waiters))
 	out.Queue.Entries = []queueEntry{}
-
-	pipe := client.Pipeline()
-	clock := pipe.Time(ctx)
-	lockGet, lockTTL := pipe.Get(ctx, k.lock), pipe.PTTL(ctx, k.lock)
-	lockHash := pipe.HGetAll(ctx, k.lock) // a shared or limited resource's holders (GET fails)
-	fenceGet, fenceTTL := pipe.Get(ctx, k.fence), pipe.PTTL(ctx, k.fence)
-	qLen, qTTL := pipe.LLen(ctx, k.queue), pipe.PTTL(ctx, k.queue)
-	qRange := pipe.LRange(ctx, k.queue, 0, limit-1)
-	if _, err := pipe.Exec(ctx); transportError(err) != nil {
-		return out, err
-	}
-	if v, err := lockGet.Result(); err == nil {
-		owner, token := parseLockValue(v)
-		out.Lock = &lockState{Mode: modeExclusive, Value: v, Owner: owner, Token: token, TTLMs: pttlMs(lockTTL)}
-	} else if h, err := lockHash.Result(); err == nil && len(h) > 0 {
-		mode, limit, holders := parseHolders(h, serverNow(clock, c.now()))
-		if len(holders) > 0 {
-			out.Lock = &lockState{Mode: mode, Token: holders[len(holders)-1].Token, TTLMs: pttlMs(lockTTL), Limit: limit, Holders: holders}
+	for i, w := range st.Waiters {
+		if int64(i) >= limit {
+			break
 		}
-	}
-	if v, err := fenceGet.Result(); err == nil {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-			out.Fence.LastToken = &n
-		} else {
-			out.Fence.Raw = v
+		e := queueEntry{Position: i, ID: w.Locker, Floor: w.TimeFloor, Live: w.Alive}
+		e.Mode, e.Limit = waiterMode(w)
+		if w.CounterExpiry > 0 {
+			ms := w.CounterExpiry.Milliseconds()
+			e.CounterExpiryMs = &ms
 		}
-	}
-	out.Fence.TTLMs = pttlMs(fenceTTL)
-	out.Queue.Length, out.Queue.TTLMs = qLen.Val(), pttlMs(qTTL)
-
-	ids := qRange.Val()
-	if len(ids) == 0 {
-		return out, nil
-	}
-	pipe = client.Pipeline()
-	waiters := map[string]*redis.StringCmd{}
-	for _, id := range ids {
-		if waiters[id] == nil {
-			waiters[id] = pipe.Get(ctx, k.waiter(id))
-		}
-	}
-	if _, err := pipe.Exec(ctx); transportError(err) != nil {
-		return out, err
-	}
-	now := c.now().UnixMilli()
-	for i, id := range ids {
-		e := queueEntry{Position: i, ID: lockerOf(id), Element: id, Mode: modeUnknown}
-		if el, ok := parseElement(id); ok {
-			e.Mode, e.Limit, e.LeaseMs, e.Floor = el.mode, el.limit, &el.leaseMs, &el.floor
-			if el.expiryMs > 0 {
-				e.CounterExpiryMs = &el.expiryMs
-			}
-		}
-		if v, err := waiters[id].Result(); err == nil {
-			if ws, ok := parseWaiter(v); ok {
-				wait := max(now-ws.sinceMs, 0)
-				e.Live, e.SinceUnixMs, e.WaitingMs = true, &ws.sinceMs, &wait
-			}
+		if w.Alive {
+			ms := w.Waiting.Milliseconds()
+			e.WaitingMs = &ms
 		}
 		out.Queue.Entries = append(out.Queue.Entries, e)
 	}
-	return out, nil
+	return out
 }
 
-func (c *cli) printShow(out showOutput) {
+// printShow prints out as a table; base is the part common to the resource's keys.
+func (c *cli) printShow(out showOutput, base string) {
 	w := c.stdout
 	fmt.Fprintf(w, "Resource:    %s\n", displayName(out.Resource))
-	fmt.Fprintf(w, "Keys:        %s*\n", out.Keys.Lock[:len(out.Keys.Lock)-len(suffixLock)])
+	fmt.Fprintf(w, "Keys:        %s*\n", base)
 	switch l := out.Lock; {
 	case l == nil:
 		fmt.Fprintln(w, "Lock:        not held")
 	case l.Mode == modeExclusive:
-		token := strconv.FormatInt(l.Token, 10)
-		if l.Token == 0 {
-			token = "unreadable"
-		}
-		fmt.Fprintf(w, "Lock:        exclusive, token %s, lease left %s, owner %s\n", token, c.ttl(l.TTLMs), l.Owner)
+		fmt.Fprintf(w, "Lock:        exclusive, token %d, lease left %s, owner %s\n", l.Token, c.ttl(l.TTLMs), l.Owner)
 	default:
 		switch l.Mode {
 		case modeShared:
@@ -229,17 +196,15 @@ func (c *cli) printShow(out showOutput) {
 		case modeLimit:
 			fmt.Fprintf(w, "Lock:        limit %d, %d held\n", l.Limit, len(l.Holders))
 		default:
-			fmt.Fprintf(w, "Lock:        unknown mode (field limit is neither shared nor a limit), %s\n", plural(len(l.Holders), "holder"))
+			fmt.Fprintf(w, "Lock:        unknown mode (a hash of an earlier key layout, whose limit is neither shared nor a limit), %s\n", plural(len(l.Holders), "holder"))
 		}
 		for _, h := range l.Holders {
 			fmt.Fprintf(w, "  holder:    token %d, lease left %s, owner %s\n", h.Token, c.ttl(h.TTLMs), h.Owner)
 		}
 	}
 	switch f := out.Fence; {
-	case f.LastToken == nil && f.Raw == "":
-		fmt.Fprintln(w, "Last token:  none (no counter)")
 	case f.LastToken == nil:
-		fmt.Fprintf(w, "Last token:  unreadable counter %q\n", f.Raw)
+		fmt.Fprintln(w, "Last token:  none (no counter)")
 	case f.TTLMs == -1:
 		fmt.Fprintf(w, "Last token:  %d, counter never expires\n", *f.LastToken)
 	default:
@@ -260,28 +225,18 @@ func (c *cli) printShow(out showOutput) {
 	if int64(len(q.Entries)) < q.Length {
 		shown = fmt.Sprintf(" of the first %d", len(q.Entries))
 	}
-	expiry := "list never expires"
-	if q.TTLMs >= 0 {
-		expiry = "list expires in " + c.ttl(q.TTLMs)
-	}
-	fmt.Fprintf(w, "Queue:       %d waiter(s) queued, %d%s alive; %s\n", q.Length, live, shown, expiry)
+	fmt.Fprintf(w, "Queue:       %d waiter(s) queued, %d%s alive\n", q.Length, live, shown)
 	tw := newTable(w)
-	fmt.Fprintln(tw, "  POS\tLOCKER\tMODE\tLIVE\tLEASE\tFLOOR\tWAITING")
+	fmt.Fprintln(tw, "  POS\tLOCKER\tMODE\tLIVE\tFLOOR\tWAITING")
 	for _, e := range q.Entries {
-		lease, floor, wait := "-", "-", "-"
-		if e.LeaseMs != nil {
-			lease = duration(msDuration(*e.LeaseMs))
-		}
-		if e.Floor != nil {
-			floor = yesNo(*e.Floor)
-		}
+		floor, wait := yesNo(e.Floor), "-"
 		if e.CounterExpiryMs != nil {
 			floor = "yes, expiry " + duration(msDuration(*e.CounterExpiryMs))
 		}
 		if e.WaitingMs != nil {
-			wait = duration(msDuration(*e.WaitingMs))
+			wait = c.age(*e.WaitingMs)
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Position, displayName(e.ID), modeText(e.Mode, e.Limit), yesNo(e.Live), lease, floor, wait)
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", e.Position, displayName(e.ID), modeText(e.Mode, e.Limit), yesNo(e.Live), floor, wait)
 	}
 	_ = tw.Flush()
 }

@@ -7,6 +7,9 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/internal/echofence"
+	"github.com/fencekit/fencekit/internal/wire"
 )
 
 const statsHelp = `Counts the keys under the prefix by kind (locks, fence counters, queues, waiter keys,
@@ -108,26 +111,81 @@ func (c *cli) stats(ctx context.Context, args []string) int {
 	return exitOK
 }
 
-// kindOf classifies a key under prefix.
-func kindOf(prefix, key string) int {
-	_, suffix, ok := parseKey(prefix, key)
-	switch {
-	case !ok:
+// classifier tells the kind of a key under a prefix by the names package wire gives a
+// resource's keys.
+type classifier struct {
+	prefix string
+	lock   string // the last part of a lock key's name, after the resource's base
+}
+
+func newClassifier(prefix string) classifier {
+	k := wire.For("", "r")
+	return classifier{prefix: prefix, lock: strings.TrimPrefix(k.Lock, k.Base())}
+}
+
+// kindOf returns the kind of key. Every key of a resource starts with the resource's base
+// (wire.Keys.Base), which ends with a ':' after the hash tag: each such ':' is tried as the
+// end of a base, whose lock key names the resource (wire.ResourceOf), until the key is one
+// of that resource's names.
+func (cl classifier) kindOf(key string) int {
+	rest, ok := strings.CutPrefix(key, cl.prefix)
+	if !ok {
 		return kindOther
-	case suffix == suffixLock:
+	}
+	tag := strings.IndexByte(rest, '}') // the prefix has no braces: the hash tag's end
+	if tag < 0 {
+		return kindOther
+	}
+	for i := len(cl.prefix) + tag + 1; i < len(key); i++ {
+		if key[i] != ':' {
+			continue
+		}
+		base := key[:i+1]
+		name, ok := wire.ResourceOf(cl.prefix, base+cl.lock)
+		if !ok {
+			continue
+		}
+		k := wire.For(cl.prefix, name)
+		if k.Base() != base {
+			continue
+		}
+		if kind := kindIn(k, key); kind != kindOther {
+			return kind
+		}
+	}
+	return kindOther
+}
+
+// kindIn returns the kind of key among the names of the resource of k.
+func kindIn(k wire.Keys, key string) int {
+	waiters, records := k.Waiter(""), k.Record("")
+	switch {
+	case key == k.Lock:
 		return kindLock
-	case suffix == suffixFence:
+	case key == k.Fence:
 		return kindFence
-	case suffix == suffixQueue:
+	case key == k.Queue:
 		return kindQueue
-	case suffix == suffixIdem:
+	case key == k.Memo(echofence.GuardSuffix):
 		return kindIdem
-	case strings.HasPrefix(suffix, suffixWaiter) && len(suffix) > len(suffixWaiter):
+	case len(key) > len(waiters) && strings.HasPrefix(key, waiters):
 		return kindWaiter
-	case strings.HasPrefix(suffix, suffixRecord) && len(suffix) > len(suffixRecord):
+	case len(key) > len(records) && strings.HasPrefix(key, records):
 		return kindRecord
 	}
 	return kindOther
+}
+
+// pttlMs returns a PTTL reply in milliseconds: -1 for no expiry, -2 for no key.
+func pttlMs(cmd *redis.DurationCmd) int64 {
+	d, err := cmd.Result()
+	if err != nil {
+		return -2
+	}
+	if d < 0 {
+		return int64(d) // go-redis keeps -1 and -2 as they are
+	}
+	return d.Milliseconds()
 }
 
 func (c *cli) collectStats(ctx context.Context, client redis.UniversalClient, prefix string, sample, count int64) (statsOutput, error) {
@@ -136,6 +194,7 @@ func (c *cli) collectStats(ctx context.Context, client redis.UniversalClient, pr
 		out.Kinds[i].Kind = k.id
 	}
 	prog := c.newProgress("keys")
+	cl := newClassifier(prefix)
 	var mu sync.Mutex
 	err := forEachNode(ctx, client, func(ctx context.Context, node *redis.Client) error {
 		if n, err := node.DBSize(ctx).Result(); err == nil {
@@ -150,7 +209,7 @@ func (c *cli) collectStats(ctx context.Context, client redis.UniversalClient, pr
 			sampled := make([]bool, len(keys))
 			mu.Lock()
 			for i, key := range keys {
-				kinds[i] = kindOf(prefix, key)
+				kinds[i] = cl.kindOf(key)
 				if k := &out.Kinds[kinds[i]]; k.Sampled < sample {
 					k.Sampled++ // reserved; given back if the key is gone
 					sampled[i] = true
