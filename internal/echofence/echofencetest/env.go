@@ -13,9 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/wire"
 	"github.com/fencekit/fencekit/internal/echofence"
 	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/wire"
 )
 
 // env is one test's Redis, Locker and Echo.
