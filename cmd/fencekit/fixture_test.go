@@ -177,7 +177,7 @@ func prepare(t testing.TB, client redis.UniversalClient, prefix string) {
 
 	pipe.Set(ctx, wire.For(prefix, "idle").Fence, 5, 0)
 	pipe.Set(ctx, wire.For(prefix, "idle-ttl").Fence, 8, minutes(40))
-	pipe.Set(ctx, wire.For(prefix, idemResource).Memo(echofence.GuardSuffix), "1:3:201:4:abcd0:created", minutes(24*60))
+	pipe.Set(ctx, wire.For(prefix, idemResource).Memo(echofence.RecordName), "1:3:201:4:abcd0:created", minutes(24*60))
 	pipe.Set(ctx, prefix+"unrelated", "x", 0)
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatalf("prepare: %v", err)

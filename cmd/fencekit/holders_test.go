@@ -105,6 +105,9 @@ func TestReleaseLimited(t *testing.T) {
 	if err := locks[0].Extend(ctx, time.Hour); !errors.Is(err, fencing.ErrNotHeld) {
 		t.Errorf("the released holder's Extend: got %v, want ErrNotHeld", err)
 	}
+	if err := locks[0].Release(ctx); !errors.Is(err, fencing.ErrNotHeld) {
+		t.Errorf("the released holder's Release: got %v, want ErrNotHeld", err)
+	}
 	if _, err := locks[1].TTL(ctx); err != nil {
 		t.Errorf("the other holder lost its slot: %v", err)
 	}
@@ -265,6 +268,9 @@ func TestReleaseShared(t *testing.T) {
 	}
 	if err := locks[0].Extend(ctx, time.Hour); !errors.Is(err, fencing.ErrNotHeld) {
 		t.Errorf("the released holder's Extend: got %v, want ErrNotHeld", err)
+	}
+	if err := locks[0].Release(ctx); !errors.Is(err, fencing.ErrNotHeld) {
+		t.Errorf("the released holder's Release: got %v, want ErrNotHeld", err)
 	}
 	if _, err := locks[1].TTL(ctx); err != nil {
 		t.Errorf("the other holder lost its hold: %v", err)

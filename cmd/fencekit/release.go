@@ -22,7 +22,7 @@ This is safe for data when the store checks tokens: the next holder gets a highe
 writes the old holder still sends with its token are refused. Without such a store, the old
 holder and the next one may both write. The release hands the resource on as the holder's own
 Release would: the next waiters queued for it get it at once, in the same step, with new
-tokens. The old holder's Extend (and the renewal of its Do) fails with ErrNotHeld.
+tokens. The old holder's Extend and Release (and the renewal of its Do) fail with ErrNotHeld.
 
 A shared resource (fencing.Shared) and a limited one (fencing.WithLimit) have several
 holders: release frees one, the only holder's or, with several, the one --token names; the

@@ -57,6 +57,9 @@ func TestReleaseFenced(t *testing.T) {
 		if err := old.Extend(ctx, time.Minute); !errors.Is(err, fencing.ErrNotHeld) {
 			t.Errorf("old holder's Extend: got %v, want ErrNotHeld", err)
 		}
+		if err := old.Release(ctx); !errors.Is(err, fencing.ErrNotHeld) {
+			t.Errorf("old holder's Release: got %v, want ErrNotHeld", err)
+		}
 	})
 }
 

@@ -166,7 +166,7 @@ func kindIn(k wire.Keys, key string) int {
 		return kindFence
 	case key == k.Queue:
 		return kindQueue
-	case key == k.Memo(echofence.GuardSuffix):
+	case key == k.Memo(echofence.RecordName):
 		return kindIdem
 	case len(key) > len(waiters) && strings.HasPrefix(key, waiters):
 		return kindWaiter

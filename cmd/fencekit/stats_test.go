@@ -20,7 +20,7 @@ func TestKindOf(t *testing.T) {
 			k.Queue:                       kindQueue,
 			k.Waiter("abc"):               kindWaiter,
 			k.Record(wire.Value("o", 3)):  kindRecord,
-			k.Memo(echofence.GuardSuffix): kindIdem,
+			k.Memo(echofence.RecordName): kindIdem,
 			k.Memo("other"):               kindOther,
 			k.Waiter(""):                  kindOther,
 		} {
