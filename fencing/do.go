@@ -76,8 +76,8 @@ func (l *Locker) DoAll(ctx context.Context, resources []string, fn func(ctx cont
 // it runs fn with the locks' tokens in its context, renews the leases, cancels fn's context
 // when one is lost, and releases them when fn returns or panics.
 func (l *Locker) hold(ctx context.Context, cfg *config, locks []*Lock, set *LockSet, fn func(ctx context.Context) error) (err error) {
-	h := &hold{locks: locks, set: set}
-	work, cancel := context.WithCancelCause(stall.With((&held{locks: locks, hold: h}).with(ctx), stallHolds))
+	h := &hold{locks: locks, set: set, cfg: cfg}
+	work, cancel := context.WithCancelCause(stall.With((&held{locks: locks, hold: h}).with(ctx), door{}))
 	cancelOf := func(*Lock) context.CancelCauseFunc { return cancel }
 	if set != nil {
 		cancelOf = func(k *Lock) context.CancelCauseFunc { return named(cancel, k.resource) }
@@ -132,6 +132,7 @@ func (l *Locker) hold(ctx context.Context, cfg *config, locks []*Lock, set *Lock
 type hold struct {
 	locks   []*Lock
 	set     *LockSet // DoAll's; nil for one lock
+	cfg     *config  // the settings it was taken with
 	renewer *renewer
 	memo    atomic.Pointer[Memo] // LeaveMemo's, written by the release
 }

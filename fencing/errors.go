@@ -64,6 +64,9 @@ type BusyError struct {
 }
 
 func (e *BusyError) Error() string {
+	if e == nil {
+		return "fencing: not acquired"
+	}
 	if e.late {
 		return fmt.Sprintf("fencing: not acquired: %q: Redis replied after the lease could have run out", e.Resource)
 	}

@@ -45,6 +45,9 @@ func (l *Locker) Lead(ctx context.Context, name string, fn func(ctx context.Cont
 	if fn == nil {
 		return opErr("lead", name, invalidf("nil function"))
 	}
+	if l == nil {
+		return opErr("lead", name, errNilLocker)
+	}
 	cfg := l.cfg.with(opts)
 	err := l.check(context.WithoutCancel(ctx), cfg, name)
 	if err == nil && !cfg.mode.Exclusive() {

@@ -16,7 +16,8 @@ import (
 // A Lock is one acquisition of a resource, with its fencing token. Its methods are safe for
 // concurrent use; Release and Extend take effect in the order Redis runs them, and once the
 // lock is released or lost every later call returns [ErrNotHeld]. The methods of a nil *Lock
-// return ErrNotHeld, so `defer lock.Release(ctx)` is safe after a failed acquire.
+// (or a zero Lock) return an error matching ErrNotHeld and [ErrInvalid], so
+// `defer lock.Release(ctx)` is safe after a failed acquire.
 type Lock struct {
 	locker   *Locker
 	hooks    hookList
@@ -73,7 +74,7 @@ func (k *Lock) Release(ctx context.Context) error {
 // releaseWith is Release, with a memo written in the same step (nil: none).
 func (k *Lock) releaseWith(ctx context.Context, m *Memo) error {
 	if k == nil || k.locker == nil {
-		return opErr("release", "", ErrNotHeld)
+		return opErr("release", "", errNoLock("Lock"))
 	}
 	k.stopLater()
 	ctx = k.hooks.start(ctx, OpRelease, k.resource)
@@ -110,7 +111,7 @@ func (k *Lock) releasedAs(released bool, err error) error {
 // to the TTL (see [Locker.Acquire]) until an extension has taken effect.
 func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if k == nil || k.locker == nil {
-		return opErr("extend", "", ErrNotHeld)
+		return opErr("extend", "", errNoLock("Lock"))
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -237,7 +238,7 @@ func (l *Locker) confirm(ctx context.Context, cfg *config, k *Lock) error {
 // this acquisition no longer holds the resource.
 func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if k == nil || k.locker == nil {
-		return 0, opErr("ttl", "", ErrNotHeld)
+		return 0, opErr("ttl", "", errNoLock("Lock"))
 	}
 	args := []any{k.value}
 	if !k.mode.Exclusive() {
@@ -287,3 +288,14 @@ func (k *Lock) deadline() time.Time {
 func (k *Lock) valid() bool {
 	return time.Now().Before(k.deadline())
 }
+
+// errNoLock is the error of a call on a nil or zero Lock or LockSet, which no acquisition
+// made: it matches ErrNotHeld, as it holds nothing, and ErrInvalid.
+type errNoLock string
+
+func (e errNoLock) Error() string {
+	return "fencing: not held: a nil or zero " + string(e) + ", from no acquisition"
+}
+
+// Is reports whether target is ErrNotHeld or ErrInvalid.
+func (errNoLock) Is(target error) bool { return target == ErrNotHeld || target == ErrInvalid }

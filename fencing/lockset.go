@@ -16,8 +16,8 @@ const MaxResources = 64
 
 // A LockSet is one acquisition of several resources' locks, each with its own fencing token,
 // taken by [Locker.TryAcquireAll] or [Locker.AcquireAll]. Its methods are safe for concurrent
-// use. The methods of a nil *LockSet return [ErrNotHeld], so `defer set.Release(ctx)` is safe
-// after a failed acquire.
+// use. The methods of a nil *LockSet (or a zero LockSet) return an error matching
+// [ErrNotHeld] and [ErrInvalid], so `defer set.Release(ctx)` is safe after a failed acquire.
 type LockSet struct {
 	locker *Locker
 	hooks  hookList
@@ -56,7 +56,7 @@ func (s *LockSet) Token(resource string) int64 {
 // one that then stays held until its TTL runs out.
 func (s *LockSet) Release(ctx context.Context) error {
 	if s == nil || len(s.locks) == 0 {
-		return opErr("release", "", ErrNotHeld)
+		return opErr("release", "", errNoLock("LockSet"))
 	}
 	return joinAll(nonNil(s.releaseAll(ctx)))
 }
@@ -103,7 +103,7 @@ func (s *LockSet) release(ctx context.Context) []error {
 // outside [MinTTL, MaxTTL] returns an error wrapping [ErrInvalid] and sends nothing.
 func (s *LockSet) Extend(ctx context.Context, ttl time.Duration) error {
 	if s == nil || len(s.locks) == 0 {
-		return opErr("extend", "", ErrNotHeld)
+		return opErr("extend", "", errNoLock("LockSet"))
 	}
 	for _, k := range s.locks {
 		k.stopLater()
@@ -175,6 +175,9 @@ func (s *LockSet) names() []string {
 // nothing. Any other error means nothing is held. Options override the Locker's settings for
 // this call.
 func (l *Locker) TryAcquireAll(ctx context.Context, resources []string, opts ...CallOption) (*LockSet, error) {
+	if l == nil {
+		return nil, opErr("acquire all", "", errNilLocker)
+	}
 	cfg := *l.cfg.with(opts)
 	cfg.maxWait = 0
 	return l.acquireAll(ctx, &cfg, OpTryAcquireAll, resources)
@@ -205,6 +208,9 @@ func (l *Locker) TryAcquireAll(ctx context.Context, resources []string, opts ...
 // input returns an error wrapping [ErrInvalid] as for [Locker.TryAcquireAll], and sends
 // nothing.
 func (l *Locker) AcquireAll(ctx context.Context, resources []string, opts ...CallOption) (*LockSet, error) {
+	if l == nil {
+		return nil, opErr("acquire all", "", errNilLocker)
+	}
 	return l.acquireAll(ctx, l.cfg.with(opts), OpAcquireAll, resources)
 }
 

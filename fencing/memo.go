@@ -63,7 +63,7 @@ func (m Memo) check(cfg *config) error {
 // record answers as the first run went, but a memo written by that first run stays).
 func (k *Lock) ReleaseWith(ctx context.Context, memo Memo) error {
 	if k == nil || k.locker == nil {
-		return opErr("release", "", ErrNotHeld)
+		return opErr("release", "", errNoLock("Lock"))
 	}
 	if err := memo.check(&k.locker.cfg); err != nil {
 		return opErr("release", k.resource, err)
@@ -115,6 +115,9 @@ type MemoError struct {
 }
 
 func (e *MemoError) Error() string {
+	if e == nil {
+		return "fencing: not acquired: a memo"
+	}
 	return fmt.Sprintf("fencing: not acquired: %q has the memo %q", e.Resource, e.Name)
 }
 

@@ -10,21 +10,30 @@ import (
 // errNoHold is stallHolds's error when ctx holds no lock of Do, DoAll or Lead.
 var errNoHold = errors.New("the context holds no lock of Do, DoAll or Lead")
 
-// stallHolds makes every hold in ctx behave as a process paused past its lease, for
-// fencingtest.Stall: its renewals stop (without cancelling the work), each lease ends in Redis
-// (the resource goes to its next waiters, as after a lapsed lease and a waiter's check) and by
-// the local clock, and stall returns once another acquisition has taken one of the
-// resources (its counter moved past the holder's token), or with ctx.Err() when ctx ends.
-func stallHolds(ctx context.Context) error {
+// door is what the test kit reaches through a work context (a stall.Door).
+type door struct{}
+
+func (door) Stall(ctx context.Context) error { return stallHolds(ctx) }
+
+func (door) Takeover(ctx context.Context, successor func(ctx context.Context) error) error {
+	return takeover(ctx, successor)
+}
+
+// holdsIn returns the holds of ctx, the innermost first.
+func holdsIn(ctx context.Context) []*hold {
 	var holds []*hold
 	for h, _ := ctx.Value(heldKey{}).(*held); h != nil; h = h.outer {
 		if h.hold != nil {
 			holds = append(holds, h.hold)
 		}
 	}
-	if len(holds) == 0 {
-		return errNoHold
-	}
+	return holds
+}
+
+// pause stops the renewals of holds, without cancelling the work, and ends each lease in
+// Redis (the resource goes to its next waiters, as after a lapsed lease and a waiter's check)
+// and by the local clock. It returns the locks.
+func pause(ctx context.Context, holds []*hold) []*Lock {
 	var locks []*Lock
 	for _, h := range holds {
 		h.renewer.stop()
@@ -39,6 +48,19 @@ func stallHolds(ctx context.Context) error {
 		// the lock is gone, as after a lapsed lease.
 		k.released.Store(true)
 	}
+	return locks
+}
+
+// stallHolds makes every hold in ctx behave as a process paused past its lease, for
+// fencingtest.Stall (see pause), and returns once another acquisition has taken one of the
+// resources (its counter moved past the holder's token), or with ctx.Err() when ctx ends.
+func stallHolds(ctx context.Context) error {
+	holds := holdsIn(ctx)
+	if len(holds) == 0 {
+		return errNoHold
+	}
+	locks := pause(ctx, holds)
+	rctx := context.WithoutCancel(ctx)
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
 		for _, k := range locks {
 			v, err := k.locker.client.Get(rctx, k.keys.Fence).Result()
@@ -52,4 +74,42 @@ func stallHolds(ctx context.Context) error {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// takeover pauses every hold in ctx, as stallHolds does, then runs successor as the next
+// holder of the innermost hold's resources, for fencingtest.Takeover: the same Locker takes
+// them again with the hold's settings (waiting without a limit, behind any waiters queued
+// before it, and without UnlessMemo), and runs successor under them as Do or DoAll would, in
+// a context of its own (none of ctx's holds or values) that ends when ctx does.
+func takeover(ctx context.Context, successor func(ctx context.Context) error) error {
+	holds := holdsIn(ctx)
+	if len(holds) == 0 {
+		return errNoHold
+	}
+	if successor == nil {
+		return invalidf("nil successor")
+	}
+	own := holds[0]
+	l, cfg := own.locks[0].locker, *own.cfg
+	cfg.maxWait, cfg.memo = -1, ""
+	pause(ctx, holds)
+	sctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	if own.set == nil {
+		lock, err := l.acquire(sctx, &cfg, own.locks[0].resource)
+		if err != nil {
+			return err
+		}
+		return l.hold(sctx, &cfg, []*Lock{lock}, nil, successor)
+	}
+	resources := make([]string, len(own.locks))
+	for i, k := range own.locks {
+		resources[i] = k.resource
+	}
+	set, err := l.acquireAll(sctx, &cfg, OpAcquireAll, resources)
+	if err != nil {
+		return err
+	}
+	return l.hold(sctx, &cfg, set.locks, set, successor)
 }

@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 	"fmt"
+
+	"github.com/fencekit/fencekit/fencing"
 )
 
 var (
@@ -22,9 +24,17 @@ var (
 	// value or a nil pointer of a type that needs its constructor. Every error of
 	// invalid input in this package matches it with [errors.Is]; its text says what
 	// was wrong, such as `store: check "fences/order:7": invalid fencing token 0: tokens
-	// start at 1`. Nothing was run or written.
-	ErrInvalid = errors.New("store: invalid argument")
+	// start at 1`. Nothing was run or written. It matches [fencing.ErrInvalid] too, so
+	// that one check covers the invalid input of the lock and of the store.
+	ErrInvalid error = invalidArgument{}
 )
+
+// invalidArgument is ErrInvalid's type: an error that also matches fencing.ErrInvalid.
+type invalidArgument struct{}
+
+func (invalidArgument) Error() string { return "store: invalid argument" }
+
+func (invalidArgument) Is(target error) bool { return target == fencing.ErrInvalid }
 
 // StaleTokenError is the error a check returns when it refuses a stale token. It
 // matches [ErrStaleToken] with [errors.Is]; use [errors.As] to read the tokens.

@@ -3,6 +3,8 @@ package store
 import (
 	"fmt"
 	"reflect"
+
+	"github.com/fencekit/fencekit/fencing"
 )
 
 // checkToken returns an error unless token is a valid fencing token. Tokens start at 1:
@@ -34,8 +36,10 @@ type invalidError string
 
 func (e invalidError) Error() string { return string(e) }
 
-// Is reports whether target is ErrInvalid.
-func (e invalidError) Is(target error) bool { return target == ErrInvalid }
+// Is reports whether target is ErrInvalid or fencing.ErrInvalid.
+func (e invalidError) Is(target error) bool {
+	return target == ErrInvalid || target == fencing.ErrInvalid
+}
 
 // invalid returns an error of invalid input whose text is fmt.Sprintf(format, args...).
 func invalid(format string, args ...any) error {

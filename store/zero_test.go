@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fencekit/fencekit/fencing"
 )
 
 // zeroCall is one method called on the zero value of an exported type, or on a nil
@@ -118,7 +120,7 @@ func zeroCalls(ctx context.Context) []zeroCall {
 }
 
 // TestZeroValues calls every exported method on the zero value of its type and on a
-// nil pointer: each works or returns an error matching ErrInvalid, runs no statement
+// nil pointer: each works or returns an error matching ErrInvalid (and fencing.ErrInvalid), runs no statement
 // and never panics.
 func TestZeroValues(t *testing.T) {
 	for _, c := range zeroCalls(t.Context()) {
@@ -134,6 +136,8 @@ func TestZeroValues(t *testing.T) {
 				t.Errorf("got %v, want it to work", err)
 			case c.want != nil && !errors.Is(err, c.want):
 				t.Errorf("got %v, want an error matching %v", err, c.want)
+			case c.want == ErrInvalid && !errors.Is(err, fencing.ErrInvalid):
+				t.Errorf("got %v, want an error matching fencing.ErrInvalid too", err)
 			}
 		})
 	}

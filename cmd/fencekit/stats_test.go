@@ -15,14 +15,14 @@ func TestKindOf(t *testing.T) {
 	for _, name := range names {
 		k := wire.For("p:", name)
 		for key, want := range map[string]int{
-			k.Lock:                        kindLock,
-			k.Fence:                       kindFence,
-			k.Queue:                       kindQueue,
-			k.Waiter("abc"):               kindWaiter,
-			k.Record(wire.Value("o", 3)):  kindRecord,
+			k.Lock:                       kindLock,
+			k.Fence:                      kindFence,
+			k.Queue:                      kindQueue,
+			k.Waiter("abc"):              kindWaiter,
+			k.Record(wire.Value("o", 3)): kindRecord,
 			k.Memo(echofence.RecordName): kindIdem,
-			k.Memo("other"):               kindOther,
-			k.Waiter(""):                  kindOther,
+			k.Memo("other"):              kindOther,
+			k.Waiter(""):                 kindOther,
 		} {
 			if got := cl.kindOf(key); got != want {
 				t.Errorf("kindOf(%q) = %s, want %s", key, keyKinds[got].id, keyKinds[want].id)

@@ -71,14 +71,15 @@ func testRedis(t *testing.T) (*redis.Client, string) {
 
 // scanKeys returns the keys that match pattern, found with SCAN.
 // lingering returns the keys in c's database but fencing's release records, which keep a
-// release's outcome for a retried release and expire 10 s after it (docs/design.md, "Key
-// layout"): one with a longer or no TTL counts.
+// release's outcome for a retried release and expire when the released lease would have
+// ended, or 10 s after the release when that is later (docs/design.md, "Key layout"): one
+// with a TTL longer than the examples' leases (30 s at most) or none counts.
 func lingering(ctx context.Context, c *redis.Client) ([]string, error) {
 	keys, err := scanKeys(ctx, c, "*")
 	left := keys[:0]
 	for _, k := range keys {
 		if strings.Contains(k, "}:r:") {
-			if ttl := c.PTTL(ctx, k).Val(); ttl > 0 && ttl <= 10*time.Second {
+			if ttl := c.PTTL(ctx, k).Val(); ttl > 0 && ttl <= 30*time.Second {
 				continue
 			}
 		}

@@ -54,3 +54,37 @@ func ExampleStall() {
 	// its context cancelled: false
 	// Do reports the lock lost: true
 }
+
+// Takeover runs the next holder's work between the stall and the paused holder's late
+// write, in that order, without channels: the store refuses the late write. (On SQL through
+// store.Fences, see the example of Takeover in package store/gormfence.)
+func ExampleTakeover() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locker := fencing.New(rdb)
+	defer locker.Close()
+	var orders store.Memory // refuses a write whose token is below one it has seen
+	ship := func(ctx context.Context) error {
+		token, _ := fencing.TokenFromContext(ctx)
+		return orders.Write("order-42", token, func() error { return nil })
+	}
+
+	err = locker.Do(context.Background(), "order-42", func(ctx context.Context) error {
+		// Paused past the lease while the next worker takes the order and ships it.
+		if err := fencingtest.Takeover(ctx, ship); err != nil {
+			return err
+		}
+		err := ship(ctx) // the paused worker wakes up
+		fmt.Println("the paused holder's write refused:", errors.Is(err, store.ErrStaleToken))
+		return err
+	})
+	fmt.Println("Do reports the lock lost:", errors.Is(err, fencing.ErrNotHeld))
+	// Output:
+	// the paused holder's write refused: true
+	// Do reports the lock lost: true
+}

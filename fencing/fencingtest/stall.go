@@ -1,6 +1,7 @@
 // Package fencingtest helps test code that takes fencing locks: [Stall] turns the holder of
-// a lock into a holder paused past its lease, inside one test process, so that a test can
-// show that its store refuses the writes such a holder makes.
+// a lock into a holder paused past its lease, inside one test process, and [Takeover] also
+// runs the work of the holder that comes next, so that a test can show that its store
+// refuses the writes such a holder makes.
 //
 // A lease lock cannot stop a holder that pauses (a GC pause, a stalled call, a suspended VM)
 // past its lease while another process takes the lock: only a store that checks the fencing
@@ -40,15 +41,37 @@ var ErrNoLock = errors.New("fencingtest: the context holds no lock of Do, DoAll 
 // [ErrNoLock] when ctx holds no such lock, and changes nothing then. It works on miniredis and
 // on Redis.
 func Stall(ctx context.Context) error {
-	s := stall.From(ctx)
-	if s == nil {
+	d := stall.From(ctx)
+	if d == nil {
 		return ErrNoLock
 	}
-	if err := s(ctx); err != nil {
+	if err := d.Stall(ctx); err != nil {
 		if ctx.Err() != nil {
 			return err
 		}
 		return fmt.Errorf("fencingtest: stall: %w", err)
 	}
 	return nil
+}
+
+// Takeover stalls the holder of the locks that ctx's work holds, as [Stall] does, and then
+// runs successor as the next holder: under a new acquisition of the same resources (those of
+// the innermost Do, DoAll or Lead of ctx), by the same Locker with the same settings, with
+// its own token in successor's context (fencing.TokenFromContext, fencing.TokenFor), renewed
+// and released as Do and DoAll do. It waits for the resources without a limit (behind any
+// waiters queued before it) until ctx ends, and runs successor in a context of its own: it
+// does not hold ctx's locks nor carry ctx's values.
+//
+// Takeover returns successor's error (matching fencing.ErrNotHeld too when its lock was lost)
+// once successor has returned and its locks are released, so that the next write of the
+// stalled holder, with its own token, is a late write after the successor's: a store that
+// checks tokens refuses it. It returns an error wrapping [ErrNoLock] when ctx holds no lock,
+// changing nothing, and the acquisition's error, without calling successor, when the
+// resources cannot be taken (ctx ended first).
+func Takeover(ctx context.Context, successor func(ctx context.Context) error) error {
+	d := stall.From(ctx)
+	if d == nil {
+		return ErrNoLock
+	}
+	return d.Takeover(ctx, successor)
 }

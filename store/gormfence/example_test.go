@@ -2,10 +2,15 @@ package gormfence_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/fencingtest"
 	"github.com/fencekit/fencekit/store"
 	"github.com/fencekit/fencekit/store/gormfence"
 	"github.com/glebarez/sqlite"
@@ -101,4 +106,63 @@ func ExampleCheck() {
 	// <nil>
 	// store: stale fencing token 2 for "fences/account:42" (high-water mark 3)
 	// 1
+}
+
+// A test that a paused lock holder's transaction is refused, on SQL through store.Fences:
+// fencingtest.Takeover runs the next holder's transaction between the stall and the paused
+// holder's own, so the test needs no channels to order them.
+func Example_takeover() {
+	mr, err := miniredis.Run() // stands in for your Redis
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locker := fencing.New(rdb)
+	defer locker.Close()
+
+	db, err := sql.Open("sqlite", ":memory:") // SQLite in memory (pure Go): your database
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1) // one in-memory database
+	ctx := context.Background()
+	fences := store.NewFences("fences")
+	if err := fences.CreateTable(ctx, db); err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, _ = db.ExecContext(ctx, "CREATE TABLE seats (id INTEGER PRIMARY KEY, holder TEXT)")
+	_, _ = db.ExecContext(ctx, "INSERT INTO seats (id) VALUES (7)")
+
+	// The service's code: book seat 7 for holder under the event's lock.
+	book := func(ctx context.Context, holder string) error {
+		token, _ := fencing.TokenFromContext(ctx)
+		return fences.Tx(ctx, db, "event:1", token, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, "UPDATE seats SET holder = ? WHERE id = 7", holder)
+			return err
+		})
+	}
+
+	err = locker.Do(ctx, "event:1", func(ctx context.Context) error {
+		// This worker pauses past its lease; the next takes the lock and books the seat.
+		if err := fencingtest.Takeover(ctx, func(ctx context.Context) error { return book(ctx, "bob") }); err != nil {
+			return err
+		}
+		err := book(ctx, "alice") // the paused worker wakes up and books late
+		fmt.Println("the late booking refused:", errors.Is(err, store.ErrStaleToken))
+		return err
+	})
+	fmt.Println("Do reports the lock lost:", errors.Is(err, fencing.ErrNotHeld))
+	var holder string
+	_ = db.QueryRowContext(ctx, "SELECT holder FROM seats WHERE id = 7").Scan(&holder)
+	fmt.Println("seat 7 held by", holder)
+	// Output:
+	// the late booking refused: true
+	// Do reports the lock lost: true
+	// seat 7 held by bob
 }

@@ -1,25 +1,32 @@
-// Package stall carries, in the context of work that holds locks, the function that makes
-// the holder behave as a process paused past its lease: package fencing puts it in the work
-// context of Do, DoAll and Lead, and the test kit (fencing/fencingtest) calls it. Only
-// packages under fencing can import it; it is no part of fencing's API.
+// Package stall carries, in the context of work that holds locks, the functions that make
+// the holder behave as a process paused past its lease and run its successor: package
+// fencing puts them in the work context of Do, DoAll and Lead, and the test kit
+// (fencing/fencingtest) calls them. Only packages under fencing can import it; it is no part
+// of fencing's API.
 package stall
 
 import "context"
 
-// A Staller makes every hold in a context behave as a process paused past its lease: renewals
-// stop, leases end, and it returns once another acquirer holds one of the resources, or ctx
-// ends.
-type Staller func(ctx context.Context) error
+// A Door reaches the holds of one context.
+type Door interface {
+	// Stall makes every hold in the context behave as a process paused past its lease:
+	// renewals stop, leases end, and it returns once another acquirer holds one of the
+	// resources, or ctx ends.
+	Stall(ctx context.Context) error
+	// Takeover stalls as Stall does and runs successor as the next holder of the innermost
+	// hold's resources, returning its error once its locks are released.
+	Takeover(ctx context.Context, successor func(ctx context.Context) error) error
+}
 
 type key struct{}
 
-// With returns a copy of ctx that carries s.
-func With(ctx context.Context, s Staller) context.Context {
-	return context.WithValue(ctx, key{}, s)
+// With returns a copy of ctx that carries d.
+func With(ctx context.Context, d Door) context.Context {
+	return context.WithValue(ctx, key{}, d)
 }
 
-// From returns the Staller ctx carries, or nil.
-func From(ctx context.Context) Staller {
-	s, _ := ctx.Value(key{}).(Staller)
-	return s
+// From returns the Door ctx carries, or nil.
+func From(ctx context.Context) Door {
+	d, _ := ctx.Value(key{}).(Door)
+	return d
 }
