@@ -276,7 +276,7 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, g []member, elem, ent
 		if cfg.timeFloor {
 			args = append(args, cfg.floorArg(), cfg.expiryArg())
 		}
-		res, err = wire.AcquireAll.Run(ctx, l.client, lockKeys(g), args...).Result()
+		res, err = wire.AcquireAll.Run(ctx, l.client, wire.Declare(l.client, memberKeys(g), ""), args...).Result()
 	}
 	if err != nil {
 		// Unless Redis answered with an error (the script failed), it may have run and left
@@ -384,12 +384,12 @@ func kindName(k wire.Kind) string {
 func (l *Locker) acquireOne(ctx context.Context, cfg *config, k wire.Keys, owner string, ms int64, elem, entry string) (any, error) {
 	args := acquireArgs(cfg, owner, ms, l.topo.Publish(), elem, entry)
 	if cfg.replicas > 0 {
-		return l.replicated(ctx, cfg, []string{k.Lock}, wire.Acquire, args, func(res any) bool {
+		return l.replicated(ctx, cfg, wire.Declare(l.client, []wire.Keys{k}, cfg.memo), wire.Acquire, args, func(res any) bool {
 			a, err := wire.ParseAcquire(res)
 			return err == nil && a.Code == wire.Taken
 		})
 	}
-	return wire.Acquire.RunOn(ctx, l.client, k.Lock, args...).Result()
+	return wire.Acquire.RunOn(ctx, l.client, k, cfg.memo, args...).Result()
 }
 
 // acquireArgs returns the acquire script's arguments, those with their defaults at the end
@@ -471,11 +471,11 @@ func (l *Locker) releaseOwner(ctx context.Context, cfg *config, g []member, owne
 	l.release(rctx, ks, values, cfg.mode, false)
 }
 
-// lockKeys returns the lock keys of g's resources, as the set's script takes them.
-func lockKeys(g []member) []string {
-	ks := make([]string, len(g))
+// memberKeys returns the keys of g's resources.
+func memberKeys(g []member) []wire.Keys {
+	ks := make([]wire.Keys, len(g))
 	for i, m := range g {
-		ks[i] = m.keys.Lock
+		ks[i] = m.keys
 	}
 	return ks
 }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fencekit/fencekit/fencing/internal/room"
 )
 
 // Sentinel errors. Match them with [errors.Is]: the errors returned by this package wrap them,
@@ -40,6 +42,13 @@ var (
 	// while another process leads, its term was lost, or its lease has run out by the local
 	// clock. [Elector.IsLeader] returns it; a scheduler that gets it skips the run.
 	ErrNotLeader = errors.New("fencing: not leader")
+
+	// ErrLayout means a shared or limited resource's lock is a hash in the key layout of an
+	// earlier fencekit version (layout 1: fields limit, until and <owner>:<token>): processes
+	// of that version hold it, during a rolling deploy. The call changed nothing and took nothing; the resource is usable again
+	// once those holders have released it or their leases have ended. See docs/design.md,
+	// "Rolling deploys".
+	ErrLayout = room.ErrLayout
 )
 
 // A BusyError is the error of an acquisition that found its resource busy: held by others (an

@@ -77,7 +77,7 @@ func (l *Locker) Inspect(ctx context.Context, resource string) (*Status, error) 
 	if err := l.checkName(resource); err != nil {
 		return nil, opErr("inspect", resource, err)
 	}
-	res, err := wire.Inspect.RunOn(ctx, l.client, wire.For(l.cfg.prefix, resource).Lock).Slice()
+	res, err := wire.Inspect.RunOn(ctx, l.client, wire.For(l.cfg.prefix, resource), "").Slice()
 	if err != nil {
 		return nil, opErr("inspect", resource, err)
 	}

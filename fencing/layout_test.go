@@ -38,6 +38,7 @@ var layoutPlaceholders = strings.NewReplacer(
 	`<floor>`, `[01]`,
 	`<since ms>`, `[0-9]+`,
 	`<memo>`, `[A-Za-z0-9_-]{1,64}`,
+	`<memo value>`, `(?s:.*)`,
 	`<deadline ms>`, `[1-9][0-9]*`,
 	`\[\+\]`, `\+?`, // [+], quoted
 )
@@ -218,6 +219,12 @@ func TestKeyLayout(t *testing.T) {
 		if err := lock.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+	snapshot()
+	// A memo, written with a release.
+	memo := fencing.Memo{Name: "shipped", Value: "order 42: box 7", TTL: time.Minute}
+	if err := mustAcquire(t, holder, resource).ReleaseWith(ctx, memo); err != nil {
+		t.Fatal(err)
 	}
 	snapshot()
 	waitFor(t, 5*time.Second, "the grant's message", func() bool {

@@ -186,7 +186,7 @@ func (k *Lock) extend(ctx context.Context, ttl time.Duration, op Op) error {
 		return err
 	}
 	ms := millis(ttl)
-	res, err := wire.Extend.RunOn(ctx, k.locker.client, k.keys.Lock, k.extendArgs(ms)...).Result()
+	res, err := wire.Extend.RunOn(ctx, k.locker.client, k.keys, "", k.extendArgs(ms)...).Result()
 	err = k.extended(begin, ms, res, err)
 	k.hooks.end(ctx, k.event(op, begin, err))
 	return err
@@ -225,7 +225,7 @@ func (l *Locker) confirm(ctx context.Context, cfg *config, k *Lock) error {
 	}
 	ms := millis(cfg.ttl)
 	begin := time.Now()
-	res, err := l.replicated(ctx, cfg, []string{k.keys.Lock}, wire.Extend, k.extendArgs(ms), func(res any) bool {
+	res, err := l.replicated(ctx, cfg, wire.Declare(l.client, []wire.Keys{k.keys}, ""), wire.Extend, k.extendArgs(ms), func(res any) bool {
 		return res == int64(wire.Taken)
 	})
 	if err != nil {
@@ -244,7 +244,7 @@ func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if !k.mode.Exclusive() {
 		args = append(args, k.mode.Arg())
 	}
-	res, err := wire.TTL.RunOn(ctx, k.locker.client, k.keys.Lock, args...).Result()
+	res, err := wire.TTL.RunOn(ctx, k.locker.client, k.keys, "", args...).Result()
 	if err != nil {
 		return 0, opErr("ttl", k.resource, err)
 	}

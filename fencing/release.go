@@ -30,15 +30,17 @@ func (l *Locker) release(ctx context.Context, ks []wire.Keys, values []string, m
 	runs := l.groupKeys(ks)
 	calls := make([]wire.Call, len(runs))
 	for j, run := range runs {
-		c := wire.Call{Keys: make([]string, 0, len(run)), Args: make([]any, 0, len(run)+4)}
+		c := wire.Call{Args: make([]any, 0, len(run)+4)}
 		self := ""
-		for _, i := range run {
-			c.Keys = append(c.Keys, ks[i].Lock)
+		members := make([]wire.Keys, len(run))
+		for x, i := range run {
+			members[x] = ks[i]
 			c.Args = append(c.Args, values[i])
 			if l.room.QueuedOn(ks[i]) {
 				self = l.room.ID()
 			}
 		}
+		c.Keys = wire.Declare(l.client, members, "")
 		c.Args = releaseArgs(c.Args, m, l.topo.Publish(), self, keep)
 		calls[j] = c
 	}
@@ -88,12 +90,16 @@ func (l *Locker) releaseOne(ctx context.Context, k wire.Keys, value string, m mo
 		}
 		args = append(args, m.Arg(), l.topo.Publish(), self, boolArg(keep), memo.Name, memo.Value, millis(memo.TTL), counter)
 	}
+	name := ""
+	if memo != nil {
+		name = memo.Name
+	}
 	sent := time.Now()
-	res, err := wire.Release.RunOn(ctx, l.client, k.Lock, args...).Result()
+	res, err := wire.Release.RunOn(ctx, l.client, k, name, args...).Result()
 	if room.LostReply(ctx, err) {
 		// The release is sent once more, on another connection: its release record answers
 		// it as the first run went, whatever retries the client makes of its own.
-		res, err = wire.Release.RunOn(ctx, l.client, k.Lock, args...).Result()
+		res, err = wire.Release.RunOn(ctx, l.client, k, name, args...).Result()
 	}
 	if err != nil {
 		return false, err

@@ -1,7 +1,8 @@
 -- Acquire a resource, exclusive, shared or one of n slots, and issue its fencing token in one
 -- step, or queue for it (see doc.go for the keys and values, grants.lua for the states).
 -- KEYS[1]: the resource's lock key; its fence and queue keys are named after it, in its
---          Cluster slot.
+--          Cluster slot. On a Cluster they follow it, with the memo's key of ARGV[9], declared
+--          only (see wire.Declare).
 -- ARGV[1]: owner: random and unique per acquisition, without ':' or '.'.
 -- ARGV[2]: lease: the lease length in milliseconds, a positive integer.
 -- ARGV[3]: kind: 'x' (exclusive, the default), 's' (shared) or 'l<n>' (one of n > 1 slots).

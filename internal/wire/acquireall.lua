@@ -1,7 +1,8 @@
 -- Take the exclusive locks of several resources in one step and issue a fencing token for
 -- each, as far as they are free, in the order given (the canonical order, see lockset.go; see
 -- doc.go for the keys and values).
--- KEYS: the lock key of each resource; on a Cluster they share one slot.
+-- KEYS: the lock key of each resource; on a Cluster they share one slot, and each resource's
+--       fence and queue keys follow them, declared only (see wire.Declare).
 -- ARGV[1]: owner: the set's owner value, random and unique per call, without ':' or '.'; each
 --          lock's value is "<owner>:<token>".
 -- ARGV[2]: lease: the lease in milliseconds (a positive integer).
@@ -30,7 +31,11 @@ local function stop(reply)
   end
   return reply
 end
-for i = 1, #KEYS do
+local n = #KEYS
+while string.sub(KEYS[n], -5) ~= ':lock' do -- on a Cluster, the other keys follow (wire.Declare)
+  n = n - 1
+end
+for i = 1, n do
   local r = resource(KEYS[i])
   local t
   if redis.call('EXISTS', r.lock, r.queue) == 0 then

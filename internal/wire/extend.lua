@@ -1,6 +1,7 @@
 -- Reset the lease of one holder of a resource if this acquisition still holds it (see
 -- doc.go for the lock's values).
--- KEYS[1]: the resource's lock key.
+-- KEYS[1]: the resource's lock key; on a Cluster its fence and queue keys follow, declared
+--          only (see wire.Declare).
 -- ARGV[1]: value: the lock value of this acquisition, "<owner>:<token>".
 -- ARGV[2]: lease: the new lease in milliseconds (a positive integer; never 0, since PEXPIRE 0
 --          would delete the key).

@@ -2,7 +2,8 @@
 -- queue, in one step that writes nothing (see doc.go for the keys and values). A hash of the
 -- earlier layout (a field 'limit', holders "<owner>:<token>" holding their lease's end) is
 -- read too, so that operators see it while processes of both versions run.
--- KEYS[1]: the resource's lock key (the others are named after it).
+-- KEYS[1]: the resource's lock key (the others are named after it); on a Cluster its fence and
+--          queue keys follow, declared only (see wire.Declare).
 -- Returns {now, kind, holders, fence, fence_pttl, queue, waiters}:
 --   now:      the server time in milliseconds;
 --   kind:     '' when the lock key does not exist, 'x' for an exclusive holder, 's' or 'l<n>'

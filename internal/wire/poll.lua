@@ -1,7 +1,8 @@
 -- Keep a Locker's waiters in a resource's queue and find out whether the resource was granted
 -- to some of them, for a waiter that heard nothing for a while (a lost announcement, a holder
 -- whose lease ran out); see doc.go and grants.lua.
--- KEYS[1]: the resource's lock key (the others are named after it).
+-- KEYS[1]: the resource's lock key (the others are named after it); on a Cluster its fence and
+--          queue keys follow, declared only (see wire.Declare).
 -- ARGV[1]: id: the Locker's id.
 -- ARGV[2]: entry: its waiter value (when it began waiting, unix ms).
 -- ARGV[3]: publish: 'P', 'S' or '-' (see acquire.lua).

@@ -1,7 +1,9 @@
 -- Release one or several resources of one acquisition, each if the acquisition still holds
 -- it, and hand each to the next waiters of its queue in the same step (see doc.go for the keys
 -- and values, grants.lua for the states and the grants).
--- KEYS: the lock key of each resource, n of them; on a Cluster they share one slot.
+-- KEYS: the lock key of each resource, n of them; on a Cluster they share one slot, and each
+--       resource's fence and queue keys (and with one resource, its memo's) follow them,
+--       declared only (see wire.Declare).
 -- ARGV[1..n]: value: the lock value of the i-th resource's holder, "<owner>:<token>"; or
 --          "<owner>:" for whatever token that owner holds (after an acquire whose reply was
 --          lost).
@@ -26,6 +28,13 @@
 -- instead of NOT_HELD: an exclusive lock becomes its record (RENAME), which keeps the lease's
 -- TTL, or RECORD_TTL when that is shorter (keep); other records live RECORD_TTL.
 local n = #KEYS
+if n > 1 then -- on a Cluster the resources' other keys follow their lock keys (wire.Declare)
+  local i = 1
+  while i < n and string.sub(KEYS[i + 1], -5) == ':lock' do
+    i = i + 1
+  end
+  n = i
+end
 local kind = ARGV[n + 1] or 'x'
 -- The fast paths of one holder that nobody waits behind: nothing else is read or created.
 local seen

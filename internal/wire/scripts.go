@@ -88,11 +88,47 @@ func (s *Script) Run(ctx context.Context, c redis.UniversalClient, keys []string
 	return res
 }
 
-// RunOn is Run on one key, without a slice of keys.
-func (s *Script) RunOn(ctx context.Context, c redis.UniversalClient, key string, args ...any) *redis.Cmd {
-	cmd := make([]any, 0, 4+len(args))
-	cmd = append(cmd, "evalsha", s.sha, 1, key)
+// RunOn is Run on the keys of one resource, without a slice of them: its lock key, and on a
+// Redis Cluster also its fence and queue keys and, when memo is not "", the key of its memo
+// memo (see Declare).
+func (s *Script) RunOn(ctx context.Context, c redis.UniversalClient, k Keys, memo string, args ...any) *redis.Cmd {
+	cmd := make([]any, 0, 8+len(args))
+	if _, ok := c.(*redis.ClusterClient); !ok {
+		cmd = append(cmd, "evalsha", s.sha, 1, k.Lock)
+	} else if memo == "" {
+		cmd = append(cmd, "evalsha", s.sha, 3, k.Lock, k.Fence, k.Queue)
+	} else {
+		cmd = append(cmd, "evalsha", s.sha, 4, k.Lock, k.Fence, k.Queue, k.Memo(memo))
+	}
 	return s.send(ctx, c, append(cmd, args...))
+}
+
+// Declare returns the KEYS of a script on the resources of ks: their lock keys, which are all
+// the scripts read from KEYS (their other keys' names follow from the lock key's) and, on a
+// *redis.ClusterClient, after them each resource's fence and queue keys, and the key of memo
+// when it is not "" (ks then has one resource). A Cluster checks declared keys before it runs
+// a script: while their slot migrates and some of them have moved, it answers TRYAGAIN
+// instead of running the script on a node that lacks the counter, which would issue a token
+// again from 1. A script's KEYS are its lock keys up to the first key that is not one.
+func Declare(c redis.UniversalClient, ks []Keys, memo string) []string {
+	_, cluster := c.(*redis.ClusterClient)
+	n := len(ks)
+	if cluster {
+		n = 3*len(ks) + 1
+	}
+	keys := make([]string, 0, n)
+	for _, k := range ks {
+		keys = append(keys, k.Lock)
+	}
+	if cluster {
+		for _, k := range ks {
+			keys = append(keys, k.Fence, k.Queue)
+		}
+		if memo != "" && len(ks) == 1 {
+			keys = append(keys, ks[0].Memo(memo))
+		}
+	}
+	return keys
 }
 
 // send sends the EVALSHA cmd, and again as an EVAL when Redis does not know the script.

@@ -52,7 +52,7 @@ func TestAcquireIdempotentForOwner(t *testing.T) {
 			k := For(r.Prefix, "res-"+kind)
 			run := func(owner string) AcquireReply {
 				t.Helper()
-				res, err := Acquire.RunOn(ctx, r.Client, k.Lock, owner, 30000, kind).Result()
+				res, err := Acquire.RunOn(ctx, r.Client, k, "", owner, 30000, kind).Result()
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -1,6 +1,7 @@
 -- Report the remaining lease of one holder of a resource if this acquisition still holds it
 -- (see doc.go for the lock's values).
--- KEYS[1]: the resource's lock key.
+-- KEYS[1]: the resource's lock key; on a Cluster its fence and queue keys follow, declared
+--          only (see wire.Declare).
 -- ARGV[1]: value: the lock value of this acquisition, "<owner>:<token>".
 -- ARGV[2]: kind: 'x' (exclusive, the default), 's' or 'l<n>'.
 -- Returns {TAKEN, left}, the lease left in milliseconds, or NOT_HELD when this acquisition no

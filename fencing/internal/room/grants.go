@@ -93,9 +93,9 @@ func (r *Room) passOn(k wire.Keys, value string, kind wire.Kind) {
 	}
 	args := []any{value, kind.Arg(), r.publish, self, "1"} // a grant's lease is short: keep its record
 	sent := time.Now()
-	res, err := wire.Release.RunOn(ctx, r.client, k.Lock, args...).Result()
+	res, err := wire.Release.RunOn(ctx, r.client, k, "", args...).Result()
 	if LostReply(ctx, err) {
-		res, err = wire.Release.RunOn(ctx, r.client, k.Lock, args...).Result()
+		res, err = wire.Release.RunOn(ctx, r.client, k, "", args...).Result()
 	}
 	if err != nil {
 		return

@@ -363,7 +363,7 @@ func (r *Room) check(ctx context.Context, ln *line) error {
 	ln.due = time.Time{}
 	ln.mu.Unlock()
 	sent := time.Now()
-	res, err := wire.Poll.RunOn(ctx, r.client, ln.k.Lock, args...).Slice()
+	res, err := wire.Poll.RunOn(ctx, r.client, ln.k, "", args...).Slice()
 	if err != nil && ctx.Err() != nil {
 		return nil // the caller's context ended: the wait ends with that
 	} else if err != nil {
