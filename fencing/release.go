@@ -88,7 +88,7 @@ func (l *Locker) releaseOne(ctx context.Context, k wire.Keys, value string, m mo
 		if memo.ExpireCounter {
 			counter = strconv.FormatInt(millis(memo.TTL), 10)
 		}
-		args = append(args, m.Arg(), l.topo.Publish(), self, boolArg(keep), memo.Name, memo.Value, millis(memo.TTL), counter)
+		args = append(args, m.Arg(), boolArg(keep), l.topo.Publish(), self, memo.Name, memo.Value, millis(memo.TTL), counter)
 	}
 	name := ""
 	if memo != nil {
@@ -132,12 +132,12 @@ func resend(ctx context.Context, cmds []*redis.Cmd, send func([]wire.Call) []*re
 // with their defaults at the end: kind, publish, self, keep.
 func releaseArgs(args []any, m mode, publish, self string, keep bool) []any {
 	switch {
-	case keep:
-		return append(args, m.Arg(), publish, self, "1")
 	case self != "":
-		return append(args, m.Arg(), publish, self)
+		return append(args, m.Arg(), boolArg(keep), publish, self)
 	case publish != "P":
-		return append(args, m.Arg(), publish)
+		return append(args, m.Arg(), boolArg(keep), publish)
+	case keep:
+		return append(args, m.Arg(), "1")
 	case !m.Exclusive():
 		return append(args, m.Arg())
 	}

@@ -8,11 +8,11 @@
 --          "<owner>:" for whatever token that owner holds (after an acquire whose reply was
 --          lost).
 -- ARGV[n+1]: kind: 'x' (exclusive, the default), 's' or 'l<n>': the holders' kind.
--- ARGV[n+2]: publish: 'P' (the default), 'S' or '-' (see acquire.lua).
--- ARGV[n+3]: self: the releasing Locker's id when it has waiters queued for these resources
+-- ARGV[n+2]: keep: '1' when the lease has less than RECORD_TTL left (a lock granted from the
+--          queue, a short TTL), '0' (the default) otherwise (see the release record below).
+-- ARGV[n+3]: publish: 'P' (the default), 'S' or '-' (see acquire.lua).
+-- ARGV[n+4]: self: the releasing Locker's id when it has waiters queued for these resources
 --          (grants to them come back in the reply, unannounced), or '' (the default).
--- ARGV[n+4]: keep: '1' when the lease has less than RECORD_TTL left, '0' (the default)
---          otherwise (see the release record below).
 -- With one resource, a memo written with the release, only while ARGV[1] holds it:
 -- ARGV[6]: its name ('' for none), ARGV[7] its value, ARGV[8] its lifetime in milliseconds;
 -- ARGV[9]: an expiry in milliseconds that the same step gives the resource's counter unless it
@@ -52,7 +52,7 @@ if n == 1 then
       end
       local record = base .. 'r:' .. ARGV[1]
       redis.call('RENAME', KEYS[1], record)
-      if ARGV[5] == '1' then
+      if ARGV[3] == '1' then
         redis.call('PEXPIRE', record, RECORD_TTL)
       end
       return RELEASED
@@ -81,13 +81,13 @@ if n == 1 then
         end
         local record = base .. 'r:' .. ARGV[1]
         redis.call('RENAME', KEYS[1], record)
-        if ARGV[5] == '1' then
+        if ARGV[3] == '1' then
           redis.call('PEXPIRE', record, RECORD_TTL)
         end
         local n = redis.call('INCR', base .. 'fence')
         local token = n < 9007199254740992 and string.format('%d', n) or redis.call('GET', base .. 'fence')
         local value = element .. ':' .. token
-        local self, publish = ARGV[4] or '', ARGV[3] or 'P'
+        local self, publish = ARGV[5] or '', ARGV[4] or 'P'
         local alive = id == self
         if not alive and publish ~= '-' then
           alive = redis.call(publish == 'S' and 'SPUBLISH' or 'PUBLISH', base .. 'grant:' .. id, value) > 0
@@ -127,7 +127,7 @@ if n == 1 then
   end
 end
 -- #include grants.lua
-local publish, self, keep = ARGV[n + 2] or 'P', ARGV[n + 3] or '', ARGV[n + 4] or '0'
+local keep, publish, self = ARGV[n + 2] or '0', ARGV[n + 3] or 'P', ARGV[n + 4] or ''
 
 -- commit writes what the call commits with the release of its one resource r.
 local function commit(r)

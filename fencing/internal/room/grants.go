@@ -91,7 +91,13 @@ func (r *Room) passOn(k wire.Keys, value string, kind wire.Kind) {
 	if r.QueuedOn(k) {
 		self = r.id
 	}
-	args := []any{value, kind.Arg(), r.publish, self, "1"} // a grant's lease is short: keep its record
+	args := []any{value, kind.Arg(), "1", r.publish, self} // a grant's lease is short: keep its record
+	if self == "" {
+		args = args[:len(args)-1]
+		if r.publish == "P" {
+			args = args[:len(args)-1]
+		}
+	}
 	sent := time.Now()
 	res, err := wire.Release.RunOn(ctx, r.client, k, "", args...).Result()
 	if LostReply(ctx, err) {
