@@ -1140,3 +1140,92 @@ func TestReleaseSkipsOnlyDeadWaiters(t *testing.T) {
 		t.Fatalf("%d of the lock and queue keys left, want none", n)
 	}
 }
+
+// TestReleaseRecordTTL: the record of a release lives as long as the released lease would
+// have, and at least 10 s (wire.RecordTTL), so that a release sent again after a lost reply
+// finds it: a lock with a long lease, one with a short TTL (the client asks for 10 s), and a
+// lock granted from the queue, whose lease starts at most 3 s long (the script keeps its
+// record 10 s unasked).
+func TestReleaseRecordTTL(t *testing.T) {
+	r := redistest.New(t)
+	ctx := t.Context()
+	recordTTL := func(resource string) time.Duration {
+		t.Helper()
+		keys := r.Client.Keys(ctx, r.Prefix+"{"+resource+"}:r:*").Val()
+		if len(keys) != 1 {
+			t.Fatalf("%s: release records %v, want one", resource, keys)
+		}
+		return r.Client.PTTL(ctx, keys[0]).Val()
+	}
+	l := process(t, r)
+	for _, c := range []struct {
+		resource string
+		ttl      time.Duration
+		min, max time.Duration
+	}{
+		{"long", time.Minute, 50 * time.Second, time.Minute},
+		{"short", 2 * time.Second, 9 * time.Second, 10 * time.Second},
+	} {
+		lock := mustAcquire(t, l, c.resource, fencing.WithTTL(c.ttl))
+		if err := lock.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := recordTTL(c.resource); got < c.min || got > c.max {
+			t.Errorf("%s (TTL %v): the record lives %v, want %v to %v", c.resource, c.ttl, got, c.min, c.max)
+		}
+	}
+	held := mustAcquire(t, l, "res")
+	granted := handOver(t, r, held, process(t, r), nil)
+	for _, k := range r.Client.Keys(ctx, r.Prefix+"{res}:r:*").Val() {
+		r.Client.Del(ctx, k) // the first holder's
+	}
+	if err := granted.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := recordTTL("res"); got < 9*time.Second || got > 10*time.Second {
+		t.Errorf("a lock granted from the queue: the record lives %v, want 10 s", got)
+	}
+}
+
+// TestQueueTTLAfterHandOff: the release that hands an exclusive lock to the head of its queue
+// leaves the rest of the queue with its TTL (a queue whose waiters all died goes within 3 s),
+// whether the head was exclusive or shared, when one waiter is left behind it.
+func TestQueueTTLAfterHandOff(t *testing.T) {
+	for _, head := range []struct {
+		name string
+		opts []fencing.CallOption
+	}{{"exclusive head", nil}, {"shared head", []fencing.CallOption{fencing.Shared()}}} {
+		t.Run(head.name, func(t *testing.T) {
+			r := redistest.New(t)
+			ctx := t.Context()
+			holder := process(t, r)
+			first, second := process(t, r, slowBackoff), process(t, r, slowBackoff)
+			held := mustAcquire(t, holder, "res")
+			a := acquireAsync(ctx, first, "res", head.opts...)
+			waitFor(t, 5*time.Second, "the first waiter in the queue", func() bool { return queueLen(r, "res") == 1 })
+			b := acquireAsync(ctx, second, "res")
+			waitFor(t, 5*time.Second, "the second waiter in the queue", func() bool { return queueLen(r, "res") == 2 })
+			if err := held.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			got := <-a
+			if got.err != nil {
+				t.Fatal(got.err)
+			}
+			queue := r.Prefix + "{res}:queue"
+			if n := r.Client.LLen(ctx, queue).Val(); n != 1 {
+				t.Fatalf("queue length %d after the hand-off, want 1", n)
+			}
+			if ttl := r.Client.PTTL(ctx, queue).Val(); ttl <= 0 || ttl > 3*time.Second {
+				t.Errorf("the queue's TTL after the hand-off: %v, want up to 3s", ttl)
+			}
+			if err := got.lock.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got = <-b; got.err != nil {
+				t.Fatal(got.err)
+			}
+			_ = got.lock.Release(ctx)
+		})
+	}
+}

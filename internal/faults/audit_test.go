@@ -91,7 +91,8 @@ func TestCheckServerACL(t *testing.T) {
 	do(t, s, "ACL", "SETUSER", "noconfig", "on", ">pw", "~*", "&*", "+@all", "-config")
 	do(t, s, "ACL", "SETUSER", "locker", "on", ">pw", "resetkeys", "~fk:*", "resetchannels", "&fk:*", "-@all",
 		"+hello", "+ping", "+eval", "+evalsha", "+subscribe", "+unsubscribe", "+rpushx", "+lrem",
-		"+get", "+set", "+incr", "+del", "+rename", "+pexpire", "+pttl", "+exists", "+lpop", "+lpush", "+rpush", "+lpos", "+lrange", "+append", "+publish", "+time")
+		"+get", "+set", "+incr", "+del", "+rename", "+pexpire", "+pttl", "+exists", "+lpop", "+lpush", "+rpush", "+lpos", "+lrange", "+lindex", "+append", "+publish", "+time",
+		"+hget", "+hmget", "+hset", "+hdel", "+hlen", "+hgetall", "+type")
 	as := func(user string) *redis.Client {
 		return s.Client(t, func(o *redis.Options) { o.Username, o.Password = user, "pw" })
 	}
@@ -112,10 +113,10 @@ func TestCheckServerACL(t *testing.T) {
 	do(t, s, "CONFIG", "SET", "maxmemory-policy", "noeviction")
 
 	minimal := newLocker(t, as("locker"))
-	_, err = servercheck.Check(ctx, minimal)
+	_, checkErr := servercheck.Check(ctx, minimal)
 	var reply redis.Error
-	if err == nil || errors.Is(err, servercheck.ErrUnsafe) || !strings.Contains(err.Error(), "+config|get or +info") || !errors.As(err, &reply) || !strings.Contains(err.Error(), "NOPERM") {
-		t.Fatalf("minimal user: got %v, want an error naming +config|get or +info and wrapping NOPERM", err)
+	if checkErr == nil || errors.Is(checkErr, servercheck.ErrUnsafe) || !strings.Contains(checkErr.Error(), "+config|get or +info") || !errors.As(checkErr, &reply) || !strings.Contains(checkErr.Error(), "NOPERM") {
+		t.Fatalf("minimal user: got %v, want an error naming +config|get or +info and wrapping NOPERM", checkErr)
 	}
 	if lock, err := minimal.TryAcquire(ctx, "res"); err != nil {
 		t.Fatalf("minimal user cannot lock: %v", err)
@@ -151,7 +152,54 @@ func TestCheckServerACL(t *testing.T) {
 	if err := <-granted; err != nil {
 		t.Fatalf("minimal user, granted waiter: %v", err)
 	}
-	figure(t, "check-server-acl-minimal", "error (not ErrUnsafeServer): %q; locking still works", firstLine(err))
+	// Shared and limited holders, a writer queued behind readers (a waiter for a slot behind
+	// full slots) and granted; Extend, TTL, Inspect and ForceRelease.
+	for _, kind := range []struct {
+		name       string
+		opts, wait []fencing.CallOption // the holders' and the waiter's
+	}{
+		{"shared", []fencing.CallOption{fencing.Shared()}, nil},
+		{"limit 2", []fencing.CallOption{fencing.WithLimit(2)}, []fencing.CallOption{fencing.WithLimit(2)}},
+	} {
+		resource := "kinds-" + strings.ReplaceAll(kind.name, " ", "")
+		holders := make([]*fencing.Lock, 2)
+		for i := range holders {
+			var err error
+			if holders[i], err = minimal.TryAcquire(ctx, resource, kind.opts...); err != nil {
+				t.Fatalf("minimal user, %s: %v", kind.name, err)
+			}
+		}
+		if err := holders[0].Extend(ctx, time.Minute); err != nil {
+			t.Fatalf("minimal user, %s Extend: %v", kind.name, err)
+		}
+		if _, err := holders[0].TTL(ctx); err != nil {
+			t.Fatalf("minimal user, %s TTL: %v", kind.name, err)
+		}
+		queued := make(chan error, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			lock, err := other.Acquire(wctx, resource, kind.wait...)
+			if err == nil {
+				err = lock.Release(ctx)
+			}
+			queued <- err
+		}()
+		waitUntil(t, 5*time.Second, "the waiter behind "+kind.name+" holders", func() bool {
+			st, err := minimal.Inspect(ctx, resource)
+			return err == nil && len(st.Waiters) == 1
+		})
+		if err := minimal.ForceRelease(ctx, resource, holders[0].Token()); err != nil {
+			t.Fatalf("minimal user, %s ForceRelease: %v", kind.name, err)
+		}
+		if err := holders[1].Release(ctx); err != nil {
+			t.Fatalf("minimal user, %s Release: %v", kind.name, err)
+		}
+		if err := <-queued; err != nil {
+			t.Fatalf("minimal user, the waiter behind %s holders: %v", kind.name, err)
+		}
+	}
+	figure(t, "check-server-acl-minimal", "error (not ErrUnsafeServer): %q; locking, waiting, Shared, WithLimit, Inspect and ForceRelease still work", firstLine(checkErr))
 }
 
 // TestCheckServerReplication checks the replica-related verdicts on a primary with a

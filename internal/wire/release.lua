@@ -8,8 +8,9 @@
 --          "<owner>:" for whatever token that owner holds (after an acquire whose reply was
 --          lost).
 -- ARGV[n+1]: kind: 'x' (exclusive, the default), 's' or 'l<n>': the holders' kind.
--- ARGV[n+2]: keep: '1' when the lease has less than RECORD_TTL left (a lock granted from the
---          queue, a short TTL), '0' (the default) otherwise (see the release record below).
+-- ARGV[n+2]: keep: '1' when an exclusive holder's lease has less than RECORD_TTL left, '0'
+--          (the default) otherwise (see the release record below); a lock granted from the
+--          queue (its owner a queue element, with '.') is kept without it.
 -- ARGV[n+3]: publish: 'P' (the default), 'S' or '-' (see acquire.lua).
 -- ARGV[n+4]: self: the releasing Locker's id when it has waiters queued for these resources
 --          (grants to them come back in the reply, unannounced), or '' (the default).
@@ -26,7 +27,8 @@
 -- again after a lost reply, which, finding the lock gone or handed on, answers as the first
 -- run did ('1' or the lock value for RELEASED, '2:<element>:<token>...' for grants to self)
 -- instead of NOT_HELD: an exclusive lock becomes its record (RENAME), which keeps the lease's
--- TTL, or RECORD_TTL when that is shorter (keep); other records live RECORD_TTL.
+-- TTL, or RECORD_TTL when that is shorter (keep, or a lock granted from the queue, whose lease
+-- starts short); other records live RECORD_TTL.
 local n = #KEYS
 if n > 1 then -- on a Cluster the resources' other keys follow their lock keys (wire.Declare)
   local i = 1
@@ -52,7 +54,7 @@ if n == 1 then
       end
       local record = base .. 'r:' .. ARGV[1]
       redis.call('RENAME', KEYS[1], record)
-      if ARGV[3] == '1' then
+      if ARGV[3] == '1' or string.find(ARGV[1], '.', 1, true) then
         redis.call('PEXPIRE', record, RECORD_TTL)
       end
       return RELEASED
@@ -65,8 +67,9 @@ if n == 1 then
       -- The head and the one after it, if any: whether waiters are left to mark the lock.
       local heads = redis.call('LPOP', queue, 2)
       local element, more = heads and heads[1], heads and heads[2]
-      if more then
-        redis.call('LPUSH', queue, more)
+      -- A push into the queue that the LPOP emptied makes it again, without its TTL.
+      if more and redis.call('LPUSH', queue, more) == 1 then
+        redis.call('PEXPIRE', queue, ENTRY_TTL)
       end
       local id, lease, rules
       if element then
@@ -81,7 +84,7 @@ if n == 1 then
         end
         local record = base .. 'r:' .. ARGV[1]
         redis.call('RENAME', KEYS[1], record)
-        if ARGV[3] == '1' then
+        if ARGV[3] == '1' or string.find(ARGV[1], '.', 1, true) then
           redis.call('PEXPIRE', record, RECORD_TTL)
         end
         local n = redis.call('INCR', base .. 'fence')
@@ -102,8 +105,8 @@ if n == 1 then
         end
         -- A dead waiter (its token is used up): the general case serves the rest.
         handed = true
-      elseif element then
-        redis.call('LPUSH', queue, element) -- put back: the general case serves it
+      elseif element and redis.call('LPUSH', queue, element) == 1 then -- put back: the general case serves it
+        redis.call('PEXPIRE', queue, ENTRY_TTL)
       end
     end
   else
@@ -203,7 +206,7 @@ local function release(r, value, record, got)
     -- The lock becomes the record of its release.
     if exact then
       redis.call('RENAME', r.lock, record)
-      if keep == '1' then
+      if keep == '1' or string.find(value, '.', 1, true) then
         redis.call('PEXPIRE', record, RECORD_TTL)
       end
       written = true
