@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -276,13 +275,9 @@ func (k *Lock) setValidUntil(sent time.Time, ttl time.Duration) {
 	k.validUntil.Store(int64(sent.Sub(k.acquired) + ttl - ttl/100))
 }
 
-// keepRecord reports whether the release must give its record wire.RecordTTL (see the
-// release script): an exclusive lease with less than that left by the local clock. The record
-// of a lock granted from the queue (its owner a queue element) gets it without being asked,
-// and a shared or limited release writes a record of its own, which always does.
-func (k *Lock) keepRecord() bool {
-	return k.mode.Exclusive() && !strings.Contains(k.value, ".") && time.Until(k.deadline()) < wire.RecordTTL
-}
+// keepRecord reports whether the lease has less than wire.RecordTTL left by the local clock,
+// so that the record of its release must outlive it (see the release script).
+func (k *Lock) keepRecord() bool { return time.Until(k.deadline()) < wire.RecordTTL }
 
 // deadline returns the local end of the lease.
 func (k *Lock) deadline() time.Time {

@@ -88,7 +88,7 @@ func (l *Locker) releaseOne(ctx context.Context, k wire.Keys, value string, m mo
 		if memo.ExpireCounter {
 			counter = strconv.FormatInt(millis(memo.TTL), 10)
 		}
-		args = append(args, m.Arg(), boolArg(keep), l.topo.Publish(), self, memo.Name, memo.Value, millis(memo.TTL), counter)
+		args = append(args, releaseKind(m, keep), l.topo.Publish(), self, memo.Name, memo.Value, millis(memo.TTL), counter)
 	}
 	name := ""
 	if memo != nil {
@@ -131,25 +131,25 @@ func resend(ctx context.Context, cmds []*redis.Cmd, send func([]wire.Call) []*re
 // releaseArgs appends to the values the release script's other arguments, leaving out those
 // with their defaults at the end: kind, publish, self, keep.
 func releaseArgs(args []any, m mode, publish, self string, keep bool) []any {
+	kind := releaseKind(m, keep)
 	switch {
 	case self != "":
-		return append(args, m.Arg(), boolArg(keep), publish, self)
+		return append(args, kind, publish, self)
 	case publish != "P":
-		return append(args, m.Arg(), boolArg(keep), publish)
-	case keep:
-		return append(args, m.Arg(), "1")
-	case !m.Exclusive():
-		return append(args, m.Arg())
+		return append(args, kind, publish)
+	case kind != "x":
+		return append(args, kind)
 	}
 	return args
 }
 
-// boolArg returns b as the scripts' '1' or '0'.
-func boolArg(b bool) string {
-	if b {
-		return "1"
+// releaseKind returns the release script's kind argument: m's, or 'k' for an exclusive lock
+// whose record must be kept wire.RecordTTL (keep).
+func releaseKind(m mode, keep bool) string {
+	if keep && m.Exclusive() {
+		return "k"
 	}
-	return "0"
+	return m.Arg()
 }
 
 // released decodes the release script's reply for one value released at sent, and delivers

@@ -522,3 +522,42 @@ func TestRetryAfterWhenReturned(t *testing.T) {
 		t.Fatalf("the long wait: got %v, want context.Canceled", a.err)
 	}
 }
+
+// TestRetryAfterBesideHolders: the RetryAfter of a wait that ends behind shared or limited
+// holders is read from the live holders when it ends: the latest lease of the readers still
+// holding (not of one that released), the earliest of full slots.
+func TestRetryAfterBesideHolders(t *testing.T) {
+	for _, kind := range []struct {
+		name       string
+		opts, wait []fencing.CallOption
+		want       time.Duration // the lease left that RetryAfter must be within a second above
+	}{
+		{"shared", []fencing.CallOption{fencing.Shared()}, nil, 5 * time.Second},
+		{"limit 2", []fencing.CallOption{fencing.WithLimit(2)}, []fencing.CallOption{fencing.WithLimit(2)}, 5 * time.Second},
+	} {
+		t.Run(kind.name, func(t *testing.T) {
+			r := redistest.New(t)
+			holders, waiters := newLocker(t, r), newLocker(t, r)
+			long := mustAcquire(t, holders, "res", append(kind.opts, fencing.WithTTL(time.Minute))...)
+			short := mustAcquire(t, holders, "res", append(kind.opts, fencing.WithTTL(5*time.Second))...)
+			defer short.Release(context.Background())
+			if kind.name == "shared" {
+				// The reader with the long lease leaves: the writer waits for the short one.
+				if err := long.Release(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				defer long.Release(context.Background())
+			}
+			_, err := waiters.Acquire(t.Context(), "res", append(kind.wait, fencing.WithMaxWait(100*time.Millisecond))...)
+			d, busy := fencing.RetryAfter(err)
+			left, lerr := short.TTL(context.Background())
+			if !busy || lerr != nil {
+				t.Fatalf("got %v (TTL: %v), want a busy error", err, lerr)
+			}
+			if gap := d - left; gap < 0 || gap > time.Second {
+				t.Errorf("RetryAfter %v with the short holder's lease at %v, want it within a second above", d, left)
+			}
+		})
+	}
+}

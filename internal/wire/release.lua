@@ -7,16 +7,15 @@
 -- ARGV[1..n]: value: the lock value of the i-th resource's holder, "<owner>:<token>"; or
 --          "<owner>:" for whatever token that owner holds (after an acquire whose reply was
 --          lost).
--- ARGV[n+1]: kind: 'x' (exclusive, the default), 's' or 'l<n>': the holders' kind.
--- ARGV[n+2]: keep: '1' when an exclusive holder's lease has less than RECORD_TTL left, '0'
---          (the default) otherwise (see the release record below); a lock granted from the
---          queue (its owner a queue element, with '.') is kept without it.
--- ARGV[n+3]: publish: 'P' (the default), 'S' or '-' (see acquire.lua).
--- ARGV[n+4]: self: the releasing Locker's id when it has waiters queued for these resources
+-- ARGV[n+1]: kind: the holders' kind: 'x' (exclusive, the default), 'k' (exclusive, with a
+--          lease of less than RECORD_TTL left: its record is kept RECORD_TTL, see below), 's'
+--          or 'l<n>'.
+-- ARGV[n+2]: publish: 'P' (the default), 'S' or '-' (see acquire.lua).
+-- ARGV[n+3]: self: the releasing Locker's id when it has waiters queued for these resources
 --          (grants to them come back in the reply, unannounced), or '' (the default).
 -- With one resource, a memo written with the release, only while ARGV[1] holds it:
--- ARGV[6]: its name ('' for none), ARGV[7] its value, ARGV[8] its lifetime in milliseconds;
--- ARGV[9]: an expiry in milliseconds that the same step gives the resource's counter unless it
+-- ARGV[5]: its name ('' for none), ARGV[6] its value, ARGV[7] its lifetime in milliseconds;
+-- ARGV[8]: an expiry in milliseconds that the same step gives the resource's counter unless it
 --          has one ('0' for none).
 -- Trailing arguments are left out when they have their defaults.
 -- Returns, for one resource: RELEASED when released and nothing granted to the Locker self;
@@ -27,8 +26,7 @@
 -- again after a lost reply, which, finding the lock gone or handed on, answers as the first
 -- run did ('1' or the lock value for RELEASED, '2:<element>:<token>...' for grants to self)
 -- instead of NOT_HELD: an exclusive lock becomes its record (RENAME), which keeps the lease's
--- TTL, or RECORD_TTL when that is shorter (keep, or a lock granted from the queue, whose lease
--- starts short); other records live RECORD_TTL.
+-- TTL, or RECORD_TTL when that is shorter (kind 'k'); other records live RECORD_TTL.
 local n = #KEYS
 if n > 1 then -- on a Cluster the resources' other keys follow their lock keys (wire.Declare)
   local i = 1
@@ -42,19 +40,19 @@ local kind = ARGV[n + 1] or 'x'
 local seen
 local handed = false -- released below, its record written, but its head waiter was dead
 if n == 1 then
-  if kind == 'x' then
+  if kind == 'x' or kind == 'k' then
     seen = redis.pcall('GET', KEYS[1])
     if seen == ARGV[1] then
       local base = string.sub(KEYS[1], 1, -5)
-      if ARGV[6] and ARGV[6] ~= '' then
-        redis.call('SET', base .. ARGV[6], ARGV[7], 'PX', ARGV[8])
+      if ARGV[5] and ARGV[5] ~= '' then
+        redis.call('SET', base .. ARGV[5], ARGV[6], 'PX', ARGV[7])
       end
-      if ARGV[9] and ARGV[9] ~= '0' then
-        redis.call('PEXPIRE', base .. 'fence', ARGV[9], 'NX')
+      if ARGV[8] and ARGV[8] ~= '0' then
+        redis.call('PEXPIRE', base .. 'fence', ARGV[8], 'NX')
       end
       local record = base .. 'r:' .. ARGV[1]
       redis.call('RENAME', KEYS[1], record)
-      if ARGV[3] == '1' or string.find(ARGV[1], '.', 1, true) then
+      if kind == 'k' then
         redis.call('PEXPIRE', record, RECORD_TTL)
       end
       return RELEASED
@@ -76,21 +74,21 @@ if n == 1 then
         id, lease, rules = string.match(element, '^([^.]*)%.%d+%.(%d+)(.*)$')
       end
       if id and rules == '' then
-        if ARGV[6] and ARGV[6] ~= '' then
-          redis.call('SET', base .. ARGV[6], ARGV[7], 'PX', ARGV[8])
+        if ARGV[5] and ARGV[5] ~= '' then
+          redis.call('SET', base .. ARGV[5], ARGV[6], 'PX', ARGV[7])
         end
-        if ARGV[9] and ARGV[9] ~= '0' then
-          redis.call('PEXPIRE', base .. 'fence', ARGV[9], 'NX')
+        if ARGV[8] and ARGV[8] ~= '0' then
+          redis.call('PEXPIRE', base .. 'fence', ARGV[8], 'NX')
         end
         local record = base .. 'r:' .. ARGV[1]
         redis.call('RENAME', KEYS[1], record)
-        if ARGV[3] == '1' or string.find(ARGV[1], '.', 1, true) then
+        if kind == 'k' then
           redis.call('PEXPIRE', record, RECORD_TTL)
         end
         local n = redis.call('INCR', base .. 'fence')
         local token = n < 9007199254740992 and string.format('%d', n) or redis.call('GET', base .. 'fence')
         local value = element .. ':' .. token
-        local self, publish = ARGV[5] or '', ARGV[4] or 'P'
+        local self, publish = ARGV[4] or '', ARGV[3] or 'P'
         local alive = id == self
         if not alive and publish ~= '-' then
           alive = redis.call(publish == 'S' and 'SPUBLISH' or 'PUBLISH', base .. 'grant:' .. id, value) > 0
@@ -116,11 +114,11 @@ if n == 1 then
       local left = redis.call('PTTL', KEYS[1])
       if left >= 0 and tonumber(string.match(h[1], '^%d+')) > tonumber(h[3]) - left then
         local base = string.sub(KEYS[1], 1, -5)
-        if ARGV[6] and ARGV[6] ~= '' then
-          redis.call('SET', base .. ARGV[6], ARGV[7], 'PX', ARGV[8])
+        if ARGV[5] and ARGV[5] ~= '' then
+          redis.call('SET', base .. ARGV[5], ARGV[6], 'PX', ARGV[7])
         end
-        if ARGV[9] and ARGV[9] ~= '0' then
-          redis.call('PEXPIRE', base .. 'fence', ARGV[9], 'NX')
+        if ARGV[8] and ARGV[8] ~= '0' then
+          redis.call('PEXPIRE', base .. 'fence', ARGV[8], 'NX')
         end
         redis.call('HDEL', KEYS[1], owner)
         redis.call('SET', base .. 'r:' .. ARGV[1], '1', 'PX', RECORD_TTL)
@@ -130,15 +128,15 @@ if n == 1 then
   end
 end
 -- #include grants.lua
-local keep, publish, self = ARGV[n + 2] or '0', ARGV[n + 3] or 'P', ARGV[n + 4] or ''
+local publish, self = ARGV[n + 2] or 'P', ARGV[n + 3] or ''
 
 -- commit writes what the call commits with the release of its one resource r.
 local function commit(r)
-  if n == 1 and ARGV[6] and ARGV[6] ~= '' then
-    redis.call('SET', r.base .. ARGV[6], ARGV[7], 'PX', ARGV[8])
+  if n == 1 and ARGV[5] and ARGV[5] ~= '' then
+    redis.call('SET', r.base .. ARGV[5], ARGV[6], 'PX', ARGV[7])
   end
-  if n == 1 and ARGV[9] and ARGV[9] ~= '0' then
-    redis.call('PEXPIRE', r.fence, ARGV[9], 'NX')
+  if n == 1 and ARGV[8] and ARGV[8] ~= '0' then
+    redis.call('PEXPIRE', r.fence, ARGV[8], 'NX')
   end
 end
 
@@ -206,7 +204,7 @@ local function release(r, value, record, got)
     -- The lock becomes the record of its release.
     if exact then
       redis.call('RENAME', r.lock, record)
-      if keep == '1' or string.find(value, '.', 1, true) then
+      if kind == 'k' then
         redis.call('PEXPIRE', record, RECORD_TTL)
       end
       written = true

@@ -91,7 +91,11 @@ func (r *Room) passOn(k wire.Keys, value string, kind wire.Kind) {
 	if r.QueuedOn(k) {
 		self = r.id
 	}
-	args := []any{value, kind.Arg(), "1", r.publish, self} // a grant's lease is short: keep its record
+	arg := kind.Arg()
+	if kind.Exclusive() {
+		arg = "k" // a grant's lease is short: keep its record
+	}
+	args := []any{value, arg, r.publish, self}
 	if self == "" {
 		args = args[:len(args)-1]
 		if r.publish == "P" {

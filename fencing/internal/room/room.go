@@ -421,20 +421,18 @@ func (r *Room) leave(w *waiter) (ahead int, left time.Duration) {
 	// holders' lease as it stands now.
 	var pos, rem *redis.IntCmd
 	var pttl *redis.DurationCmd
-	var bounds *redis.SliceCmd
-	var clock *redis.TimeCmd
+	var hash *redis.MapStringStringCmd
 	_, _ = r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		pos = p.LPos(ctx, ln.k.Queue, w.elem, redis.LPosArgs{})
 		rem = p.LRem(ctx, ln.k.Queue, 0, w.elem)
 		pttl = p.PTTL(ctx, ln.k.Lock)
-		bounds = p.HMGet(ctx, ln.k.Lock, "k", "e", "x")
-		clock = p.Time(ctx)
+		hash = p.HGetAll(ctx, ln.k.Lock) // WRONGTYPE for an exclusive holder's string
 		return nil
 	})
 	if n, err := pos.Result(); err == nil {
 		ahead = int(n)
 	}
-	left = holdersLeft(pttl, bounds, clock)
+	left = holdersLeft(pttl, hash)
 	if n, err := rem.Result(); err == nil && n == 0 {
 		// The element was popped: granted to w (the announcement is on its way) or dropped
 		// as dead. Free such a grant now.
@@ -443,25 +441,47 @@ func (r *Room) leave(w *waiter) (ahead int, left time.Duration) {
 	return ahead, left
 }
 
-// holdersLeft returns how long the holders' lease has left from the replies of PTTL, HMGET k
-// e x and TIME of the lock: the exclusive holder's, the latest of shared holders', the
-// earliest of a limit's; -1 when unknown.
-func holdersLeft(pttl *redis.DurationCmd, bounds *redis.SliceCmd, clock *redis.TimeCmd) time.Duration {
-	if vals, err := bounds.Result(); err == nil && len(vals) == 3 {
-		now, err := clock.Result()
-		kind, _ := vals[0].(string)
-		end, _ := vals[2].(string)
-		if kind != "s" {
-			end, _ = vals[1].(string)
-		}
-		ms, perr := strconv.ParseInt(end, 10, 64)
-		if err != nil || kind == "" || perr != nil {
-			return -1
-		}
-		return max(time.UnixMilli(ms).Sub(now), 0)
+// holdersLeft returns how long the holders' lease has left from the replies of PTTL and
+// HGETALL of the lock, read in one round trip: the exclusive holder's (the key's TTL); the
+// latest of the live shared holders'; for a limit, the earliest of the live holders' when
+// every slot is taken, and 0 when one is free. The time is the hash's expiry t less its TTL,
+// as the scripts read it. -1 when unknown.
+func holdersLeft(pttl *redis.DurationCmd, hash *redis.MapStringStringCmd) time.Duration {
+	d, err := pttl.Result()
+	if err != nil || d < 0 {
+		return -1
 	}
-	if d, err := pttl.Result(); err == nil && d >= 0 {
+	fields, err := hash.Result()
+	if err != nil { // an exclusive holder: a string
 		return d
 	}
-	return -1
+	t, err := strconv.ParseInt(fields["t"], 10, 64)
+	if err != nil {
+		return -1 // the earlier layout: unknown
+	}
+	now := time.UnixMilli(t).Add(-d)
+	kind, holders, _ := wire.HashHolders(fields)
+	var latest, earliest time.Time
+	live := 0
+	for _, h := range holders {
+		if !h.End.After(now) {
+			continue
+		}
+		live++
+		if h.End.After(latest) {
+			latest = h.End
+		}
+		if earliest.IsZero() || h.End.Before(earliest) {
+			earliest = h.End
+		}
+	}
+	switch {
+	case live == 0:
+		return 0
+	case kind.Shared:
+		return latest.Sub(now)
+	case live < kind.Limit:
+		return 0
+	}
+	return earliest.Sub(now)
 }
