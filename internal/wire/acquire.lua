@@ -125,13 +125,13 @@ end
 local publish = ARGV[6] or 'P'
 local floor, expiry = ARGV[7] or '0', ARGV[8] or '0'
 local r = resource(KEYS[1])
-local s = state(r, held)
+local s = state(r, held, owner)
 local now
 if s.shape == 'old' then
   return {LAYOUT}
 elseif s.shape == 'hash' then
   now = clock(r, s)
-  local mine = redis.call('HGET', r.lock, owner)
+  local mine = s.mine
   if mine then
     local token = string.match(mine, ':(%d+)$')
     hold(r, s, owner, token, now + tonumber(lease), now, true)

@@ -8,11 +8,12 @@
 --   {shape = 'none'}: nobody holds it;
 --   {shape = 'x', value = v}: an exclusive holder, whose lock value v is "<owner>:<token>",
 --     with '+' after it when waiters may be queued behind the holder;
---   {shape = 'hash', kind, q, e, x, t, count}: shared or limited holders of kind 's' or
+--   {shape = 'hash', kind, q, e, x, t, count, mine}: shared or limited holders of kind 's' or
 --     'l<n>', the queue mark q ('1' when waiters may be queued, '0' when none are), a lower
 --     bound e of their leases' ends and an upper bound x, the key's expiry t (all in server
 --     milliseconds), and count, the number of holder fields, some of which may have ended
---     (see sweep); the hash outlives its last holder, until t;
+--     (see sweep), and mine, the field of the owner state was asked for, if any; the hash
+--     outlives its last holder, until t;
 --   {shape = 'old'}: a hash of the earlier layout (its field 'limit'), which no script here
 --     changes: its calls answer LAYOUT.
 -- Kinds are 'x' (exclusive), 's' (shared) and 'l<n>' (one of n slots). Tokens and times are
@@ -107,8 +108,9 @@ local function parse(element)
 end
 
 -- state reads r's holders (see above), in one command for an exclusive holder or nobody;
--- seen, when not nil, is what a GET of the lock answered already in this script.
-local function state(r, seen)
+-- seen, when not nil, is what a GET of the lock answered already in this script; owner, when
+-- not nil, names the holder field to read as mine.
+local function state(r, seen, owner)
   local v = seen
   if v == nil then
     v = redis.pcall('GET', r.lock)
@@ -118,13 +120,13 @@ local function state(r, seen)
   elseif not v then
     return {shape = 'none'}
   end
-  local h = redis.call('HMGET', r.lock, 'k', 'q', 'e', 'x', 't', 'limit')
+  local h = redis.call('HMGET', r.lock, 'k', 'q', 'e', 'x', 't', 'limit', owner or 'k')
   if h[6] or not h[1] then
     return {shape = 'old'}
   end
   return {
     shape = 'hash', kind = h[1], q = h[2], e = tonumber(h[3]), x = tonumber(h[4]), t = tonumber(h[5]),
-    count = redis.call('HLEN', r.lock) - META,
+    count = redis.call('HLEN', r.lock) - META, mine = owner and h[7],
   }
 end
 

@@ -166,7 +166,7 @@ end
 local function release(r, value, record, got)
   local exact = string.sub(value, -1) ~= ':'
   local owner = string.match(value, '^[^:]*')
-  local s = state(r, got)
+  local s = state(r, got, owner)
   local now
   local held = false
   if s.shape == 'old' then
@@ -179,7 +179,7 @@ local function release(r, value, record, got)
     held = v == value or (not exact and string.sub(v, 1, #value) == value)
   elseif s.shape == 'hash' then
     now = clock(r, s)
-    local f = redis.call('HGET', r.lock, owner)
+    local f = s.mine
     if f then
       local ending, token = string.match(f, '^(%d+):(%d+)$')
       held = (not exact or owner .. ':' .. token == value) and tonumber(ending) > now
