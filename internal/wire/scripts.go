@@ -92,10 +92,13 @@ func (s *Script) Run(ctx context.Context, c redis.UniversalClient, keys []string
 // Redis Cluster also its fence and queue keys and, when memo is not "", the key of its memo
 // memo (see Declare).
 func (s *Script) RunOn(ctx context.Context, c redis.UniversalClient, k Keys, memo string, args ...any) *redis.Cmd {
-	cmd := make([]any, 0, 8+len(args))
 	if _, ok := c.(*redis.ClusterClient); !ok {
+		cmd := make([]any, 0, 4+len(args))
 		cmd = append(cmd, "evalsha", s.sha, 1, k.Lock)
-	} else if memo == "" {
+		return s.send(ctx, c, append(cmd, args...))
+	}
+	cmd := make([]any, 0, 7+len(args))
+	if memo == "" {
 		cmd = append(cmd, "evalsha", s.sha, 3, k.Lock, k.Fence, k.Queue)
 	} else {
 		cmd = append(cmd, "evalsha", s.sha, 4, k.Lock, k.Fence, k.Queue, k.Memo(memo))
