@@ -143,13 +143,14 @@ func TestSetLostRepliesOnCluster(t *testing.T) {
 		var seen atomic.Int32
 		return func(p []byte) bool { return match(p) && seen.Add(1) == n }
 	}
-	// One resource per slot: an EVALSHA on one key, of the acquire script (its owner, lease
-	// and 'S' for SPUBLISH; TryAcquireAll alone sends such requests here) or of the release
-	// script (a lock value and 'S'): the first argument, a lock value "<owner>:<token>" for a
-	// release, tells them apart.
+	// One resource per slot: an EVALSHA on one resource's three keys (on a Cluster the lock
+	// key declares its fence and queue keys beside it), of the acquire script (its owner,
+	// lease and, for 'S' for SPUBLISH, the defaults before it; TryAcquireAll alone sends such
+	// requests here) or of the release script (a lock value, its kind and 'S'): the first
+	// argument, a lock value "<owner>:<token>" for a release, tells them apart.
 	script := func(p []byte, release bool) bool {
 		args := respArgs(p)
-		return len(args) >= 7 && args[0] == "evalsha" && args[2] == "1" && strings.Contains(args[4], ":") == release
+		return len(args) >= 9 && args[0] == "evalsha" && args[2] == "3" && strings.Contains(args[6], ":") == release
 	}
 	acquire := func(p []byte) bool { return script(p, false) }
 	release := func(p []byte) bool { return script(p, true) }
