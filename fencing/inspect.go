@@ -91,13 +91,8 @@ func (l *Locker) Inspect(ctx context.Context, resource string) (*Status, error) 
 // checkName validates a call that names one resource and sends nothing else: the Locker's
 // own settings and the name.
 func (l *Locker) checkName(resource string) error {
-	switch {
-	case l == nil:
-		return errNilLocker
-	case l.room == nil:
-		return errZeroLocker
-	case l.cfg.err != nil:
-		return l.cfg.err
+	if err := l.made(); err != nil {
+		return err
 	}
 	return validResource(resource)
 }

@@ -114,18 +114,24 @@ func isNil(c redis.UniversalClient) bool {
 // client or an invalid option given to [New], or [ErrClosed] after Close; nil otherwise. It
 // sends nothing to Redis.
 func (l *Locker) Err() error {
-	switch {
-	case l == nil:
-		return errNilLocker
-	case l.room == nil:
-		return errZeroLocker
-	case l.cfg.err != nil:
-		return l.cfg.err
+	if err := l.made(); err != nil {
+		return err
 	}
 	if isDone(l.done) {
 		return ErrClosed
 	}
 	return nil
+}
+
+// made returns the error of a Locker that New did not make, or whose options were invalid.
+func (l *Locker) made() error {
+	switch {
+	case l == nil:
+		return errNilLocker
+	case l.room == nil:
+		return errZeroLocker
+	}
+	return l.cfg.err
 }
 
 // Close frees the Locker's subscription and wakes its waiters, whose Acquire calls then
