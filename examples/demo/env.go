@@ -27,23 +27,32 @@ import (
 	"github.com/fencekit/fencekit/store"
 )
 
-// pauseTTL is the lease of the holders that pause; they stay paused for twice as long.
+// pauseTTL is the lease of the holders that pause on a real Redis; they stay paused for
+// twice as long.
 const pauseTTL = 250 * time.Millisecond
+
+// miniJumps bounds the sum of one run's pauses on miniredis, where a pause moves the server's
+// clock for every key at once: it must stay below the lease of a grant from the queue (3s,
+// extended to the asked TTL a second later in real time, which miniredis does not count), or
+// a pause would end the lease of a holder that is not paused, and the demo would count that
+// holder's refused write as a paused one's.
+const miniJumps = time.Second
 
 // waitLimit bounds every wait in the demo.
 const waitLimit = 2 * time.Minute
 
 // env is the Redis the demo runs on.
 type env struct {
-	where  string
-	mini   *miniredis.Miniredis
-	opt    *redis.Options
-	rdb    *redis.Client
-	prefix string
+	where    string
+	mini     *miniredis.Miniredis
+	opt      *redis.Options
+	rdb      *redis.Client
+	prefix   string
+	pauseTTL time.Duration // the lease of the holders that pause; they stay paused for twice as long
 }
 
 func newEnv(cfg config) (*env, error) {
-	e := &env{prefix: fmt.Sprintf("fencekit-demo:%d:", os.Getpid())}
+	e := &env{prefix: fmt.Sprintf("fencekit-demo:%d:", os.Getpid()), pauseTTL: pauseTTL}
 	if cfg.redisAddr == "" {
 		m, err := miniredis.Run()
 		if err != nil {
@@ -51,6 +60,9 @@ func newEnv(cfg config) (*env, error) {
 		}
 		e.mini, e.where = m, "embedded miniredis"
 		e.opt = &redis.Options{Addr: m.Addr()}
+		if n := 2 * cfg.pauses * (cfg.accounts + cfg.transferAccounts); n > 0 {
+			e.pauseTTL = max(miniJumps/time.Duration(n), fencing.MinTTL)
+		}
 	} else if strings.Contains(cfg.redisAddr, "://") {
 		opt, err := redis.ParseURL(cfg.redisAddr) // redis://host:port/db
 		if err != nil {
@@ -357,7 +369,7 @@ func (e *env) pausedHolders(ctx context.Context, cfg config, locker *fencing.Loc
 
 func (e *env) onePause(ctx context.Context, locker *fencing.Locker, id string, c *counted, deposit func(context.Context, string) error) error {
 	resource := "account:" + id
-	lock, err := locker.Acquire(ctx, resource, fencing.WithTTL(pauseTTL))
+	lock, err := locker.Acquire(ctx, resource, fencing.WithTTL(e.pauseTTL))
 	if err != nil {
 		return err
 	}
@@ -365,7 +377,7 @@ func (e *env) onePause(ctx context.Context, locker *fencing.Locker, id string, c
 	if err != nil {
 		return err
 	}
-	e.pause(2 * pauseTTL) // the lease runs out while the holder is stopped
+	e.pause(2 * e.pauseTTL) // the lease runs out while the holder is stopped
 	if err := locker.Do(ctx, resource, func(ctx context.Context) error { return deposit(ctx, id) }); err != nil {
 		return err
 	}

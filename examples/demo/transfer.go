@@ -190,12 +190,12 @@ func (e *env) pausedTransfers(ctx context.Context, cfg config, locker *fencing.L
 
 func (e *env) onePausedTransfer(ctx context.Context, locker *fencing.Locker, from, to string, x *transfers) error {
 	resources := []string{"account:" + from, "account:" + to}
-	set, err := locker.AcquireAll(ctx, resources, fencing.WithTTL(pauseTTL))
+	set, err := locker.AcquireAll(ctx, resources, fencing.WithTTL(e.pauseTTL))
 	for errors.Is(err, fencing.ErrNotHeld) {
 		// The short lease of the first account ran out while the holder waited for the
 		// second (on miniredis, another paused holder moved the server's clock): AcquireAll
 		// released the set; take it again.
-		set, err = locker.AcquireAll(ctx, resources, fencing.WithTTL(pauseTTL))
+		set, err = locker.AcquireAll(ctx, resources, fencing.WithTTL(e.pauseTTL))
 	}
 	if err != nil {
 		return err
@@ -208,7 +208,7 @@ func (e *env) onePausedTransfer(ctx context.Context, locker *fencing.Locker, fro
 	if err != nil {
 		return err
 	}
-	e.pause(2 * pauseTTL) // both leases run out while the holder is stopped
+	e.pause(2 * e.pauseTTL) // both leases run out while the holder is stopped
 	if err := locker.DoAll(ctx, resources, func(ctx context.Context) error { return x.move(ctx, from, to) }); err != nil {
 		return err
 	}
