@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencekit/fencekit/asynqfence"
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/observe"
 	"github.com/fencekit/fencekit/internal/redistest"
 )
 
@@ -371,8 +372,8 @@ func TestWrapSucceededStaysSucceeded(t *testing.T) {
 			}
 			<-ctx.Done() // the renewal notices; the handler had already written
 			return nil
-		}), l, byPayload, asynqfence.WithTTL(time.Second), asynqfence.WithLockOptions(fencing.WithHooks(fencing.Hooks{
-			Lost: func(context.Context, fencing.Event) { lost.Add(1) },
+		}), l, byPayload, asynqfence.WithTTL(time.Second), asynqfence.WithLockOptions(fencing.WithHooks(observe.Hooks{
+			Lost: func(context.Context, observe.Event) { lost.Add(1) },
 		})))
 		if err := h.ProcessTask(t.Context(), asynq.NewTask("job", []byte("acct"))); err != nil {
 			t.Fatalf("got %v, want nil", err)

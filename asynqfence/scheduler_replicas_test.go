@@ -22,6 +22,7 @@ import (
 
 	"github.com/fencekit/fencekit/asynqfence"
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/observe"
 	"github.com/fencekit/fencekit/internal/redistest"
 )
 
@@ -398,15 +399,15 @@ func childScheduler() {
 		defer cancel()
 		rdb.RPush(ctx, reports, fmt.Sprintf(format, args...))
 	}
-	hooks := fencing.Hooks{End: func(ctx context.Context, e fencing.Event) {
+	hooks := observe.Hooks{End: func(ctx context.Context, e observe.Event) {
 		switch {
-		case e.Op == fencing.OpCampaign && e.Outcome == fencing.OutcomeAcquired:
+		case e.Op == observe.OpCampaign && e.Outcome == observe.OutcomeAcquired:
 			report("won %d %d %d", pid, e.Token, time.Now().UnixNano())
-		case e.Op == fencing.OpRenew && e.Outcome == fencing.OutcomeOK:
+		case e.Op == observe.OpRenew && e.Outcome == observe.OutcomeOK:
 			if until, ok := fencing.ValidUntilFromContext(ctx); ok {
 				report("valid %d %d %d", pid, e.Token, until.UnixNano())
 			}
-		case e.Op == fencing.OpLead:
+		case e.Op == observe.OpLead:
 			report("end %d %d %d", pid, e.Token, time.Now().UnixNano())
 		}
 	}}

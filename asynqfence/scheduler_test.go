@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencekit/fencekit/asynqfence"
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/observe"
 	"github.com/fencekit/fencekit/internal/redistest"
 )
 
@@ -350,8 +351,8 @@ func TestSchedulerRegisterWhileLeading(t *testing.T) {
 	h := newHarness(t)
 	var q enqueues
 	renewed := make(chan struct{}, 1)
-	leaderHooks := fencing.WithHooks(fencing.Hooks{End: func(_ context.Context, e fencing.Event) {
-		if e.Op == fencing.OpRenew {
+	leaderHooks := fencing.WithHooks(observe.Hooks{End: func(_ context.Context, e observe.Event) {
+		if e.Op == observe.OpRenew {
 			select {
 			case renewed <- struct{}{}:
 			default:
@@ -416,13 +417,13 @@ func TestSchedulerLeaderHooksAddUp(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := redistest.New(t)
 			var mu sync.Mutex
-			ends := map[fencing.Op]int{}
-			hooks := fencing.WithHooks(fencing.Hooks{End: func(_ context.Context, e fencing.Event) {
+			ends := map[observe.Op]int{}
+			hooks := fencing.WithHooks(observe.Hooks{End: func(_ context.Context, e observe.Event) {
 				mu.Lock()
 				ends[e.Op]++
 				mu.Unlock()
 			}})
-			count := func(op fencing.Op) int {
+			count := func(op observe.Op) int {
 				mu.Lock()
 				defer mu.Unlock()
 				return ends[op]
@@ -434,11 +435,11 @@ func TestSchedulerLeaderHooksAddUp(t *testing.T) {
 			}
 			s := asynqfence.NewScheduler(asynq.NewClientFromRedisClient(r.Client), l, "sched", opts...)
 			stop := runScheduler(t, s)
-			waitFor(t, "the campaign won", func() bool { return count(fencing.OpCampaign) > 0 })
+			waitFor(t, "the campaign won", func() bool { return count(observe.OpCampaign) > 0 })
 			if err := stop(); !errors.Is(err, context.Canceled) {
 				t.Fatalf("Run: got %v, want context.Canceled", err)
 			}
-			if got, got2 := count(fencing.OpCampaign), count(fencing.OpLead); got != tc.want || got2 != tc.want {
+			if got, got2 := count(observe.OpCampaign), count(observe.OpLead); got != tc.want || got2 != tc.want {
 				t.Fatalf("one campaign and one term: the hooks saw %d campaign(s) and %d term(s), want %d of each", got, got2, tc.want)
 			}
 		})

@@ -1,12 +1,12 @@
 // Package cronfence runs the jobs of a robfig/cron v3 scheduler (github.com/robfig/cron/v3)
 // in every replica of a service, and lets only the leader run them: each replica gives its
-// Cron a [fencing.Elector] of the same name, a job runs only while that elector leads, and the
+// Cron a [leader.Elector] of the same name, a job runs only while that elector leads, and the
 // job writes with the term's fencing token, its epoch, which the store checks.
 //
 // [Func] makes a job of a function that takes a context; the context carries the token
 // ([fencing.TokenFromContext]):
 //
-//	elector := fencing.NewElector(locker, "nightly-settlement")
+//	elector := leader.New(locker, "nightly-settlement")
 //	go elector.Run(ctx) // in every replica: campaigns and leads until ctx ends
 //	c := cron.New()
 //	c.AddJob("0 2 * * *", cronfence.Func(elector, func(ctx context.Context) {
@@ -30,7 +30,7 @@
 //
 // # Before each run
 //
-// Both ask [fencing.Elector.IsLeader] before every run, as gocron v2 does with the same
+// Both ask [leader.Elector.IsLeader] before every run, as gocron v2 does with the same
 // Elector (gocron.WithDistributedElector). IsLeader answers from memory, without a round
 // trip: the elector leads only while a term of its Run is going and the term's lease has not
 // run out by this host's clock. A run on a replica that does not lead is skipped, and skipped
@@ -38,7 +38,7 @@
 // running jobs until its lease runs out by its own clock (measured from before the lease
 // began, less 1% for drift), then skips them. No other replica leads before that lease has
 // run out in Redis, and the ticks in between are run by no one. IsLeader never returns a
-// Redis error: every reason to skip matches [fencing.ErrNotLeader]. [WithSkipHandler] sees
+// Redis error: every reason to skip matches [leader.ErrNotLeader]. [WithSkipHandler] sees
 // each skipped run with its reason, to count them, or to raise an alert on the runs that can
 // never happen: [fencing.ErrInvalid] (a nil Elector, or one made with a nil Locker or an empty
 // name), or an Elector whose Run was never called (the error says "not running"). The package

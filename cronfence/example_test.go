@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencekit/fencekit/cronfence"
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/leader"
 	"github.com/fencekit/fencekit/store"
 )
 
@@ -24,7 +25,7 @@ func ExampleFunc() {
 	defer locker.Close()
 
 	// Every replica runs an Elector of the same name and the same Cron; one at a time leads.
-	elector := fencing.NewElector(locker, "nightly-settlement")
+	elector := leader.New(locker, "nightly-settlement")
 	var ledger store.Memory // refuses an epoch below the highest it has seen
 	settled := make(chan int64)
 	c := cron.New()
@@ -70,12 +71,12 @@ func ExampleSkipIfNotLeader() {
 	defer rdb.Close()
 	locker := fencing.New(rdb, fencing.WithTTL(10*time.Second))
 	defer locker.Close()
-	elector := fencing.NewElector(locker, "nightly-settlement")
+	elector := leader.New(locker, "nightly-settlement")
 
 	// For every job of a Cron: cron.New(cron.WithChain(cronfence.SkipIfNotLeader(elector))).
 	// For one job, as here:
 	job := cron.NewChain(cronfence.SkipIfNotLeader(elector, cronfence.WithSkipHandler(func(err error) {
-		fmt.Println("skipped, not leader:", errors.Is(err, fencing.ErrNotLeader))
+		fmt.Println("skipped, not leader:", errors.Is(err, leader.ErrNotLeader))
 	}))).Then(cron.FuncJob(func() {
 		epoch, ok := elector.Token()
 		if !ok {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/errtext"
+	"github.com/fencekit/fencekit/leader"
 )
 
 // Func returns a cron.Job that calls fn only while elector leads, with a context that carries
@@ -19,10 +20,10 @@ import (
 //		// write with epoch: the store refuses an epoch below the highest it has seen
 //	}))
 //
-// Before every run it asks [fencing.Elector.IsLeader], as [SkipIfNotLeader] does, and reads
-// [fencing.Elector.Token]; when the elector does not lead, or its term ended in between, the
+// Before every run it asks [leader.Elector.IsLeader], as [SkipIfNotLeader] does, and reads
+// [leader.Elector.Token]; when the elector does not lead, or its term ended in between, the
 // run is skipped (never made up) and the [WithSkipHandler] handler gets an error matching
-// [fencing.ErrNotLeader]. fn's context is the base context ([WithBaseContext];
+// [leader.ErrNotLeader]. fn's context is the base context ([WithBaseContext];
 // context.Background() by default) with the token added. It is not cancelled when the term
 // ends: an Elector tells whether it leads, not when it stops. The token is what keeps the
 // writes of a replaced leader out; a long job can also check elector.IsLeader(ctx) between
@@ -30,7 +31,7 @@ import (
 //
 // A nil fn is never called: every run is skipped with an error wrapping [fencing.ErrInvalid].
 // The job holds no state between runs and is safe for concurrent use if fn is.
-func Func(elector *fencing.Elector, fn func(ctx context.Context), opts ...Option) cron.Job {
+func Func(elector *leader.Elector, fn func(ctx context.Context), opts ...Option) cron.Job {
 	cfg := newConfig(opts)
 	return cron.FuncJob(func() {
 		if fn == nil {
@@ -51,7 +52,7 @@ func Func(elector *fencing.Elector, fn func(ctx context.Context), opts ...Option
 }
 
 // leading returns the token of the term elector leads now, or why it does not lead.
-func leading(ctx context.Context, elector *fencing.Elector) (int64, error) {
+func leading(ctx context.Context, elector *leader.Elector) (int64, error) {
 	if err := elector.IsLeader(ctx); err != nil {
 		return 0, err
 	}
@@ -63,5 +64,5 @@ func leading(ctx context.Context, elector *fencing.Elector) (int64, error) {
 	if err := elector.IsLeader(ctx); err != nil {
 		return 0, err
 	}
-	return 0, errtext.New("cronfence: ", "leadership changed as the run began", fencing.ErrNotLeader)
+	return 0, errtext.New("cronfence: ", "leadership changed as the run began", leader.ErrNotLeader)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/fencekit/fencekit/cronfence"
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/leader"
 )
 
 // TestFuncSkips runs a job made by Func once per case: it runs while its Elector leads, and
@@ -36,7 +37,7 @@ type baseKey struct{}
 // the term's token, equal to the Elector's epoch; after a new term, the new and higher epoch.
 func TestFuncToken(t *testing.T) {
 	r := redistest.New(t)
-	e := fencing.NewElector(newLocker(t, r, r.Client), "leader")
+	e := leader.New(newLocker(t, r, r.Client), "leader")
 	type seen struct {
 		token, epoch int64
 		ok           bool

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/leader"
 )
 
 // waitLimit bounds every wait of the tests; reaching it fails the test.
@@ -26,7 +27,7 @@ func newLocker(t *testing.T, r *redistest.Redis, c *redis.Client, opts ...fencin
 
 // campaign runs e.Run until the test ends (or until the returned function is called, which
 // waits for Run to return and returns its error).
-func campaign(t *testing.T, e *fencing.Elector) (stop func() error) {
+func campaign(t *testing.T, e *leader.Elector) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -63,7 +64,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // waitLeading waits until e leads, and returns its epoch.
-func waitLeading(t *testing.T, e *fencing.Elector) int64 {
+func waitLeading(t *testing.T, e *leader.Elector) int64 {
 	t.Helper()
 	var epoch int64
 	waitFor(t, "the elector to lead", func() bool {

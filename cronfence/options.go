@@ -31,7 +31,7 @@ func newConfig(opts []Option) *config {
 // WithSkipHandler sets a function called with the reason every time a run is skipped, before
 // the run returns, on the run's goroutine (robfig/cron starts every run in a goroutine of its
 // own, so calls can be concurrent): for a count of skipped runs, a log line, an alert when a
-// run can never happen. The error matches [fencing.ErrNotLeader] when the Elector does not
+// run can never happen. The error matches [leader.ErrNotLeader] when the Elector does not
 // lead (as it is on every replica but the leader, on every tick); it also matches
 // [fencing.ErrInvalid] when it never can (a nil Elector, or one made with a nil Locker or an
 // empty name), and the base context's error once that context is done (see
@@ -44,7 +44,7 @@ func WithSkipHandler(h func(err error)) Option {
 // WithBaseContext sets a function that returns the context every run starts from, as
 // net/http's Server.BaseContext does for requests: the Elector is asked with it, and [Func]'s
 // function gets it with the term's token added. A context that is done skips the run (its
-// error then matches both [fencing.ErrNotLeader] and the context's error), so the process's
+// error then matches both [leader.ErrNotLeader] and the context's error), so the process's
 // context, cancelled at shutdown, keeps runs from starting after it and tells the running
 // ones to stop (robfig/cron's Stop cancels no run: the context it returns is done once the
 // running ones have returned). f is called once per run. Default: context.Background(); a nil

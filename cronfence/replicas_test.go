@@ -15,6 +15,7 @@ import (
 	"github.com/fencekit/fencekit/cronfence"
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/leader"
 )
 
 // steps is a cron.Schedule that the test drives, so that the replicas' Crons fire the same
@@ -79,7 +80,7 @@ func (rep report) String() string {
 type replica struct {
 	n       int
 	client  *redis.Client
-	elector *fencing.Elector
+	elector *leader.Elector
 	sched   *steps
 	cron    *cron.Cron
 	stopRun func() error // ends the elector's Run and returns its error
@@ -107,7 +108,7 @@ func newGroup(t *testing.T, style string, n int, ttl time.Duration) *group {
 func (g *group) start(n int) *replica {
 	t := g.t
 	rp := &replica{n: n, client: g.r.NewClient(t), sched: newSteps()}
-	rp.elector = fencing.NewElector(newLocker(t, g.r, rp.client, fencing.WithTTL(g.ttl)), "settlement")
+	rp.elector = leader.New(newLocker(t, g.r, rp.client, fencing.WithTTL(g.ttl)), "settlement")
 	rp.stopRun = campaign(t, rp.elector)
 	skipped := cronfence.WithSkipHandler(func(err error) {
 		g.reports <- report{replica: n, tick: rp.sched.current(), err: err}
@@ -206,7 +207,7 @@ func (g *group) ranOnce(reps []report, lead *replica, epoch int64) {
 			g.t.Errorf("%v; want it run by the leader, replica %d, with token %d", rep, lead.n, epoch)
 		case rep.replica != lead.n && rep.ran:
 			g.t.Errorf("%v; want it run by the leader alone, replica %d (epoch %d)", rep, lead.n, epoch)
-		case rep.replica != lead.n && !errors.Is(rep.err, fencing.ErrNotLeader):
+		case rep.replica != lead.n && !errors.Is(rep.err, leader.ErrNotLeader):
 			g.t.Errorf("%v; want it skipped with an error matching ErrNotLeader", rep)
 		}
 	}
@@ -357,7 +358,7 @@ func notLeading(t *testing.T, rp *replica) func() bool {
 func (g *group) skipped(reps []report) {
 	g.t.Helper()
 	for _, rep := range reps {
-		if rep.ran || !errors.Is(rep.err, fencing.ErrNotLeader) {
+		if rep.ran || !errors.Is(rep.err, leader.ErrNotLeader) {
 			g.t.Errorf("%v; want it skipped with an error matching ErrNotLeader", rep)
 		}
 	}

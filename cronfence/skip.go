@@ -5,15 +5,16 @@ import (
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/errtext"
+	"github.com/fencekit/fencekit/leader"
 )
 
 // SkipIfNotLeader returns a cron.JobWrapper that skips the runs of a job while elector does
 // not lead, as cron.SkipIfStillRunning skips them while the previous run goes on: before
-// every run it asks [fencing.Elector.IsLeader], with the context of [WithBaseContext], and
+// every run it asks [leader.Elector.IsLeader], with the context of [WithBaseContext], and
 // when the elector does not lead it skips that run (the next ones come as scheduled; a
 // skipped run is never made up) and calls the [WithSkipHandler] handler with IsLeader's
-// error, which matches [fencing.ErrNotLeader]. Give it to the Cron of every replica, each with an Elector
-// of the same name that [fencing.Elector.Run] keeps campaigning:
+// error, which matches [leader.ErrNotLeader]. Give it to the Cron of every replica, each with an Elector
+// of the same name that [leader.Elector.Run] keeps campaigning:
 //
 //	c := cron.New(cron.WithChain(cron.Recover(logger), cronfence.SkipIfNotLeader(elector)))
 //
@@ -27,7 +28,7 @@ import (
 // wrapping [fencing.ErrInvalid]. The wrapper holds no state between runs; the job it returns
 // is safe for concurrent use if job is (robfig/cron starts a run while the previous one still
 // runs, unless a wrapper such as cron.SkipIfStillRunning prevents it).
-func SkipIfNotLeader(elector *fencing.Elector, opts ...Option) cron.JobWrapper {
+func SkipIfNotLeader(elector *leader.Elector, opts ...Option) cron.JobWrapper {
 	cfg := newConfig(opts)
 	return func(job cron.Job) cron.Job {
 		return cron.FuncJob(func() {

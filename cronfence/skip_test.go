@@ -12,6 +12,7 @@ import (
 	"github.com/fencekit/fencekit/cronfence"
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/leader"
 )
 
 // cancelled returns a context that is already cancelled.
@@ -24,7 +25,7 @@ func cancelled() context.Context {
 // skipCase is one run of a job made by SkipIfNotLeader or Func, and what it must do.
 type skipCase struct {
 	name     string
-	elector  *fencing.Elector
+	elector  *leader.Elector
 	nilJob   bool // no job (SkipIfNotLeader) or no function (Func)
 	opts     []cronfence.Option
 	runs     bool     // the job runs; otherwise the run is skipped with an error that:
@@ -38,27 +39,27 @@ type skipCase struct {
 func skipCases(t *testing.T) []skipCase {
 	r := redistest.New(t)
 	l := newLocker(t, r, r.Client)
-	leader := fencing.NewElector(l, "leader")
-	campaign(t, leader)
-	waitLeading(t, leader)
-	idle := fencing.NewElector(l, "idle")
+	lead := leader.New(l, "leader")
+	campaign(t, lead)
+	waitLeading(t, lead)
+	idle := leader.New(l, "idle")
 	return []skipCase{
-		{name: "leads", elector: leader, runs: true},
+		{name: "leads", elector: lead, runs: true},
 		{name: "not running", elector: idle,
-			matches: []error{fencing.ErrNotLeader}, excludes: []error{fencing.ErrInvalid}, says: []string{`"idle"`, "not running"}},
+			matches: []error{leader.ErrNotLeader}, excludes: []error{fencing.ErrInvalid}, says: []string{`"idle"`, "not running"}},
 		{name: "nil elector",
-			matches: []error{fencing.ErrNotLeader, fencing.ErrInvalid}, says: []string{"nil Elector"}},
-		{name: "nil locker", elector: fencing.NewElector(nil, "leader"),
-			matches: []error{fencing.ErrNotLeader, fencing.ErrInvalid}, says: []string{"nil Locker"}},
-		{name: "empty name", elector: fencing.NewElector(l, ""),
-			matches: []error{fencing.ErrNotLeader, fencing.ErrInvalid}, says: []string{"empty name"}},
-		{name: "nil job", elector: leader, nilJob: true,
-			matches: []error{fencing.ErrInvalid}, excludes: []error{fencing.ErrNotLeader}, says: []string{"cronfence: nil "}},
-		{name: "base context done", elector: leader, opts: []cronfence.Option{cronfence.WithBaseContext(cancelled)},
-			matches: []error{fencing.ErrNotLeader, context.Canceled}},
-		{name: "nil base context", elector: leader, opts: []cronfence.Option{cronfence.WithBaseContext(func() context.Context { return nil })},
-			matches: []error{fencing.ErrInvalid}, excludes: []error{fencing.ErrNotLeader}, says: []string{"base context"}},
-		{name: "nil base function", elector: leader, opts: []cronfence.Option{cronfence.WithBaseContext(nil), nil}, runs: true},
+			matches: []error{leader.ErrNotLeader, fencing.ErrInvalid}, says: []string{"nil Elector"}},
+		{name: "nil locker", elector: leader.New(nil, "leader"),
+			matches: []error{leader.ErrNotLeader, fencing.ErrInvalid}, says: []string{"nil Locker"}},
+		{name: "empty name", elector: leader.New(l, ""),
+			matches: []error{leader.ErrNotLeader, fencing.ErrInvalid}, says: []string{"empty name"}},
+		{name: "nil job", elector: lead, nilJob: true,
+			matches: []error{fencing.ErrInvalid}, excludes: []error{leader.ErrNotLeader}, says: []string{"cronfence: nil "}},
+		{name: "base context done", elector: lead, opts: []cronfence.Option{cronfence.WithBaseContext(cancelled)},
+			matches: []error{leader.ErrNotLeader, context.Canceled}},
+		{name: "nil base context", elector: lead, opts: []cronfence.Option{cronfence.WithBaseContext(func() context.Context { return nil })},
+			matches: []error{fencing.ErrInvalid}, excludes: []error{leader.ErrNotLeader}, says: []string{"base context"}},
+		{name: "nil base function", elector: lead, opts: []cronfence.Option{cronfence.WithBaseContext(nil), nil}, runs: true},
 	}
 }
 
@@ -120,7 +121,7 @@ func TestSkipIfNotLeader(t *testing.T) {
 // cron.Recover wherever SkipIfNotLeader stands.
 func TestSkipIfNotLeaderInAChain(t *testing.T) {
 	r := redistest.New(t)
-	e := fencing.NewElector(newLocker(t, r, r.Client), "leader")
+	e := leader.New(newLocker(t, r, r.Client), "leader")
 	var runs atomic.Int32
 	var sk skips
 	job := cron.FuncJob(func() {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fencekit/fencekit/fencing/observe"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing/internal/room"
@@ -32,7 +34,7 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...CallOp
 		return nil, opErr("acquire", resource, errNilLocker)
 	}
 	cfg := l.cfg.with(opts)
-	ctx = cfg.hooks.start(ctx, OpTryAcquire, resource)
+	ctx = cfg.hooks.start(ctx, observe.OpTryAcquire, resource)
 	begin := time.Now()
 	var lock *Lock
 	var busy *BusyError
@@ -52,14 +54,14 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...CallOp
 			busy, err = r.busy, r.busy
 		}
 	}
-	ev := Event{Op: OpTryAcquire, Resource: resource, Attempts: attempts, Elapsed: time.Since(begin)}
+	ev := observe.Event{Op: observe.OpTryAcquire, Resource: resource, Attempts: attempts, Elapsed: time.Since(begin)}
 	switch {
 	case busy != nil:
-		ev.Outcome = OutcomeBusy
+		ev.Outcome = observe.OutcomeBusy
 	case err != nil:
 		ev.Outcome, ev.Err = outcomeOf(err), err
 	default:
-		ev.Outcome, ev.Token, ev.ClockBehind = OutcomeAcquired, lock.token, lock.behind
+		ev.Outcome, ev.Token, ev.ClockBehind = observe.OutcomeAcquired, lock.token, lock.behind
 	}
 	cfg.hooks.end(ctx, ev)
 	return lock, err
@@ -92,7 +94,7 @@ func (l *Locker) Acquire(ctx context.Context, resource string, opts ...CallOptio
 
 // acquire is Acquire with the call's settings resolved.
 func (l *Locker) acquire(ctx context.Context, cfg *config, resource string) (*Lock, error) {
-	ctx = cfg.hooks.start(ctx, OpAcquire, resource)
+	ctx = cfg.hooks.start(ctx, observe.OpAcquire, resource)
 	begin := time.Now()
 	var lock *Lock
 	attempts := 0
@@ -100,11 +102,11 @@ func (l *Locker) acquire(ctx context.Context, cfg *config, resource string) (*Lo
 	if err == nil {
 		lock, attempts, err = l.wait(ctx, cfg, resource)
 	}
-	ev := Event{Op: OpAcquire, Resource: resource, Attempts: attempts, Elapsed: time.Since(begin)}
+	ev := observe.Event{Op: observe.OpAcquire, Resource: resource, Attempts: attempts, Elapsed: time.Since(begin)}
 	if err != nil {
 		ev.Outcome, ev.Err = outcomeOf(err), err
 	} else {
-		ev.Outcome, ev.Token, ev.ClockBehind = OutcomeAcquired, lock.token, lock.behind
+		ev.Outcome, ev.Token, ev.ClockBehind = observe.OutcomeAcquired, lock.token, lock.behind
 	}
 	cfg.hooks.end(ctx, ev)
 	return lock, err

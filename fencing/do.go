@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fencekit/fencekit/fencing/observe"
+
 	"github.com/fencekit/fencekit/fencing/internal/stall"
 )
 
@@ -65,7 +67,7 @@ func (l *Locker) DoAll(ctx context.Context, resources []string, fn func(ctx cont
 		return opErr("acquire all", "", errNilLocker)
 	}
 	cfg := l.cfg.with(opts)
-	set, err := l.acquireAll(ctx, cfg, OpAcquireAll, resources)
+	set, err := l.acquireAll(ctx, cfg, observe.OpAcquireAll, resources)
 	if err != nil {
 		return err
 	}
@@ -108,7 +110,7 @@ func (l *Locker) hold(ctx context.Context, cfg *config, locks []*Lock, set *Lock
 				gone = append(gone, e)
 				if lost == nil {
 					k := locks[i]
-					cfg.hooks.lost(work, Event{Op: OpRelease, Resource: k.resource, Token: k.token, Outcome: OutcomeNotHeld, Err: e, Held: time.Since(k.acquired)})
+					cfg.hooks.lost(work, observe.Event{Op: observe.OpRelease, Resource: k.resource, Token: k.token, Outcome: observe.OutcomeNotHeld, Err: e, Held: time.Since(k.acquired)})
 				}
 			case e != nil:
 				other = true
@@ -140,10 +142,10 @@ type hold struct {
 // extend renews every lease of h to ttl and returns the error of each lock.
 func (h *hold) extend(ctx context.Context, ttl time.Duration) []error {
 	if h.set != nil {
-		errs, _ := h.set.extendAll(ctx, ttl, OpRenew) // ttl is valid: the set was taken with it
+		errs, _ := h.set.extendAll(ctx, ttl, observe.OpRenew) // ttl is valid: the set was taken with it
 		return errs
 	}
-	return []error{h.locks[0].extend(ctx, ttl, OpRenew)}
+	return []error{h.locks[0].extend(ctx, ttl, observe.OpRenew)}
 }
 
 // release releases every lock of h, one lock with LeaveMemo's memo, and returns the error of

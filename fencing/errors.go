@@ -38,11 +38,6 @@ var (
 	// acquisition in time. The lock was released before the error was returned.
 	ErrNotReplicated = errors.New("fencing: acquisition not replicated")
 
-	// ErrNotLeader means an [Elector] does not lead now: it is not running, it is campaigning
-	// while another process leads, its term was lost, or its lease has run out by the local
-	// clock. [Elector.IsLeader] returns it; a scheduler that gets it skips the run.
-	ErrNotLeader = errors.New("fencing: not leader")
-
 	// ErrLayout means a shared or limited resource's lock is a hash in the key layout of an
 	// earlier fencekit version (layout 1: fields limit, until and <owner>:<token>): processes
 	// of that version hold it, during a rolling deploy. The call changed nothing and took nothing; the resource is usable again

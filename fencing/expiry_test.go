@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/observe"
 	"github.com/fencekit/fencekit/internal/redistest"
 )
 
@@ -126,8 +127,8 @@ func TestClockStepBack(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var behind []time.Duration
-	hooks := fencing.WithHooks(fencing.Hooks{End: func(_ context.Context, e fencing.Event) {
-		if e.Outcome == fencing.OutcomeAcquired {
+	hooks := fencing.WithHooks(observe.Hooks{End: func(_ context.Context, e observe.Event) {
+		if e.Outcome == observe.OutcomeAcquired {
 			mu.Lock()
 			behind = append(behind, e.ClockBehind)
 			mu.Unlock()

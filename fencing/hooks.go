@@ -2,137 +2,27 @@ package fencing
 
 import (
 	"context"
-	"time"
+
+	"github.com/fencekit/fencekit/fencing/observe"
 )
 
-// An Op is an operation that [Hooks] observe.
-type Op uint8
-
-// The operations hooks observe.
-const (
-	OpAcquire    Op = iota + 1 // Acquire, and the acquisition inside Do: may wait
-	OpTryAcquire               // TryAcquire: one attempt
-	OpRelease                  // Lock.Release, and the release at the end of Do
-	OpExtend                   // Lock.Extend
-	OpRenew                    // one background renewal inside Do, or of the whole set inside DoAll (with Event.Resources)
-
-	// The operations on a set of resources (see [LockSet]): one event for the whole set,
-	// with Event.Resources.
-	OpAcquireAll    // AcquireAll, and the acquisition inside DoAll: may wait
-	OpTryAcquireAll // TryAcquireAll: no wait
-	OpReleaseAll    // LockSet.Release, and the release at the end of DoAll
-	OpExtendAll     // LockSet.Extend
-
-	// The operations of [Locker.Lead].
-	OpCampaign // one campaign of Lead: the wait for leadership; ends when won or given up
-	OpLead     // one term of Lead: from the campaign won until leadership is lost or given up
-)
-
-// String returns the operation's name in lower case, such as "acquire".
-func (o Op) String() string {
-	switch o {
-	case OpAcquire:
-		return "acquire"
-	case OpTryAcquire:
-		return "try_acquire"
-	case OpRelease:
-		return "release"
-	case OpExtend:
-		return "extend"
-	case OpRenew:
-		return "renew"
-	case OpAcquireAll:
-		return "acquire_all"
-	case OpTryAcquireAll:
-		return "try_acquire_all"
-	case OpReleaseAll:
-		return "release_all"
-	case OpExtendAll:
-		return "extend_all"
-	case OpCampaign:
-		return "campaign"
-	case OpLead:
-		return "lead"
-	}
-	return "unknown"
-}
-
-// An Outcome is how an operation ended.
-type Outcome string
-
-// The outcomes reported in [Event.Outcome].
-const (
-	OutcomeAcquired  Outcome = "acquired"  // the lock was taken
-	OutcomeBusy      Outcome = "busy"      // another owner holds the lock (not an error)
-	OutcomeCancelled Outcome = "cancelled" // the context ended first
-	OutcomeError     Outcome = "error"     // Redis or the input failed
-	OutcomeOK        Outcome = "ok"        // a release, extension or renewal took effect
-	OutcomeNotHeld   Outcome = "not_held"  // the lock was no longer ours
-	OutcomeResigned  Outcome = "resigned"  // a term of Lead ended by its own choice: fn returned, or the context ended
-)
-
-// An Event describes one finished operation, or a lost lock.
-type Event struct {
-	Op Op
-	// Resource is the resource operated on. For an operation on a set, it is the resource
-	// that made the operation fail (the busy one, or the first that was not held), or "".
-	Resource string
-	// Resources is the set of an operation on several resources, deduplicated and in the
-	// canonical order (see [Locker.AcquireAll]); nil for the operations on one resource.
-	Resources []string
-	// Token is the acquisition's fencing token, or 0 when nothing was acquired.
-	Token   int64
-	Outcome Outcome
-	// Err is the error the operation returned; nil for OutcomeAcquired, OutcomeBusy
-	// (from TryAcquire, which returns ErrNotAcquired) and OutcomeOK.
-	Err error
-	// Attempts is the number of acquire scripts sent (acquisitions only; for a set, the
-	// multi-resource scripts and the single ones of its waits).
-	Attempts int
-	// Elapsed is the time from Start to End: for an acquisition, the time spent waiting.
-	Elapsed time.Duration
-	// Held is the time since the acquisition was sent, for releases, lost locks and the end
-	// of a term of leadership (OpLead).
-	Held time.Duration
-	// ClockBehind is set on an acquisition with a server-time floor ([WithServerTimeFloor],
-	// [WithCounterExpiry]) when the Redis server's clock was more than a second behind the
-	// last token issued for the resource: the clock stepped back. The token is still higher
-	// than every token before it while the counter exists; a counter that expires and is
-	// created again before the clock catches up would issue lower tokens, which a store that
-	// checks tokens refuses. Zero otherwise, and for locks granted from the queue.
-	ClockBehind time.Duration
-}
-
-// Hooks observe a Locker's operations; any field may be nil. Give them to [WithHooks]. They
-// run synchronously on the calling goroutine (renewals on Do's renewal goroutine), so they
-// must be quick and safe for concurrent use.
-//
-// [Locker.Lead] reports two operations of its own. Each campaign is an OpCampaign, from Start
-// to an End whose outcome is OutcomeAcquired when leadership is won (Token is the term's
-// epoch), OutcomeCancelled when the context ended, or OutcomeError (OutcomeBusy under
-// [WithMaxWait]). A campaign's acquisition is an OpAcquire inside it. Each term is an OpLead:
-// Start when the campaign is won, with the context that fn's context derives from (the term's
-// renewals and its release are inside it), and End when the term ends, with OutcomeNotHeld
-// when leadership was lost, OutcomeError when fn failed, or OutcomeResigned otherwise; Held
-// is the term's length.
-type Hooks struct {
-	// Start is called when an operation begins; resource is "" for an operation on a set,
-	// whose resources End's Event lists. The context it returns is used for the
-	// operation's Redis calls and passed to End, so a span started here is the parent of
-	// the Redis client's spans.
-	Start func(ctx context.Context, op Op, resource string) context.Context
-	// End is called when the operation started by Start ends, with Start's context.
-	End func(ctx context.Context, e Event)
-	// Lost is called when Do finds its lock gone (or its lease run out unrenewed), with the
-	// work's context just before it is cancelled.
-	Lost func(ctx context.Context, e Event)
+// WithHooks adds hooks that observe the Locker's operations (see package observe); the
+// tracing package uses this seam. Several WithHooks options add up, those of New and of a
+// call alike: hooks run in the order given, so give a set of hooks once. Default: none, and
+// then observation costs nothing.
+func WithHooks(h observe.Hooks) CallOption {
+	return callOption(func(c *config) {
+		if h.Start != nil || h.End != nil || h.Lost != nil {
+			c.hooks = append(c.hooks, h)
+		}
+	})
 }
 
 // hookList is the hooks of a Locker or a call.
-type hookList []Hooks
+type hookList []observe.Hooks
 
 // start runs every Start hook and returns the resulting context.
-func (hs hookList) start(ctx context.Context, op Op, resource string) context.Context {
+func (hs hookList) start(ctx context.Context, op observe.Op, resource string) context.Context {
 	for i := range hs {
 		if h := hs[i].Start; h != nil {
 			ctx = h(ctx, op, resource)
@@ -142,7 +32,7 @@ func (hs hookList) start(ctx context.Context, op Op, resource string) context.Co
 }
 
 // end runs every End hook, the last added first.
-func (hs hookList) end(ctx context.Context, e Event) {
+func (hs hookList) end(ctx context.Context, e observe.Event) {
 	for i := len(hs) - 1; i >= 0; i-- {
 		if h := hs[i].End; h != nil {
 			h(ctx, e)
@@ -151,7 +41,7 @@ func (hs hookList) end(ctx context.Context, e Event) {
 }
 
 // lost runs every Lost hook.
-func (hs hookList) lost(ctx context.Context, e Event) {
+func (hs hookList) lost(ctx context.Context, e observe.Event) {
 	for i := len(hs) - 1; i >= 0; i-- {
 		if h := hs[i].Lost; h != nil {
 			h(ctx, e)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/fencekit/fencekit/fencing/observe"
+
 	"github.com/fencekit/fencekit/fencing/internal/backoff"
 )
 
@@ -39,7 +41,7 @@ import (
 //
 // Options apply to every campaign and term, as they do to one call of Do; [Shared] and
 // [WithLimit] above 1 are errors wrapping ErrInvalid (a leader leads alone). [Hooks] observe
-// each campaign (OpCampaign) and each term (OpLead); see Hooks. No goroutine started by
+// each campaign (observe.OpCampaign) and each term (observe.OpLead); see Hooks. No goroutine started by
 // Lead outlives it.
 func (l *Locker) Lead(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...CallOption) error {
 	if fn == nil {
@@ -93,33 +95,33 @@ func (l *Locker) Lead(ctx context.Context, name string, fn func(ctx context.Cont
 	}
 }
 
-// campaign waits for leadership of name once, observed by the hooks as an OpCampaign.
+// campaign waits for leadership of name once, observed by the hooks as an observe.OpCampaign.
 func (l *Locker) campaign(ctx context.Context, cfg *config, name string) (*Lock, error) {
-	cctx := cfg.hooks.start(ctx, OpCampaign, name)
+	cctx := cfg.hooks.start(ctx, observe.OpCampaign, name)
 	begin := time.Now()
 	lock, err := l.acquire(cctx, cfg, name)
-	ev := Event{Op: OpCampaign, Resource: name, Elapsed: time.Since(begin)}
+	ev := observe.Event{Op: observe.OpCampaign, Resource: name, Elapsed: time.Since(begin)}
 	if err != nil {
 		ev.Outcome, ev.Err = outcomeOf(err), err
 	} else {
-		ev.Outcome, ev.Token = OutcomeAcquired, lock.token
+		ev.Outcome, ev.Token = observe.OutcomeAcquired, lock.token
 	}
 	cfg.hooks.end(cctx, ev)
 	return lock, err
 }
 
-// term runs fn while lock lasts, observed by the hooks as an OpLead, and reports whether it
+// term runs fn while lock lasts, observed by the hooks as an observe.OpLead, and reports whether it
 // ended because leadership was lost.
 func (l *Locker) term(ctx context.Context, cfg *config, lock *Lock, fn func(ctx context.Context) error) (lost bool, err error) {
-	tctx := cfg.hooks.start(ctx, OpLead, lock.resource)
+	tctx := cfg.hooks.start(ctx, observe.OpLead, lock.resource)
 	err = l.hold(tctx, cfg, []*Lock{lock}, nil, fn)
 	lost = errors.Is(err, ErrNotHeld)
-	ev := Event{Op: OpLead, Resource: lock.resource, Token: lock.token, Outcome: OutcomeResigned, Held: time.Since(lock.acquired)}
+	ev := observe.Event{Op: observe.OpLead, Resource: lock.resource, Token: lock.token, Outcome: observe.OutcomeResigned, Held: time.Since(lock.acquired)}
 	switch {
 	case lost:
-		ev.Outcome, ev.Err = OutcomeNotHeld, err
+		ev.Outcome, ev.Err = observe.OutcomeNotHeld, err
 	case err != nil && ctx.Err() == nil:
-		ev.Outcome, ev.Err = OutcomeError, err
+		ev.Outcome, ev.Err = observe.OutcomeError, err
 	}
 	cfg.hooks.end(tctx, ev)
 	return lost, err

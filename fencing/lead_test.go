@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/observe"
 	"github.com/fencekit/fencekit/internal/redistest"
 	"github.com/fencekit/fencekit/store"
 )
@@ -451,8 +452,8 @@ func TestLeadBacksOffAfterRedisErrors(t *testing.T) {
 		mu       sync.Mutex
 		failures []time.Time
 	)
-	hooks := fencing.WithHooks(fencing.Hooks{End: func(_ context.Context, e fencing.Event) {
-		if e.Op == fencing.OpCampaign && e.Outcome == fencing.OutcomeError {
+	hooks := fencing.WithHooks(observe.Hooks{End: func(_ context.Context, e observe.Event) {
+		if e.Op == observe.OpCampaign && e.Outcome == observe.OutcomeError {
 			mu.Lock()
 			failures = append(failures, time.Now())
 			mu.Unlock()

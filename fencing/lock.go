@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fencekit/fencekit/fencing/observe"
+
 	"github.com/fencekit/fencekit/fencing/internal/backoff"
 	"github.com/fencekit/fencekit/fencing/internal/room"
 	"github.com/fencekit/fencekit/internal/wire"
@@ -27,7 +29,7 @@ type Lock struct {
 	value    string // the holder's value while this acquisition holds the resource: "<owner>:<token>"
 	token    int64
 	acquired time.Time     // when the acquire script was sent, or the grant taken (monotonic)
-	behind   time.Duration // how far the server clock was behind the last token (see Event)
+	behind   time.Duration // how far the server clock was behind the last token (see observe.Event)
 
 	validUntil atomic.Int64 // local lease deadline: nanoseconds since acquired
 	released   atomic.Bool  // a Release returned nil: later ones answer ErrNotHeld locally
@@ -77,7 +79,7 @@ func (k *Lock) releaseWith(ctx context.Context, m *Memo) error {
 		return opErr("release", "", errNoLock("Lock"))
 	}
 	k.stopLater()
-	ctx = k.hooks.start(ctx, OpRelease, k.resource)
+	ctx = k.hooks.start(ctx, observe.OpRelease, k.resource)
 	begin := time.Now()
 	released, err := false, error(nil)
 	if !k.released.Load() {
@@ -86,7 +88,7 @@ func (k *Lock) releaseWith(ctx context.Context, m *Memo) error {
 		released, err = k.locker.releaseOne(ctx, k.keys, k.value, k.mode, k.keepRecord(), m)
 	}
 	err = k.releasedAs(released, err)
-	k.hooks.end(ctx, k.event(OpRelease, begin, err))
+	k.hooks.end(ctx, k.event(observe.OpRelease, begin, err))
 	return err
 }
 
@@ -115,7 +117,7 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	err := k.extend(ctx, ttl, OpExtend)
+	err := k.extend(ctx, ttl, observe.OpExtend)
 	if err == nil || errors.Is(err, ErrNotHeld) {
 		k.dropLater()
 	}
@@ -136,7 +138,7 @@ func (k *Lock) extendLater(ttl time.Duration) {
 			return // cancelled meanwhile
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), k.deadline())
-		err := k.extend(ctx, ttl, OpRenew)
+		err := k.extend(ctx, ttl, observe.OpRenew)
 		cancel()
 		if room.Passing(err) && time.Until(k.deadline()) > retry.Peek() {
 			k.later.Reset(retry.Step())
@@ -178,7 +180,7 @@ func (k *Lock) dropLater() {
 
 // extend resets the lease to ttl as op for the hooks; a ttl out of range is refused before
 // anything is sent.
-func (k *Lock) extend(ctx context.Context, ttl time.Duration, op Op) error {
+func (k *Lock) extend(ctx context.Context, ttl time.Duration, op observe.Op) error {
 	ctx = k.hooks.start(ctx, op, k.resource)
 	begin := time.Now()
 	if err := validTTL(ttl); err != nil {
@@ -258,12 +260,12 @@ func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	return left, nil
 }
 
-func (k *Lock) event(op Op, begin time.Time, err error) Event {
-	e := Event{Op: op, Resource: k.resource, Token: k.token, Outcome: OutcomeOK, Elapsed: time.Since(begin)}
+func (k *Lock) event(op observe.Op, begin time.Time, err error) observe.Event {
+	e := observe.Event{Op: op, Resource: k.resource, Token: k.token, Outcome: observe.OutcomeOK, Elapsed: time.Since(begin)}
 	if err != nil {
 		e.Outcome, e.Err = outcomeOf(err), err
 	}
-	if op == OpRelease {
+	if op == observe.OpRelease {
 		e.Held = time.Since(k.acquired)
 	}
 	return e

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencekit/fencekit/fencing/observe"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing/internal/room"
@@ -179,16 +181,16 @@ func (l *Locker) check(ctx context.Context, cfg *config, resource string) error 
 }
 
 // outcomeOf classifies an error for hooks.
-func outcomeOf(err error) Outcome {
+func outcomeOf(err error) observe.Outcome {
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return OutcomeCancelled
+		return observe.OutcomeCancelled
 	case errors.Is(err, ErrNotHeld):
-		return OutcomeNotHeld
+		return observe.OutcomeNotHeld
 	case errors.Is(err, ErrNotAcquired):
-		return OutcomeBusy
+		return observe.OutcomeBusy
 	}
-	return OutcomeError
+	return observe.OutcomeError
 }
 
 // isDone reports whether done is closed.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencekit/fencekit/fencing/observe"
+
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
@@ -61,13 +63,13 @@ func (s *LockSet) Release(ctx context.Context) error {
 	return joinAll(nonNil(s.releaseAll(ctx)))
 }
 
-// releaseAll releases the set's locks, observed by the hooks as one OpReleaseAll, and returns
+// releaseAll releases the set's locks, observed by the hooks as one observe.OpReleaseAll, and returns
 // the error of each, nil for those released.
 func (s *LockSet) releaseAll(ctx context.Context) []error {
-	ctx = s.hooks.start(ctx, OpReleaseAll, "")
+	ctx = s.hooks.start(ctx, observe.OpReleaseAll, "")
 	begin := time.Now()
 	errs := s.release(ctx)
-	ev := s.event(OpReleaseAll, begin, joinAll(nonNil(errs)), errs)
+	ev := s.event(observe.OpReleaseAll, begin, joinAll(nonNil(errs)), errs)
 	ev.Held = time.Since(s.locks[0].acquired)
 	s.hooks.end(ctx, ev)
 	return errs
@@ -108,7 +110,7 @@ func (s *LockSet) Extend(ctx context.Context, ttl time.Duration) error {
 	for _, k := range s.locks {
 		k.stopLater()
 	}
-	errs, err := s.extendAll(ctx, ttl, OpExtendAll)
+	errs, err := s.extendAll(ctx, ttl, observe.OpExtendAll)
 	if err != nil {
 		return err
 	}
@@ -118,7 +120,7 @@ func (s *LockSet) Extend(ctx context.Context, ttl time.Duration) error {
 // extendAll extends every lock of the set to ttl in one pipeline, as op for the hooks (one
 // event for the set), and returns the error of each lock, or an error wrapping ErrInvalid
 // for a ttl out of range, when it sends nothing.
-func (s *LockSet) extendAll(ctx context.Context, ttl time.Duration, op Op) ([]error, error) {
+func (s *LockSet) extendAll(ctx context.Context, ttl time.Duration, op observe.Op) ([]error, error) {
 	ctx = s.hooks.start(ctx, op, "")
 	begin := time.Now()
 	if err := validTTL(ttl); err != nil {
@@ -142,8 +144,8 @@ func (s *LockSet) extendAll(ctx context.Context, ttl time.Duration, op Op) ([]er
 
 // event returns the hooks' event of an operation on the whole set; errs holds the error of
 // each lock, if known.
-func (s *LockSet) event(op Op, begin time.Time, err error, errs []error) Event {
-	e := Event{Op: op, Resources: s.names(), Outcome: OutcomeOK, Elapsed: time.Since(begin)}
+func (s *LockSet) event(op observe.Op, begin time.Time, err error, errs []error) observe.Event {
+	e := observe.Event{Op: op, Resources: s.names(), Outcome: observe.OutcomeOK, Elapsed: time.Since(begin)}
 	if err != nil {
 		e.Outcome, e.Err = outcomeOf(err), err
 		for i, x := range errs {
@@ -180,7 +182,7 @@ func (l *Locker) TryAcquireAll(ctx context.Context, resources []string, opts ...
 	}
 	cfg := *l.cfg.with(opts)
 	cfg.maxWait = 0
-	return l.acquireAll(ctx, &cfg, OpTryAcquireAll, resources)
+	return l.acquireAll(ctx, &cfg, observe.OpTryAcquireAll, resources)
 }
 
 // AcquireAll takes the locks of all resources together, each with its own fencing token,
@@ -211,11 +213,11 @@ func (l *Locker) AcquireAll(ctx context.Context, resources []string, opts ...Cal
 	if l == nil {
 		return nil, opErr("acquire all", "", errNilLocker)
 	}
-	return l.acquireAll(ctx, l.cfg.with(opts), OpAcquireAll, resources)
+	return l.acquireAll(ctx, l.cfg.with(opts), observe.OpAcquireAll, resources)
 }
 
 // acquireAll is TryAcquireAll and AcquireAll with the call's settings resolved.
-func (l *Locker) acquireAll(ctx context.Context, cfg *config, op Op, resources []string) (*LockSet, error) {
+func (l *Locker) acquireAll(ctx context.Context, cfg *config, op observe.Op, resources []string) (*LockSet, error) {
 	ctx = cfg.hooks.start(ctx, op, "")
 	begin := time.Now()
 	ms, err := l.members(cfg, resources)
@@ -228,7 +230,7 @@ func (l *Locker) acquireAll(ctx context.Context, cfg *config, op Op, resources [
 	if err == nil {
 		set, failed, attempts, err = l.takeAll(ctx, cfg, ms)
 	}
-	ev := Event{Op: op, Resource: failed, Attempts: attempts, Elapsed: time.Since(begin)}
+	ev := observe.Event{Op: op, Resource: failed, Attempts: attempts, Elapsed: time.Since(begin)}
 	if len(ms) > 0 {
 		ev.Resources = make([]string, len(ms))
 		for i, m := range ms {
@@ -238,7 +240,7 @@ func (l *Locker) acquireAll(ctx context.Context, cfg *config, op Op, resources [
 	if err != nil {
 		ev.Outcome, ev.Err = outcomeOf(err), err
 	} else {
-		ev.Outcome = OutcomeAcquired
+		ev.Outcome = observe.OutcomeAcquired
 		for _, k := range set.locks {
 			ev.ClockBehind = max(ev.ClockBehind, k.behind)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fencekit/fencekit/fencing/observe"
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
@@ -190,7 +191,7 @@ func settleLock(ctx context.Context, k *Lock) (bool, error) {
 	}
 	k.later.Stop()
 	k.later = nil
-	return true, k.extend(ctx, k.laterTTL, OpRenew)
+	return true, k.extend(ctx, k.laterTTL, observe.OpRenew)
 }
 
 // queuedOn returns how many of l's waiters are queued in resource's line.

@@ -274,18 +274,6 @@ func WithCounterExpiry(d time.Duration) Option {
 	})
 }
 
-// WithHooks adds hooks that observe the Locker's operations (see [Hooks]); the tracing
-// package uses this seam. Several WithHooks options add up, those of New and of a call
-// alike: hooks run in the order given, so give a set of hooks once. Default: none, and then
-// observation costs nothing.
-func WithHooks(h Hooks) CallOption {
-	return callOption(func(c *config) {
-		if h.Start != nil || h.End != nil || h.Lost != nil {
-			c.hooks = append(c.hooks, h)
-		}
-	})
-}
-
 // conflict returns an error wrapping ErrInvalid when c's options, each valid, cannot be
 // used together.
 func (c *config) conflict() error {

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/observe"
 	"github.com/fencekit/fencekit/internal/redistest"
 )
 
@@ -330,8 +331,8 @@ func TestDoGrantDatedByOwnRelease(t *testing.T) {
 	r := redistest.New(t)
 	holder, b := process(t, r), process(t, r)
 	var extends atomic.Int32
-	a := process(t, r, fencing.WithHooks(fencing.Hooks{End: func(_ context.Context, e fencing.Event) {
-		if e.Op == fencing.OpExtend {
+	a := process(t, r, fencing.WithHooks(observe.Hooks{End: func(_ context.Context, e observe.Event) {
+		if e.Op == observe.OpExtend {
 			extends.Add(1)
 		}
 	}}))

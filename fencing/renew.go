@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fencekit/fencekit/fencing/observe"
 )
 
 // errLeaseLapsed is the cause when no renewal succeeded before the lease's local end.
@@ -171,6 +173,6 @@ func (r *renewer) renew() (time.Duration, bool) {
 
 // lose reports the loss to the hooks, then cancels the work.
 func (k *Lock) lose(work context.Context, cfg *config, cancel context.CancelCauseFunc, cause error) {
-	cfg.hooks.lost(work, Event{Op: OpRenew, Resource: k.resource, Token: k.token, Outcome: OutcomeNotHeld, Err: cause, Held: time.Since(k.acquired)})
+	cfg.hooks.lost(work, observe.Event{Op: observe.OpRenew, Resource: k.resource, Token: k.token, Outcome: observe.OutcomeNotHeld, Err: cause, Held: time.Since(k.acquired)})
 	cancel(cause)
 }

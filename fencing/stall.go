@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strconv"
 	"time"
+
+	"github.com/fencekit/fencekit/fencing/observe"
 )
 
 // errNoHold is stallHolds's error when ctx holds no lock of Do, DoAll or Lead.
@@ -107,7 +109,7 @@ func takeover(ctx context.Context, successor func(ctx context.Context) error) er
 	for i, k := range own.locks {
 		resources[i] = k.resource
 	}
-	set, err := l.acquireAll(sctx, &cfg, OpAcquireAll, resources)
+	set, err := l.acquireAll(sctx, &cfg, observe.OpAcquireAll, resources)
 	if err != nil {
 		return err
 	}

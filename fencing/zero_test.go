@@ -30,7 +30,6 @@ func zeroCalls(ctx context.Context) []zeroCall {
 		locker *Locker
 		lock   *Lock
 		set    *LockSet
-		el     *Elector
 		busy   *BusyError
 		memo   *MemoError
 	)
@@ -77,18 +76,10 @@ func zeroCalls(ctx context.Context) []zeroCall {
 			{name + ".Token", func() error { return no("Token is not 0", s.Token("r") == 0) }, nil},
 		}
 	}
-	electorRows := func(name string, e *Elector) []zeroCall {
-		return []zeroCall{
-			{name + ".Run", func() error { return e.Run(ctx) }, ErrInvalid},
-			{name + ".IsLeader", func() error { return e.IsLeader(ctx) }, ErrInvalid},
-			{name + ".Token", func() error { _, ok := e.Token(); return no("Token reports a term", !ok) }, nil},
-		}
-	}
 	rows := slices.Concat(
 		lockerRows("Locker", &Locker{}), lockerRows("(*Locker)(nil)", locker),
 		lockRows("Lock", &Lock{}), lockRows("(*Lock)(nil)", lock),
 		setRows("LockSet", &LockSet{}), setRows("(*LockSet)(nil)", set),
-		electorRows("Elector", &Elector{}), electorRows("(*Elector)(nil)", el),
 	)
 	text := func(s, want string) error {
 		if !strings.Contains(s, want) {
@@ -105,8 +96,6 @@ func zeroCalls(ctx context.Context) []zeroCall {
 		zeroCall{"MemoError.Is", func() error { return no("Is(ErrNotAcquired) is false", errors.Is(&MemoError{}, ErrNotAcquired)) }, nil},
 		zeroCall{"(*MemoError)(nil).Error", func() error { return text(memo.Error(), "not acquired") }, nil},
 		zeroCall{"(*MemoError)(nil).Is", func() error { return no("Is(ErrNotAcquired) is false", memo.Is(ErrNotAcquired)) }, nil},
-		zeroCall{"Op.String", func() error { var o Op; return no("String is empty", o.String() != "") }, nil},
-		zeroCall{"(*Op)(nil).String", func() error { return nil }, nil}, // a value method: no pointer to call it on
 	)
 }
 
@@ -130,8 +119,8 @@ func TestZeroValues(t *testing.T) {
 			}
 		})
 	}
-	// The constructors given nothing: a Locker without a client and an Elector without a
-	// Locker are usable values whose calls return ErrInvalid.
+	// The constructor given nothing: a Locker without a client is a usable value whose calls
+	// return ErrInvalid.
 	l := New(nil)
 	if err := l.Err(); !errors.Is(err, ErrInvalid) {
 		t.Errorf("New(nil).Err(): got %v, want ErrInvalid", err)
@@ -141,9 +130,6 @@ func TestZeroValues(t *testing.T) {
 	}
 	if err := l.Close(); err != nil {
 		t.Errorf("New(nil).Close: %v", err)
-	}
-	if err := NewElector(nil, "r").Run(t.Context()); !errors.Is(err, ErrInvalid) {
-		t.Errorf("NewElector(nil).Run: got %v, want ErrInvalid", err)
 	}
 }
 

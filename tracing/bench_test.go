@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/observe"
 	"github.com/fencekit/fencekit/internal/redistest"
 	"github.com/fencekit/fencekit/tracing"
 )
@@ -99,7 +100,7 @@ func TestEmptyHooksCostNothing(t *testing.T) {
 	client.AddHook(scripted{})
 	plain := fencing.New(client)
 	defer plain.Close()
-	empty := fencing.New(client, fencing.WithHooks(fencing.Hooks{}))
+	empty := fencing.New(client, fencing.WithHooks(observe.Hooks{}))
 	defer empty.Close()
 	ctx := context.Background()
 	cycle := func(l *fencing.Locker) func() {

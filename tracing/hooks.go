@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/observe"
 )
 
 // Hooks returns hooks that record a span and metrics for every operation of the Locker they
@@ -22,7 +22,7 @@ import (
 // otel.SetMeterProvider, so Hooks may run before the SDK is set up. Instrument-creation
 // errors go to [otel.Handle]. The hooks are safe for concurrent use; create them once per
 // Locker, or once for several.
-func Hooks(opts ...Option) fencing.Hooks {
+func Hooks(opts ...Option) observe.Hooks {
 	var c config
 	for _, o := range opts {
 		if o != nil {
@@ -40,7 +40,7 @@ func Hooks(opts ...Option) fencing.Hooks {
 		mode:   c.mode,
 		inst:   newInstruments(c.mp),
 	}
-	return fencing.Hooks{Start: r.start, End: r.end, Lost: r.lost}
+	return observe.Hooks{Start: r.start, End: r.end, Lost: r.lost}
 }
 
 // recorder turns hook calls into spans and measurements. It is immutable once built.
@@ -56,37 +56,37 @@ type spanKey struct{ r *recorder }
 
 // spanNames maps operations to span names; an acquire and a try-acquire share one.
 var spanNames = [...]string{
-	fencing.OpAcquire:    "fencing.acquire",
-	fencing.OpTryAcquire: "fencing.acquire",
-	fencing.OpRelease:    "fencing.release",
-	fencing.OpExtend:     "fencing.extend",
-	fencing.OpRenew:      "fencing.renew",
+	observe.OpAcquire:    "fencing.acquire",
+	observe.OpTryAcquire: "fencing.acquire",
+	observe.OpRelease:    "fencing.release",
+	observe.OpExtend:     "fencing.extend",
+	observe.OpRenew:      "fencing.renew",
 	// A set of resources: one span for the whole set.
-	fencing.OpAcquireAll:    "fencing.acquire_all",
-	fencing.OpTryAcquireAll: "fencing.acquire_all",
-	fencing.OpReleaseAll:    "fencing.release_all",
-	fencing.OpExtendAll:     "fencing.extend_all",
-	fencing.OpCampaign:      "fencing.campaign",
-	fencing.OpLead:          "fencing.lead",
+	observe.OpAcquireAll:    "fencing.acquire_all",
+	observe.OpTryAcquireAll: "fencing.acquire_all",
+	observe.OpReleaseAll:    "fencing.release_all",
+	observe.OpExtendAll:     "fencing.extend_all",
+	observe.OpCampaign:      "fencing.campaign",
+	observe.OpLead:          "fencing.lead",
 }
 
 // startOptions holds each known operation's span start options, built once.
 var startOptions = func() [len(spanNames)][]trace.SpanStartOption {
 	var opts [len(spanNames)][]trace.SpanStartOption
 	for op := range opts {
-		opts[op] = spanStart(fencing.Op(op))
+		opts[op] = spanStart(observe.Op(op))
 	}
 	return opts
 }()
 
-func spanStart(op fencing.Op) []trace.SpanStartOption {
+func spanStart(op observe.Op) []trace.SpanStartOption {
 	return []trace.SpanStartOption{
 		trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(keyOperation.String(op.String())),
 	}
 }
 
-func (r *recorder) start(ctx context.Context, op fencing.Op, resource string) context.Context {
+func (r *recorder) start(ctx context.Context, op observe.Op, resource string) context.Context {
 	var name string
 	var opts []trace.SpanStartOption
 	if int(op) < len(spanNames) && spanNames[op] != "" {
@@ -101,15 +101,15 @@ func (r *recorder) start(ctx context.Context, op fencing.Op, resource string) co
 		}
 	}
 	switch op {
-	case fencing.OpAcquire, fencing.OpAcquireAll:
+	case observe.OpAcquire, observe.OpAcquireAll:
 		r.inst.waiters.Add(ctx, 1)
-	case fencing.OpLead:
+	case observe.OpLead:
 		r.inst.leader.Add(ctx, 1, r.inst.leaderSet(r.mode, resource)...)
 	}
 	return context.WithValue(ctx, spanKey{r}, span)
 }
 
-func (r *recorder) end(ctx context.Context, e fencing.Event) {
+func (r *recorder) end(ctx context.Context, e observe.Event) {
 	span, ok := ctx.Value(spanKey{r}).(trace.Span)
 	if !ok {
 		return // not a context our start returned
@@ -117,14 +117,14 @@ func (r *recorder) end(ctx context.Context, e fencing.Event) {
 	acquisition := isAcquisition(e.Op)
 	switch {
 	case acquisition:
-		if e.Op == fencing.OpAcquire || e.Op == fencing.OpAcquireAll {
+		if e.Op == observe.OpAcquire || e.Op == observe.OpAcquireAll {
 			r.inst.waiters.Add(ctx, -1)
 		}
 		r.inst.acquisition(ctx, e)
-	case (e.Op == fencing.OpRelease || e.Op == fencing.OpReleaseAll) && e.Outcome == fencing.OutcomeOK:
+	case (e.Op == observe.OpRelease || e.Op == observe.OpReleaseAll) && e.Outcome == observe.OutcomeOK:
 		// A release that finds the lock gone does not know how long it was held.
 		r.inst.hold(ctx, e.Held, false)
-	case e.Op == fencing.OpLead:
+	case e.Op == observe.OpLead:
 		r.inst.leader.Add(ctx, -1, r.inst.leaderSet(r.mode, e.Resource)...)
 	}
 	if !span.IsRecording() {
@@ -147,28 +147,28 @@ func (r *recorder) end(ctx context.Context, e fencing.Event) {
 	if acquisition {
 		attrs = append(attrs, keyAttempts.Int(e.Attempts), keyWait.Float64(e.Elapsed.Seconds()))
 	}
-	if (e.Op == fencing.OpRelease || e.Op == fencing.OpReleaseAll || e.Op == fencing.OpLead) && e.Held > 0 {
+	if (e.Op == observe.OpRelease || e.Op == observe.OpReleaseAll || e.Op == observe.OpLead) && e.Held > 0 {
 		attrs = append(attrs, keyHold.Float64(e.Held.Seconds()))
 	}
 	switch {
-	case e.Op == fencing.OpCampaign:
+	case e.Op == observe.OpCampaign:
 		attrs = append(attrs, keyWait.Float64(e.Elapsed.Seconds()))
-		if e.Outcome == fencing.OutcomeAcquired {
+		if e.Outcome == observe.OutcomeAcquired {
 			span.AddEvent(eventWon, trace.WithAttributes(keyToken.Int64(e.Token)))
 		}
-	case e.Op == fencing.OpLead && e.Outcome == fencing.OutcomeNotHeld:
+	case e.Op == observe.OpLead && e.Outcome == observe.OutcomeNotHeld:
 		// Losing leadership is what a term ends with, not a failure of the span.
 		attrs = append(attrs, keyLost.Bool(true))
 		span.AddEvent(eventLost, trace.WithAttributes(keyToken.Int64(e.Token)))
 		span.SetAttributes(attrs...)
 		span.End()
 		return
-	case e.Op == fencing.OpLead:
+	case e.Op == observe.OpLead:
 		span.AddEvent(eventResigned, trace.WithAttributes(keyToken.Int64(e.Token)))
 	}
 	if failed(e) {
 		errType := errorType(e.Err)
-		if e.Op == fencing.OpLead && errType == errRedis {
+		if e.Op == observe.OpLead && errType == errRedis {
 			errType = errWork
 		}
 		attrs = append(attrs, keyErrorType.String(errType))
@@ -179,9 +179,9 @@ func (r *recorder) end(ctx context.Context, e fencing.Event) {
 }
 
 // isAcquisition reports whether op takes locks.
-func isAcquisition(op fencing.Op) bool {
+func isAcquisition(op observe.Op) bool {
 	switch op {
-	case fencing.OpAcquire, fencing.OpTryAcquire, fencing.OpAcquireAll, fencing.OpTryAcquireAll:
+	case observe.OpAcquire, observe.OpTryAcquire, observe.OpAcquireAll, observe.OpTryAcquireAll:
 		return true
 	}
 	return false
@@ -196,19 +196,19 @@ const (
 )
 
 // failed reports whether e is an error for the span status: a busy resource is not.
-func failed(e fencing.Event) bool {
+func failed(e observe.Event) bool {
 	if e.Err == nil {
 		return false
 	}
 	switch e.Outcome {
-	case fencing.OutcomeError, fencing.OutcomeCancelled, fencing.OutcomeNotHeld:
+	case observe.OutcomeError, observe.OutcomeCancelled, observe.OutcomeNotHeld:
 		return true
 	}
 	return false
 }
 
 // lost marks the span of the work that Do is about to cancel, and counts the loss.
-func (r *recorder) lost(ctx context.Context, e fencing.Event) {
+func (r *recorder) lost(ctx context.Context, e observe.Event) {
 	r.inst.lost.Add(ctx, 1)
 	r.inst.hold(ctx, e.Held, true)
 	span := trace.SpanFromContext(ctx)

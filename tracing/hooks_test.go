@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/observe"
 	"github.com/fencekit/fencekit/internal/redistest"
 	"github.com/fencekit/fencekit/tracing"
 )
@@ -700,7 +701,7 @@ func TestComposedHooksEndTheirOwnSpans(t *testing.T) {
 func TestNothingRecordedWithoutHooks(t *testing.T) {
 	r := redistest.New(t)
 	tel := newTelemetry(t)
-	l := newLocker(t, r, fencing.WithHooks(fencing.Hooks{}))
+	l := newLocker(t, r, fencing.WithHooks(observe.Hooks{}))
 	ctx, parent := tel.parent(t.Context(), "request")
 	if err := l.Do(ctx, "res", func(context.Context) error { return nil }); err != nil {
 		t.Fatalf("Do: %v", err)

@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
-	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/observe"
 )
 
 // Metric names. They are listed, with their attributes, in the package documentation.
@@ -87,8 +87,8 @@ func newInstruments(mp metric.MeterProvider) *instruments {
 	in.leader = usable(u, err, metric.Int64UpDownCounter(noop.Int64UpDownCounter{}))
 
 	for i, op := range acquisitionOps {
-		in.acquired[i] = measureOf(acquisitionSet(op, fencing.OutcomeAcquired, ""))
-		in.busy[i] = measureOf(acquisitionSet(op, fencing.OutcomeBusy, ""))
+		in.acquired[i] = measureOf(acquisitionSet(op, observe.OutcomeAcquired, ""))
+		in.busy[i] = measureOf(acquisitionSet(op, observe.OutcomeBusy, ""))
 	}
 	in.released = measureOf(attribute.NewSet(keyLost.Bool(false)))
 	in.gone = measureOf(attribute.NewSet(keyLost.Bool(true)))
@@ -96,7 +96,7 @@ func newInstruments(mp metric.MeterProvider) *instruments {
 }
 
 // acquisitionOps are the acquisitions, in the order of instruments.acquired and busy.
-var acquisitionOps = [4]fencing.Op{fencing.OpAcquire, fencing.OpTryAcquire, fencing.OpAcquireAll, fencing.OpTryAcquireAll}
+var acquisitionOps = [4]observe.Op{observe.OpAcquire, observe.OpTryAcquire, observe.OpAcquireAll, observe.OpTryAcquireAll}
 
 // usable passes err to [otel.Handle] and returns inst, or fallback when there is no inst. An
 // SDK returns a working instrument with some errors (an invalid name, a conflicting view).
@@ -112,7 +112,7 @@ func usable[T comparable](inst T, err error, fallback T) T {
 }
 
 // acquisitionSet returns the metric attributes of an acquisition; errType is "" unless it failed.
-func acquisitionSet(op fencing.Op, outcome fencing.Outcome, errType string) attribute.Set {
+func acquisitionSet(op observe.Op, outcome observe.Outcome, errType string) attribute.Set {
 	kvs := []attribute.KeyValue{keyOperation.String(op.String()), keyOutcome.String(string(outcome))}
 	if errType != "" {
 		kvs = append(kvs, keyErrorType.String(errType))
@@ -121,21 +121,21 @@ func acquisitionSet(op fencing.Op, outcome fencing.Outcome, errType string) attr
 }
 
 // acquisition records a finished acquisition.
-func (in *instruments) acquisition(ctx context.Context, e fencing.Event) {
+func (in *instruments) acquisition(ctx context.Context, e observe.Event) {
 	i := 0
 	switch e.Op {
-	case fencing.OpTryAcquire:
+	case observe.OpTryAcquire:
 		i = 1
-	case fencing.OpAcquireAll:
+	case observe.OpAcquireAll:
 		i = 2
-	case fencing.OpTryAcquireAll:
+	case observe.OpTryAcquireAll:
 		i = 3
 	}
 	var m measure
 	switch e.Outcome {
-	case fencing.OutcomeAcquired:
+	case observe.OutcomeAcquired:
 		m = in.acquired[i]
-	case fencing.OutcomeBusy:
+	case observe.OutcomeBusy:
 		m = in.busy[i]
 	default:
 		errType := ""

@@ -7,7 +7,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/observe"
 	"github.com/fencekit/fencekit/tracing"
 )
 
@@ -38,13 +38,13 @@ func TestZeroValues(t *testing.T) {
 				t.Fatalf("got hooks %+v, want all three", h)
 			}
 			bare := context.Background()
-			h.End(bare, fencing.Event{}) // no Start: nothing to end
-			h.Lost(bare, fencing.Event{})
-			ctx := h.Start(bare, fencing.Op(0), "")
-			h.Lost(ctx, fencing.Event{})
-			h.End(ctx, fencing.Event{})
-			ctx = h.Start(bare, fencing.Op(255), "r") // an operation newer than the package
-			h.End(ctx, fencing.Event{Op: fencing.Op(255), Err: fmt.Errorf("x")})
+			h.End(bare, observe.Event{}) // no Start: nothing to end
+			h.Lost(bare, observe.Event{})
+			ctx := h.Start(bare, observe.Op(0), "")
+			h.Lost(ctx, observe.Event{})
+			h.End(ctx, observe.Event{})
+			ctx = h.Start(bare, observe.Op(255), "r") // an operation newer than the package
+			h.End(ctx, observe.Event{Op: observe.Op(255), Err: fmt.Errorf("x")})
 		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencekit/fencekit/asynqfence"
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/observe"
 )
 
 // typeReport is the scheduled task: every replica registers it, the leader enqueues it.
@@ -64,12 +65,12 @@ func (d *demo) schedule(ctx context.Context, out io.Writer) ([]string, error) {
 		rp := &replica{n: i + 1, done: make(chan error, 1)}
 		// Each replica has its own Locker, as it would in its own process.
 		rp.locker = fencing.New(d.rdb, fencing.WithPrefix(d.prefix), d.trace.Lock)
-		terms := fencing.Hooks{End: func(_ context.Context, e fencing.Event) {
+		terms := observe.Hooks{End: func(_ context.Context, e observe.Event) {
 			switch {
-			case e.Op == fencing.OpCampaign && e.Outcome == fencing.OutcomeAcquired:
+			case e.Op == observe.OpCampaign && e.Outcome == observe.OutcomeAcquired:
 				rp.won.Store(time.Now().UnixNano())
 				rp.leading.Store(e.Token)
-			case e.Op == fencing.OpLead:
+			case e.Op == observe.OpLead:
 				rp.leading.Store(0)
 			}
 		}}

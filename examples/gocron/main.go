@@ -1,5 +1,5 @@
 // Command gocron runs a job every second in three replicas of a gocron v2 scheduler, each
-// with a fencing.Elector of its own (gocron.WithDistributedElector): only the leader runs the
+// with a leader.Elector of its own (gocron.WithDistributedElector): only the leader runs the
 // job, and the job writes to a fenced store with the leader's epoch (Elector.Token). After a
 // few ticks the leader's elector stops, as in a rolling deploy; the next replica leads at
 // once with a higher epoch. Then the first leader, told nothing, writes late with its old
@@ -30,11 +30,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/leader"
 	"github.com/fencekit/fencekit/store"
 )
 
 // An Elector is what gocron.WithDistributedElector takes, by its method set.
-var _ gocron.Elector = (*fencing.Elector)(nil)
+var _ gocron.Elector = (*leader.Elector)(nil)
 
 func main() {
 	os.Exit(run(context.Background(), os.Stdout, os.Getenv("REDIS_ADDR")))
@@ -84,7 +85,7 @@ type jobRun struct {
 type replica struct {
 	n         int
 	locker    *fencing.Locker
-	elector   *fencing.Elector
+	elector   *leader.Elector
 	scheduler gocron.Scheduler
 	stop      context.CancelFunc // ends the elector's Run
 	done      chan error         // Run's result
@@ -130,7 +131,7 @@ func (d *demo) start(n int) (*replica, error) {
 	// long the ticks wait for a successor when a leader dies; a leader that shuts down
 	// resigns, and the next one leads at once.
 	rp.locker = fencing.New(d.rdb, fencing.WithPrefix(d.prefix), fencing.WithTTL(5*time.Second))
-	rp.elector = fencing.NewElector(rp.locker, "settlement")
+	rp.elector = leader.New(rp.locker, "settlement")
 	ctx, stop := context.WithCancel(context.Background())
 	rp.stop = stop
 	go func() { rp.done <- rp.elector.Run(ctx) }()
@@ -223,7 +224,7 @@ func (d *demo) leader() (*replica, int64) {
 }
 
 func (d *demo) run(ctx context.Context, out io.Writer) error {
-	fmt.Fprintf(out, "gocron: 3 replicas of a gocron v2 scheduler with fencing.Elector, a job every second (%s)\n", d.where)
+	fmt.Fprintf(out, "gocron: 3 replicas of a gocron v2 scheduler with leader.Elector, a job every second (%s)\n", d.where)
 	for n := 1; n <= 3; n++ {
 		rp, err := d.start(n)
 		if err != nil {

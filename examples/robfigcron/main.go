@@ -1,5 +1,5 @@
 // Command robfigcron runs a job every second in three replicas of a robfig/cron v3 scheduler,
-// each with a fencing.Elector of its own: cronfence.Func runs the job only on the replica that
+// each with a leader.Elector of its own: cronfence.Func runs the job only on the replica that
 // leads, with the leader's epoch in the job's context, and the job writes to a fenced store
 // with it. After a few ticks the leader's elector stops, as in a rolling deploy; the next
 // replica leads at once with a higher epoch. Then the first leader, told nothing, writes late
@@ -32,6 +32,7 @@ import (
 
 	"github.com/fencekit/fencekit/cronfence"
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/leader"
 	"github.com/fencekit/fencekit/store"
 )
 
@@ -86,7 +87,7 @@ type jobRun struct {
 type replica struct {
 	n       int
 	locker  *fencing.Locker
-	elector *fencing.Elector
+	elector *leader.Elector
 	cron    *cron.Cron
 	skipped atomic.Int64       // runs skipped: not leader
 	stop    context.CancelFunc // ends the elector's Run, as the process's shutdown would
@@ -130,7 +131,7 @@ func (d *demo) start(n int) (*replica, error) {
 	// long the ticks wait for a successor when a leader dies; a leader that shuts down
 	// resigns, and the next one leads at once.
 	rp.locker = fencing.New(d.rdb, fencing.WithPrefix(d.prefix), fencing.WithTTL(5*time.Second))
-	rp.elector = fencing.NewElector(rp.locker, "settlement")
+	rp.elector = leader.New(rp.locker, "settlement")
 	ctx, stop := context.WithCancel(context.Background())
 	rp.stop = stop
 	go func() { rp.done <- rp.elector.Run(ctx) }()
@@ -153,7 +154,7 @@ func (d *demo) start(n int) (*replica, error) {
 		cronfence.WithBaseContext(func() context.Context { return ctx }),
 		// Every replica but the leader skips every tick; count them, as a metric would.
 		cronfence.WithSkipHandler(func(err error) {
-			if errors.Is(err, fencing.ErrNotLeader) {
+			if errors.Is(err, leader.ErrNotLeader) {
 				rp.skipped.Add(1)
 			}
 		})))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/observe"
 	"github.com/fencekit/fencekit/fencing/servercheck"
 	"github.com/fencekit/fencekit/internal/redisproc"
 )
@@ -129,8 +130,8 @@ func TestCluster(t *testing.T) {
 
 	t.Run("do-renews", func(t *testing.T) {
 		var renewals atomic.Int32
-		hl := newLocker(t, cc, fencing.WithHooks(fencing.Hooks{End: func(_ context.Context, e fencing.Event) {
-			if e.Op == fencing.OpRenew && e.Outcome == fencing.OutcomeOK {
+		hl := newLocker(t, cc, fencing.WithHooks(observe.Hooks{End: func(_ context.Context, e observe.Event) {
+			if e.Op == observe.OpRenew && e.Outcome == observe.OutcomeOK {
 				renewals.Add(1)
 			}
 		}}))

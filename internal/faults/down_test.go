@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/observe"
 	"github.com/fencekit/fencekit/internal/redisproc"
 )
 
@@ -42,15 +43,15 @@ func TestRedisDownDuringDo(t *testing.T) {
 				s := redisproc.Start(t)
 				var mu sync.Mutex
 				var lastOK, lostAt time.Time
-				hooks := fencing.Hooks{
-					End: func(_ context.Context, e fencing.Event) {
-						if e.Outcome == fencing.OutcomeAcquired || (e.Op == fencing.OpRenew && e.Outcome == fencing.OutcomeOK) {
+				hooks := observe.Hooks{
+					End: func(_ context.Context, e observe.Event) {
+						if e.Outcome == observe.OutcomeAcquired || (e.Op == observe.OpRenew && e.Outcome == observe.OutcomeOK) {
 							mu.Lock()
 							lastOK = time.Now()
 							mu.Unlock()
 						}
 					},
-					Lost: func(context.Context, fencing.Event) {
+					Lost: func(context.Context, observe.Event) {
 						mu.Lock()
 						lostAt = time.Now()
 						mu.Unlock()

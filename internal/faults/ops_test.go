@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/observe"
 	"github.com/fencekit/fencekit/internal/redisproc"
 )
 
@@ -24,8 +25,8 @@ func TestScriptFlush(t *testing.T) {
 	t.Parallel()
 	s := redisproc.Start(t)
 	var renewals atomic.Int32
-	l := newLocker(t, s.Client(t), fencing.WithHooks(fencing.Hooks{End: func(_ context.Context, e fencing.Event) {
-		if e.Op == fencing.OpRenew && e.Outcome == fencing.OutcomeOK {
+	l := newLocker(t, s.Client(t), fencing.WithHooks(observe.Hooks{End: func(_ context.Context, e observe.Event) {
+		if e.Op == observe.OpRenew && e.Outcome == observe.OutcomeOK {
 			renewals.Add(1)
 		}
 	}}))

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/observe"
 )
 
 // idemEnv is one idempotency test's Redis, Locker and Echo, behind a real HTTP server that
@@ -155,9 +156,9 @@ func sameResponse(t testing.TB, what string, want, got reply) {
 type Acquisitions struct{ n atomic.Int64 }
 
 // Hooks returns the hooks that count.
-func (a *Acquisitions) Hooks() fencing.Hooks {
-	return fencing.Hooks{End: func(_ context.Context, e fencing.Event) {
-		if (e.Op == fencing.OpAcquire || e.Op == fencing.OpTryAcquire) && e.Outcome == fencing.OutcomeAcquired {
+func (a *Acquisitions) Hooks() observe.Hooks {
+	return observe.Hooks{End: func(_ context.Context, e observe.Event) {
+		if (e.Op == observe.OpAcquire || e.Op == observe.OpTryAcquire) && e.Outcome == observe.OutcomeAcquired {
 			a.n.Add(1)
 		}
 	}}

@@ -1,4 +1,4 @@
-package fencing_test
+package leader_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/leader"
 	"github.com/fencekit/fencekit/store"
 )
 
@@ -23,9 +24,9 @@ func ExampleElector() {
 	locker := fencing.New(rdb, fencing.WithTTL(10*time.Second))
 	defer locker.Close()
 	// Every replica makes the same Elector and runs it; one at a time leads.
-	elector := fencing.NewElector(locker, "nightly-settlement")
+	elector := leader.New(locker, "nightly-settlement")
 	ctx, stop := context.WithCancel(context.Background())
-	fmt.Println("before Run:", errors.Is(elector.IsLeader(ctx), fencing.ErrNotLeader))
+	fmt.Println("before Run:", errors.Is(elector.IsLeader(ctx), leader.ErrNotLeader))
 	done := make(chan error, 1)
 	go func() { done <- elector.Run(ctx) }()
 
@@ -55,7 +56,7 @@ func ExampleElector() {
 
 	stop() // Run resigns and returns
 	fmt.Println("Run:", <-done)
-	fmt.Println("after Run:", errors.Is(elector.IsLeader(context.Background()), fencing.ErrNotLeader))
+	fmt.Println("after Run:", errors.Is(elector.IsLeader(context.Background()), leader.ErrNotLeader))
 	// Output:
 	// before Run: true
 	// settling with epoch 1

@@ -1,4 +1,4 @@
-package fencing_test
+package leader_test
 
 import (
 	"context"
@@ -11,18 +11,20 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/fencing/observe"
 	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/leader"
 )
 
 // runElector runs e.Run in a goroutine and returns its result.
-func runElector(ctx context.Context, e *fencing.Elector) <-chan error {
+func runElector(ctx context.Context, e *leader.Elector) <-chan error {
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
 	return done
 }
 
 // waitLeading waits until e leads and returns its token.
-func waitLeading(t *testing.T, e *fencing.Elector, what string) int64 {
+func waitLeading(t *testing.T, e *leader.Elector, what string) int64 {
 	t.Helper()
 	waitFor(t, 10*time.Second, what, func() bool { return e.IsLeader(t.Context()) == nil })
 	token, ok := e.Token()
@@ -33,9 +35,9 @@ func waitLeading(t *testing.T, e *fencing.Elector, what string) int64 {
 }
 
 // notLeader fails the test unless e reports that it does not lead.
-func notLeader(t *testing.T, e *fencing.Elector, what string) {
+func notLeader(t *testing.T, e *leader.Elector, what string) {
 	t.Helper()
-	if err := e.IsLeader(t.Context()); !errors.Is(err, fencing.ErrNotLeader) {
+	if err := e.IsLeader(t.Context()); !errors.Is(err, leader.ErrNotLeader) {
 		t.Fatalf("%s: IsLeader got %v, want an error matching ErrNotLeader", what, err)
 	}
 	if token, ok := e.Token(); ok {
@@ -51,26 +53,26 @@ func TestElectorBadInput(t *testing.T) {
 	var nilCtx context.Context
 	for _, tc := range []struct {
 		name    string
-		e       *fencing.Elector
+		e       *leader.Elector
 		ctx     context.Context
 		want    error
 		invalid bool // IsLeader's error also matches ErrInvalid
 	}{
-		{"nil locker", fencing.NewElector(nil, "leader"), t.Context(), fencing.ErrInvalid, true},
-		{"empty name", fencing.NewElector(l, ""), t.Context(), fencing.ErrInvalid, true},
+		{"nil locker", leader.New(nil, "leader"), t.Context(), fencing.ErrInvalid, true},
+		{"empty name", leader.New(l, ""), t.Context(), fencing.ErrInvalid, true},
 		{"nil elector", nil, t.Context(), fencing.ErrInvalid, true},
-		{"nil context", fencing.NewElector(l, "leader"), nilCtx, fencing.ErrInvalid, false},
-		{"oversized name", fencing.NewElector(l, strings.Repeat("x", fencing.MaxResourceLen+1)), t.Context(), fencing.ErrInvalid, false},
-		{"bad ttl", fencing.NewElector(l, "leader", fencing.WithTTL(-time.Second)), t.Context(), fencing.ErrInvalid, false},
-		{"closed locker", fencing.NewElector(closed, "leader"), t.Context(), fencing.ErrClosed, false},
-		{"nil client", fencing.NewElector(fencing.New(nil), "leader"), t.Context(), fencing.ErrInvalid, false},
+		{"nil context", leader.New(l, "leader"), nilCtx, fencing.ErrInvalid, false},
+		{"oversized name", leader.New(l, strings.Repeat("x", fencing.MaxResourceLen+1)), t.Context(), fencing.ErrInvalid, false},
+		{"bad ttl", leader.New(l, "leader", fencing.WithTTL(-time.Second)), t.Context(), fencing.ErrInvalid, false},
+		{"closed locker", leader.New(closed, "leader"), t.Context(), fencing.ErrClosed, false},
+		{"nil client", leader.New(fencing.New(nil), "leader"), t.Context(), fencing.ErrInvalid, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.e.Run(tc.ctx); !errors.Is(err, tc.want) {
 				t.Fatalf("Run: got %v, want an error matching %v", err, tc.want)
 			}
 			err := tc.e.IsLeader(t.Context())
-			if !errors.Is(err, fencing.ErrNotLeader) || errors.Is(err, fencing.ErrInvalid) != tc.invalid {
+			if !errors.Is(err, leader.ErrNotLeader) || errors.Is(err, fencing.ErrInvalid) != tc.invalid {
 				t.Fatalf("IsLeader: got %v, want ErrNotLeader (and ErrInvalid: %v)", err, tc.invalid)
 			}
 			if _, ok := tc.e.Token(); ok {
@@ -89,12 +91,12 @@ func TestElectorBadInput(t *testing.T) {
 func TestElectorLeadsAndResigns(t *testing.T) {
 	r := redistest.New(t)
 	l, other := newLocker(t, r), newLocker(t, r)
-	e := fencing.NewElector(l, "leader")
+	e := leader.New(l, "leader")
 	err := e.IsLeader(t.Context())
-	if !errors.Is(err, fencing.ErrNotLeader) || errors.Is(err, fencing.ErrInvalid) {
+	if !errors.Is(err, leader.ErrNotLeader) || errors.Is(err, fencing.ErrInvalid) {
 		t.Fatalf("IsLeader before Run: got %v, want ErrNotLeader alone", err)
 	}
-	if want := `fencing: elector "leader": not leader: not running: Run was not called, or has returned`; err.Error() != want {
+	if want := `leader: elector "leader": not leader: not running: Run was not called, or has returned`; err.Error() != want {
 		t.Errorf("IsLeader before Run: got %q, want %q", err, want)
 	}
 
@@ -107,7 +109,7 @@ func TestElectorLeadsAndResigns(t *testing.T) {
 	// A done context: not leader, whatever the term, and the error says why.
 	gone, stop := context.WithCancel(t.Context())
 	stop()
-	if err := e.IsLeader(gone); !errors.Is(err, fencing.ErrNotLeader) || !errors.Is(err, context.Canceled) {
+	if err := e.IsLeader(gone); !errors.Is(err, leader.ErrNotLeader) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("IsLeader with a cancelled context: got %v, want ErrNotLeader and context.Canceled", err)
 	}
 	// A second Run while the first runs: refused at once, the first goes on leading.
@@ -156,9 +158,9 @@ func TestElectorLostLeadership(t *testing.T) {
 			const ttl = 300 * time.Millisecond
 			// The Lost hook runs when the renewer gives the lease up, just before it cancels
 			// the term: there, only IsLeader's own look at the clock can tell the lease is over.
-			var e *fencing.Elector
+			var e *leader.Elector
 			atLoss := make(chan error, 1)
-			hooks := fencing.WithHooks(fencing.Hooks{Lost: func(ctx context.Context, ev fencing.Event) {
+			hooks := fencing.WithHooks(observe.Hooks{Lost: func(ctx context.Context, ev observe.Event) {
 				err := e.IsLeader(context.Background())
 				if _, ok := e.Token(); ok && err == nil {
 					err = errors.New("Token true")
@@ -170,7 +172,7 @@ func TestElectorLostLeadership(t *testing.T) {
 			}})
 			l := newLocker(t, r, fencing.WithTTL(ttl), fencing.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond), hooks)
 			other := newLocker(t, r)
-			e = fencing.NewElector(l, "leader")
+			e = leader.New(l, "leader")
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			done := runElector(ctx, e)
@@ -191,7 +193,7 @@ func TestElectorLostLeadership(t *testing.T) {
 				intruder = lock.Token()
 				defer lock.Release(context.Background())
 				waitFor(t, 5*time.Second, "IsLeader to report the loss", func() bool {
-					return errors.Is(e.IsLeader(t.Context()), fencing.ErrNotLeader)
+					return errors.Is(e.IsLeader(t.Context()), leader.ErrNotLeader)
 				})
 				notLeader(t, e, "while another owner holds the name")
 				if err := lock.Release(t.Context()); err != nil {
@@ -202,7 +204,7 @@ func TestElectorLostLeadership(t *testing.T) {
 				// The lease's local end passes with no renewal: IsLeader says so before the term's
 				// context is cancelled.
 				err := recv(t, atLoss, 5*time.Second, "the renewer to give the lease up")
-				if want := "not leader: the lease ran out by the local clock"; !errors.Is(err, fencing.ErrNotLeader) || !strings.Contains(fmt.Sprint(err), want) {
+				if want := "not leader: the lease ran out by the local clock"; !errors.Is(err, leader.ErrNotLeader) || !strings.Contains(fmt.Sprint(err), want) {
 					t.Fatalf("IsLeader as the lease lapsed: got %v, want an error matching ErrNotLeader that says %q", err, want)
 				}
 				notLeader(t, e, "while Redis is down")
@@ -232,7 +234,7 @@ type leaderSpan struct {
 // sampler calls IsLeader and Token on one Elector in a loop, and records its terms.
 type sampler struct {
 	who   string
-	e     *fencing.Elector
+	e     *leader.Elector
 	mu    sync.Mutex
 	spans []leaderSpan
 }
@@ -296,7 +298,7 @@ func checkSpans(t *testing.T, spans []leaderSpan) []leaderSpan {
 func TestElectorThreeCandidates(t *testing.T) {
 	r := redistest.New(t)
 	type candidate struct {
-		e      *fencing.Elector
+		e      *leader.Elector
 		s      *sampler
 		cancel context.CancelFunc
 		done   <-chan error
@@ -313,7 +315,7 @@ func TestElectorThreeCandidates(t *testing.T) {
 	for i := range cands {
 		// Terms end by resignation here; a long lease keeps a slow renewal on a loaded machine
 		// from ending one too.
-		e := fencing.NewElector(newLocker(t, r, fencing.WithTTL(10*time.Second)), "leader")
+		e := leader.New(newLocker(t, r, fencing.WithTTL(10*time.Second)), "leader")
 		c := &candidate{e: e, s: &sampler{who: fmt.Sprintf("candidate %d", i), e: e}}
 		cands[i] = c
 		start(c)

@@ -1,25 +1,13 @@
-package fencing
-
-import (
-	"context"
-	"errors"
-	"slices"
-	"sync/atomic"
-	"time"
-)
-
-// An Elector keeps this process a candidate for the leadership of a name and answers, from
-// memory, whether it leads now: the question that schedulers running in every replica ask
-// before each run of a job. [Elector.Run] campaigns and leads with [Locker.Lead];
-// [Elector.IsLeader] returns nil only while a term is running and its lease has not run out
-// by this host's clock; [Elector.Token] returns the term's fencing token, its epoch, for the
-// job to give to every write.
+// Package leader answers, from memory, whether this process leads a name now: the question
+// that a scheduler running in every replica asks before each run of a job. An [Elector]
+// campaigns with [fencing.Locker.Lead] and keeps the term's fencing token, its epoch, for the
+// job's writes.
 //
 // Its method set satisfies the Elector interface of github.com/go-co-op/gocron/v2
-// (IsLeader(context.Context) error), without this package importing gocron. Every replica
-// runs:
+// (IsLeader(context.Context) error), without this package importing gocron; package
+// cronfence gives it to robfig/cron. Every replica runs:
 //
-//	elector := fencing.NewElector(locker, "nightly-settlement")
+//	elector := leader.New(locker, "nightly-settlement")
 //	go elector.Run(ctx) // returns when ctx ends
 //	s, err := gocron.NewScheduler(gocron.WithDistributedElector(elector))
 //	// in the job:
@@ -34,31 +22,52 @@ import (
 // candidate leads within a round trip) between two replicas' timers for the same tick, both
 // may run it; and ticks that fall while no process leads (a dead leader's lease running out)
 // are not run by anyone. Fence the job's writes with the token, and make a run idempotent
-// per tick where a second run matters. [Locker.Lead]'s guarantees and limits apply: a leader
-// paused past its lease can still act once it wakes, before it looks, which only the token
-// stops.
+// per tick where a second run matters. [fencing.Locker.Lead]'s guarantees and limits apply: a
+// leader paused past its lease can still act once it wakes, before it looks, which only the
+// token stops.
 //
-// An Elector is safe for concurrent use: IsLeader and Token may be called from any goroutine,
-// also while Run runs. Run runs once at a time on one Elector; to run several candidates in
-// one process, make one Elector each.
+// Errors of this package read `leader: elector "<name>": <cause>`; the errors of
+// [fencing.Locker.Lead] that [Elector.Run] returns are package fencing's own.
+package leader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencekit/fencekit/fencing"
+)
+
+// ErrNotLeader means an [Elector] does not lead now: it is not running, it is campaigning
+// while another process leads, its term was lost, or its lease has run out by the local
+// clock. [Elector.IsLeader] returns it; a scheduler that gets it skips the run.
+var ErrNotLeader = errors.New("not leader")
+
+// An Elector keeps this process a candidate for the leadership of a name (see the package
+// documentation). It is safe for concurrent use: IsLeader and Token may be called from any
+// goroutine, also while Run runs. Run runs once at a time on one Elector; to run several
+// candidates in one process, make one Elector each.
 type Elector struct {
-	locker *Locker
+	locker *fencing.Locker
 	name   string
-	opts   []CallOption
+	opts   []fencing.CallOption
 
 	running atomic.Bool
-	term    atomic.Pointer[electorTerm] // the term running; nil between terms
+	term    atomic.Pointer[term] // the term running; nil between terms
 }
 
-// electorTerm is one term as the Elector sees it.
-type electorTerm struct {
+// term is one term as the Elector sees it.
+type term struct {
 	token int64
 	done  <-chan struct{}  // closed when the term ends (lost, or Run's context ended)
 	until func() time.Time // the lease's local end; renewals move it on
 }
 
 // over returns nil while the term runs with its lease valid at now, or why it does not.
-func (t *electorTerm) over(now time.Time) error {
+func (t *term) over(now time.Time) error {
 	select {
 	case <-t.done:
 		return errTermLost
@@ -70,37 +79,37 @@ func (t *electorTerm) over(now time.Time) error {
 	return nil
 }
 
-// NewElector returns an Elector for the leadership of name on locker; every replica must use
-// the same name and the same Redis (and prefix) for its Locker. opts apply to every campaign
-// and term, as they do to [Locker.Lead]: [WithTTL] sets the lease, which bounds how long a
-// dead leader's successor waits. It does not talk to Redis and never fails: a nil locker or
-// an empty name is reported by [Elector.Run], as an error wrapping [ErrInvalid], and by
-// [Elector.IsLeader], as an error matching both [ErrNotLeader] and ErrInvalid; an oversized
-// name or an invalid option is reported by Run.
-func NewElector(locker *Locker, name string, opts ...CallOption) *Elector {
+// New returns an Elector for the leadership of name on locker; every replica must use the
+// same name and the same Redis (and prefix) for its Locker. opts apply to every campaign and
+// term, as they do to [fencing.Locker.Lead]: [fencing.WithTTL] sets the lease, which bounds
+// how long a dead leader's successor waits. It does not talk to Redis and never fails: a nil
+// locker or an empty name is reported by [Elector.Run], as an error wrapping
+// [fencing.ErrInvalid], and by [Elector.IsLeader], as an error matching both [ErrNotLeader]
+// and ErrInvalid; an oversized name or an invalid option is reported by Run.
+func New(locker *fencing.Locker, name string, opts ...fencing.CallOption) *Elector {
 	return &Elector{locker: locker, name: name, opts: slices.Clip(slices.Clone(opts))}
 }
 
 // Run campaigns for the leadership of the Elector's name and leads until ctx ends: when a
-// term is lost, it campaigns again; call it in every replica. It is [Locker.Lead] with a
-// term that lasts until leadership is lost or ctx ends, and it returns as Lead does: with
-// ctx.Err() once ctx ends (a term in progress is ended first and leadership released, so the
-// next candidate leads at once), or at once with an error wrapping [ErrInvalid] (a nil
-// Locker, a nil ctx, an empty or oversized name, an invalid option) or [ErrClosed]. Redis
-// errors while campaigning are retried, as Lead does.
+// term is lost, it campaigns again; call it in every replica. It is [fencing.Locker.Lead]
+// with a term that lasts until leadership is lost or ctx ends, and it returns as Lead does:
+// with ctx.Err() once ctx ends (a term in progress is ended first and leadership released,
+// so the next candidate leads at once), or at once with an error wrapping
+// [fencing.ErrInvalid] (a nil Locker, a nil ctx, an empty or oversized name, an invalid
+// option) or [fencing.ErrClosed]. Redis errors while campaigning are retried, as Lead does.
 //
 // Run may be called again after it returned. While Run runs, another call of Run on the same
 // Elector returns an error wrapping ErrInvalid at once and leaves the running one alone. No
 // goroutine started by Run outlives it.
 func (e *Elector) Run(ctx context.Context) error {
 	if err := e.invalid(); err != nil {
-		return opErr("elector", e.nameOf(), err)
+		return e.errorf("%w", err)
 	}
 	if ctx == nil {
-		return opErr("elector", e.name, invalidf("nil context"))
+		return e.errorf("%w: nil context", fencing.ErrInvalid)
 	}
 	if !e.running.CompareAndSwap(false, true) {
-		return opErr("elector", e.name, invalidf("Run is already running on this Elector"))
+		return e.errorf("%w: Run is already running on this Elector", fencing.ErrInvalid)
 	}
 	defer e.running.Store(false)
 	return e.locker.Lead(ctx, e.name, e.lead, e.opts...)
@@ -108,9 +117,9 @@ func (e *Elector) Run(ctx context.Context) error {
 
 // lead is one term: it publishes the term until the term's context ends.
 func (e *Elector) lead(ctx context.Context) error {
-	token, _ := TokenFromContext(ctx)
-	t := &electorTerm{token: token, done: ctx.Done(), until: func() time.Time {
-		until, _ := ValidUntilFromContext(ctx)
+	token, _ := fencing.TokenFromContext(ctx)
+	t := &term{token: token, done: ctx.Done(), until: func() time.Time {
+		until, _ := fencing.ValidUntilFromContext(ctx)
 		return until
 	}}
 	e.term.Store(t)
@@ -121,35 +130,35 @@ func (e *Elector) lead(ctx context.Context) error {
 
 // IsLeader returns nil while this process leads the Elector's name: a term of [Elector.Run]
 // is running, and its lease has not run out by this host's monotonic clock
-// ([ValidUntilFromContext]). The clock is checked on every call, so a process that was
+// ([fencing.ValidUntilFromContext]). The clock is checked on every call, so a process that was
 // paused (SIGSTOP, a long GC pause) past its lease reports that it does not lead as soon as it
 // runs again, before its renewal notices the loss. Otherwise it returns an error matching
 // [ErrNotLeader]: Run is not running, it is campaigning while another process leads, the
 // term was lost, or the lease has run out. When ctx is done, the error also matches
-// ctx.Err(); with a nil locker or an empty name given to [NewElector], it also matches
-// [ErrInvalid]. It sends nothing to Redis and changes nothing.
+// ctx.Err(); with a nil locker or an empty name given to [New], it also matches
+// [fencing.ErrInvalid]. It sends nothing to Redis and changes nothing.
 //
 // gocron v2 (WithDistributedElector) calls IsLeader with the job's context before each run;
 // on an error it skips that run (counted as skipped, not as failed, and reported to no error
 // listener) and schedules the next one as usual.
 func (e *Elector) IsLeader(ctx context.Context) error {
 	if err := e.invalid(); err != nil {
-		return opErr("elector", e.nameOf(), join(ErrNotLeader, err))
+		return e.errorf("%w: %w", ErrNotLeader, err)
 	}
 	if ctx != nil && ctx.Err() != nil {
-		return opErr("elector", e.name, join(ErrNotLeader, ctx.Err()))
+		return e.errorf("%w: %w", ErrNotLeader, ctx.Err())
 	}
 	t := e.term.Load()
 	switch {
 	case t != nil:
 		if why := t.over(time.Now()); why != nil {
-			return opErr("elector", e.name, join(ErrNotLeader, why))
+			return e.errorf("%w: %w", ErrNotLeader, why)
 		}
 		return nil
 	case !e.running.Load():
-		return opErr("elector", e.name, join(ErrNotLeader, errNotRunning))
+		return e.errorf("%w: %w", ErrNotLeader, errNotRunning)
 	}
-	return opErr("elector", e.name, join(ErrNotLeader, errCampaigning))
+	return e.errorf("%w: %w", ErrNotLeader, errCampaigning)
 }
 
 // Reasons for ErrNotLeader, after it in the error's text; unexported, not to be matched.
@@ -178,23 +187,24 @@ func (e *Elector) Token() (int64, bool) {
 	return t.token, true
 }
 
-// invalid returns what NewElector was given that can never work, or nil.
+// invalid returns what New was given that can never work, or nil.
 func (e *Elector) invalid() error {
 	switch {
 	case e == nil:
-		return invalidf("nil Elector")
+		return fmt.Errorf("%w: nil Elector", fencing.ErrInvalid)
 	case e.locker == nil:
-		return invalidf("nil Locker")
+		return fmt.Errorf("%w: nil Locker", fencing.ErrInvalid)
 	case e.name == "":
-		return invalidf("empty name")
+		return fmt.Errorf("%w: empty name", fencing.ErrInvalid)
 	}
 	return nil
 }
 
-// nameOf returns the name, or "" for a nil Elector.
-func (e *Elector) nameOf() string {
-	if e == nil {
-		return ""
+// errorf returns the error of the Elector: `leader: elector "<name>": ` and the cause.
+func (e *Elector) errorf(format string, args ...any) error {
+	name := ""
+	if e != nil {
+		name = e.name
 	}
-	return e.name
+	return fmt.Errorf("leader: elector %q: "+format, append([]any{name}, args...)...)
 }

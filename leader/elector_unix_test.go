@@ -1,6 +1,6 @@
 //go:build unix
 
-package fencing_test
+package leader_test
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/leader"
 	"github.com/fencekit/fencekit/internal/redistest"
 )
 
@@ -252,7 +253,7 @@ func childElector() {
 	lease, _ := strconv.Atoi(parts[3])
 	c := redis.NewClient(&redis.Options{Addr: parts[0], DB: db, DisableIdentity: true})
 	l := fencing.New(c, fencing.WithPrefix(parts[2]), fencing.WithTTL(time.Duration(lease)*time.Millisecond))
-	e := fencing.NewElector(l, "leader")
+	e := leader.New(l, "leader")
 	go func() { fmt.Println("run", e.Run(context.Background())) }()
 	var (
 		leading  int64 // the epoch while IsLeader returns nil
