@@ -139,6 +139,7 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, g []member, elem, ent
 	if err != nil {
 		return nil, attemptReply{}, err
 	}
+	owner = wire.Labeled(owner, cfg.label)
 	ms := millis(cfg.ttl)
 	sent := time.Now()
 	var res any

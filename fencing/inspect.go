@@ -44,14 +44,19 @@ type Holder struct {
 	// TTL is the lease it has left, by the server's clock.
 	TTL time.Duration
 	// Owner identifies the acquisition: a random value of 22 characters, or for a lock
-	// granted from the queue, the waiter's place in it.
+	// granted from the queue, the waiter's place in it (either followed by its label,
+	// encoded).
 	Owner string
+	// Label is the acquisition's label ([WithLabel]), or "".
+	Label string
 }
 
 // A Waiter is one call queued for a resource, in a [Status].
 type Waiter struct {
 	// Locker is the id of the Locker the call waits in, random per Locker.
 	Locker string
+	// Label is the call's label ([WithLabel]), or "".
+	Label string
 	// Shared and Limit are the kind of acquisition it waits for, as in [Status]: Limit 1
 	// for an exclusive one, 0 for a shared one.
 	Shared bool
@@ -111,7 +116,7 @@ func statusOf(resource string, raw wire.State) *Status {
 		}
 	}
 	for _, h := range raw.Holders {
-		st.Holders = append(st.Holders, Holder{Token: h.Token, TTL: h.End.Sub(raw.Now), Owner: h.Owner})
+		st.Holders = append(st.Holders, Holder{Token: h.Token, TTL: h.End.Sub(raw.Now), Owner: h.Owner, Label: wire.LabelOf(h.Owner)})
 	}
 	slices.SortFunc(st.Holders, func(a, b Holder) int { return cmp.Compare(a.Token, b.Token) })
 	for _, e := range raw.Queue {
@@ -119,7 +124,7 @@ func statusOf(resource string, raw wire.State) *Status {
 		if !ok {
 			continue
 		}
-		w := Waiter{Locker: el.Locker, Shared: el.Kind.Shared, Limit: max(el.Kind.Limit, 1), TimeFloor: el.Floor, CounterExpiry: el.Expiry}
+		w := Waiter{Locker: el.Locker, Label: el.Label, Shared: el.Kind.Shared, Limit: max(el.Kind.Limit, 1), TimeFloor: el.Floor, CounterExpiry: el.Expiry}
 		if w.Shared {
 			w.Limit = 0
 		}

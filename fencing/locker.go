@@ -54,6 +54,8 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 		l.cfg.err = invalidf("nil redis client")
 	case l.cfg.mode.Shared:
 		l.cfg.err = invalidf("Shared applies to one call, not to a Locker")
+	case l.cfg.label != "":
+		l.cfg.err = invalidf("WithLabel applies to one call, not to a Locker")
 	default:
 		l.cfg.err = l.cfg.conflict()
 	}

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/fencekit/fencekit/internal/wire"
 )
@@ -95,6 +97,7 @@ type config struct {
 	maxWait   time.Duration // < 0: wait until the context ends
 	mode      mode
 	memo      string // UnlessMemo's name; "" for none
+	label     string // WithLabel's
 	hooks     hookList
 	err       error // the first invalid option, returned by every call
 }
@@ -272,6 +275,39 @@ func WithCounterExpiry(d time.Duration) Option {
 		}
 		c.expiry, c.timeFloor = d, true
 	})
+}
+
+// MaxLabelLen is the longest label, in bytes, that [WithLabel] accepts.
+const MaxLabelLen = 64
+
+// WithLabel gives an acquisition a label of the caller's choosing, such as a task ID, a
+// request ID or a host name, which [Locker.Inspect] shows for its holder and, while it waits,
+// for its waiter (fencekit show and locks, and the operators' page, print it too). It is
+// kept in Redis with the lock, at the cost of its length: a lock without a label costs
+// nothing more. A label is at most [MaxLabelLen] bytes of UTF-8 without control characters;
+// any other is an error wrapping [ErrInvalid] of every call it is given to, which then sends
+// nothing. Default: none (""). It applies to one acquisition: give it to a call, not to [New]
+// (where it is an error too, as every acquisition would carry it).
+func WithLabel(label string) CallOption {
+	return callOption(func(c *config) {
+		if err := validLabel(label); err != nil && c.err == nil {
+			c.err = err
+		}
+		c.label = label
+	})
+}
+
+// validLabel returns an error wrapping ErrInvalid when label cannot be a label.
+func validLabel(label string) error {
+	switch {
+	case len(label) > MaxLabelLen:
+		return invalidf("label of %d bytes exceeds %d", len(label), MaxLabelLen)
+	case !utf8.ValidString(label):
+		return invalidf("label %q is not UTF-8", label)
+	case strings.IndexFunc(label, unicode.IsControl) >= 0:
+		return invalidf("label %q has a control character", label)
+	}
+	return nil
 }
 
 // conflict returns an error wrapping ErrInvalid when c's options, each valid, cannot be

@@ -25,7 +25,7 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 		ctx, cancel = context.WithTimeout(ctx, cfg.maxWait)
 		defer cancel()
 	}
-	call := room.Call{Keys: k, Kind: cfg.mode, TTL: time.Duration(millis(cfg.ttl)) * time.Millisecond, Floor: cfg.timeFloor, Expiry: cfg.expiry}
+	call := room.Call{Keys: k, Kind: cfg.mode, TTL: time.Duration(millis(cfg.ttl)) * time.Millisecond, Floor: cfg.timeFloor, Expiry: cfg.expiry, Label: cfg.label}
 	// The uncontended path: one script and no subscription, unless this Locker already waits
 	// on the resource, subscribed.
 	if cfg.maxWait == 0 || !l.room.Listening(k) {

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/base32"
 	"strconv"
 	"strings"
 	"time"
@@ -55,6 +56,32 @@ func SplitValue(v string) (owner string, token int64, ok bool) {
 	return v[:i], token, err == nil && token > 0
 }
 
+// labels encodes a label in an owner or an element: base32 without padding, after '~'. Its
+// alphabet (A-Z, 2-7) has none of the letters of an element's rules, nor ':' or '.', so the
+// scripts (and those of earlier versions) read an element's rules as they were.
+var labels = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// Labeled returns owner with label, if not "", after it: "<owner>~<base32(label)>".
+func Labeled(owner, label string) string {
+	if label == "" {
+		return owner
+	}
+	return owner + "~" + labels.EncodeToString([]byte(label))
+}
+
+// LabelOf returns the label of an owner or an element, "" when it has none.
+func LabelOf(owner string) string {
+	i := strings.LastIndexByte(owner, '~')
+	if i < 0 {
+		return ""
+	}
+	b, err := labels.DecodeString(owner[i+1:])
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
 // An Element is a waiter's entry in a resource's queue: "<Locker id>.<n>.<lease ms>" and the
 // rules of its grant, 'f' when its tokens are floored at the server clock, or 'e<ms>' when
 // the counter expires (which implies the floor), then 's' for a shared waiter or 'l<n>' for
@@ -66,6 +93,7 @@ type Element struct {
 	Floor  bool          // tokens at or above the server clock in microseconds
 	Expiry time.Duration // the counter's expiry after a grant; 0: it does not expire
 	Kind   Kind
+	Label  string // the waiter's label (see Labeled), or ""
 }
 
 // String returns the element as the queue holds it.
@@ -90,7 +118,7 @@ func (e Element) String() string {
 		b = append(b, 'l')
 		b = strconv.AppendInt(b, int64(e.Kind.Limit), 10)
 	}
-	return string(b)
+	return Labeled(string(b), e.Label)
 }
 
 // ParseElement reads an element as the scripts do (grants.lua's parse); ok is false for what
@@ -115,6 +143,9 @@ func ParseElement(s string) (e Element, ok bool) {
 	}
 	e = Element{Locker: id, Seq: n, Lease: time.Duration(lease) * time.Millisecond, Kind: Kind{Limit: 1}}
 	rules := rest[end:]
+	if i := strings.IndexByte(rules, '~'); i >= 0 {
+		e.Label, rules = LabelOf(rules), rules[:i]
+	}
 	if i := strings.IndexByte(rules, 'e'); i >= 0 {
 		j := i + 1
 		for j < len(rules) && rules[j] >= '0' && rules[j] <= '9' {

@@ -151,6 +151,8 @@ type Call struct {
 	// (wire.Element).
 	Floor  bool
 	Expiry time.Duration
+	// Label is the call's label (wire.Labeled), in its element.
+	Label string
 	// Join sends the acquire script with the waiter's element elem and the room's waiter
 	// value entry ("" when the waiter key and the queue's TTL are known to be fresh): it
 	// takes the resource when it is free and nobody waits, or queues elem.
@@ -225,7 +227,7 @@ func (r *Room) Wait(ctx, parent context.Context, c Call) (Grant, error) {
 		ln.leaseSeen(c.Seen, c.Left)
 	}
 	lease := min(c.TTL, GrantLease)
-	elem := wire.Element{Locker: r.id, Seq: r.seq.Add(1), Lease: lease, Floor: c.Floor, Expiry: c.Expiry, Kind: c.Kind}
+	elem := wire.Element{Locker: r.id, Seq: r.seq.Add(1), Lease: lease, Floor: c.Floor, Expiry: c.Expiry, Kind: c.Kind, Label: c.Label}
 	w := &waiter{ln: ln, kind: c.Kind, elem: elem.String(), lease: lease, grant: make(chan Grant, 1), wake: make(chan struct{}, 1)}
 	g, err := r.queue(ctx, parent, c, w)
 	if e, ok := err.(*Ended); ok {
