@@ -63,8 +63,8 @@ func TestMiddlewareAllLocksEveryResource(t *testing.T) {
 	if !asynqfence.IsBusy(err) || !errors.Is(err, fencing.ErrNotAcquired) || !strings.Contains(err.Error(), "account:b") {
 		t.Fatalf("busy: got %v, want a busy error naming account:b", err)
 	}
-	if res, ok := fencing.BusyResource(err); !ok || res != "account:b" {
-		t.Fatalf("BusyResource: got %q %v, want account:b", res, ok)
+	if b := (*fencing.BusyError)(nil); !errors.As(err, &b) || b.Resource != "account:b" {
+		t.Fatalf("BusyError.Resource: got %v, want account:b", err)
 	}
 	if n := r.Client.Exists(ctx, r.Prefix+"{account:a}:lock").Val(); n != 0 {
 		t.Fatal("account:a left held after a busy task")

@@ -131,6 +131,9 @@ return 0`)
 return 0`)
 	var owner atomic.Int64
 	exclusive, shared, limited := locker(), locker(), locker()
+	expiring, sharedExpiring := locker(fencing.WithCounterExpiry(time.Hour)), locker(fencing.WithCounterExpiry(time.Hour))
+	labeled, sharedLabeled := locker(), locker()
+	label := fencing.WithLabel("asynq:6f1c2d0e-8b4a-4c3e-9f2a-1b2c3d4e5f60")
 	readers, beside := locker(), locker()
 	var held []*fencing.Lock
 	a := locker()
@@ -174,6 +177,10 @@ return 0`)
 		{name: "fencekit", run: pair(exclusive)},
 		{name: "fencekit-shared", run: pair(shared, fencing.Shared())},
 		{name: "fencekit-limit4", run: pair(limited, fencing.WithLimit(4))},
+		{name: "fencekit-expiry", run: pair(expiring)},
+		{name: "fencekit-shared-expiry", run: pair(sharedExpiring, fencing.Shared())},
+		{name: "fencekit-label", run: pair(labeled, label)},
+		{name: "fencekit-shared-label", run: pair(sharedLabeled, fencing.Shared(), label)},
 		{
 			name: "fencekit-shared-beside-7",
 			setup: func(b *testing.B) {

@@ -3,10 +3,12 @@ package fencing
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/fencekit/fencekit/fencing/observe"
+	"github.com/fencekit/fencekit/internal/wire"
 
 	"github.com/fencekit/fencekit/fencing/internal/stall"
 )
@@ -30,12 +32,9 @@ import (
 // up to the client's ReadTimeout (fn's context is cancelled on time regardless).
 func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Context) error, opts ...CallOption) error {
 	if fn == nil {
-		return invalidf("nil function")
+		return opErr("do", resource, invalidf("nil function"))
 	}
-	if l == nil {
-		return opErr("acquire", resource, errNilLocker)
-	}
-	cfg := l.cfg.with(opts)
+	cfg := l.config(opts)
 	lock, err := l.acquire(ctx, cfg, resource)
 	if err != nil {
 		return err
@@ -61,12 +60,9 @@ func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Co
 // per server. No goroutine started by DoAll outlives it.
 func (l *Locker) DoAll(ctx context.Context, resources []string, fn func(ctx context.Context) error, opts ...CallOption) error {
 	if fn == nil {
-		return invalidf("nil function")
+		return opErr("do all", "", invalidf("nil function"))
 	}
-	if l == nil {
-		return opErr("acquire all", "", errNilLocker)
-	}
-	cfg := l.cfg.with(opts)
+	cfg := l.config(opts)
 	set, err := l.acquireAll(ctx, cfg, observe.OpAcquireAll, resources)
 	if err != nil {
 		return err
@@ -80,10 +76,7 @@ func (l *Locker) DoAll(ctx context.Context, resources []string, fn func(ctx cont
 func (l *Locker) hold(ctx context.Context, cfg *config, locks []*Lock, set *LockSet, fn func(ctx context.Context) error) (err error) {
 	h := &hold{locks: locks, set: set, cfg: cfg}
 	work, cancel := context.WithCancelCause(stall.With((&held{locks: locks, hold: h}).with(ctx), door{}))
-	cancelOf := func(*Lock) context.CancelCauseFunc { return cancel }
-	if set != nil {
-		cancelOf = func(k *Lock) context.CancelCauseFunc { return named(cancel, k.resource) }
-	}
+	cancelOf := func(k *Lock) context.CancelCauseFunc { return named(cancel, k.resource) }
 	h.renewer = startRenewer(work, cfg, locks, h.extend, cancelOf)
 
 	returned := false
@@ -101,29 +94,25 @@ func (l *Locker) hold(ctx context.Context, cfg *config, locks []*Lock, set *Lock
 		if !returned {
 			return
 		}
-		var gone []error
-		other := false
 		for i, e := range errs {
 			switch {
-			case errors.Is(e, ErrNotHeld):
+			case lost == nil && errors.Is(e, ErrNotHeld):
 				// The lease lapsed between two renewals.
-				gone = append(gone, e)
-				if lost == nil {
-					k := locks[i]
-					cfg.hooks.lost(work, observe.Event{Op: observe.OpRelease, Resource: k.resource, Token: k.token, Outcome: observe.OutcomeNotHeld, Err: e, Held: time.Since(k.acquired)})
-				}
-			case e != nil:
-				other = true
+				lost = e
+				k := locks[i]
+				cfg.hooks.lost(work, observe.Event{Op: observe.OpRelease, Resource: k.resource, Token: k.token, Label: k.label, Outcome: observe.OutcomeNotHeld, Err: e, Held: time.Since(k.acquired)})
+			case e != nil && !errors.Is(e, ErrNotHeld) && err == nil:
+				err = e // the release failed: the lock stays held until its lease runs out
 			}
 		}
 		switch {
-		case lost != nil:
-		case len(gone) > 0:
-			lost = joinAll(gone)
-		case other && err == nil:
-			err = joinAll(nonNil(errs))
+		case lost == nil, errors.Is(err, ErrNotHeld):
+			// fn's error tells of the loss already (the context's cause, often).
+		case err == nil:
+			err = lost
+		default:
+			err = fmt.Errorf("%w: %w", lost, err)
 		}
-		err = join(err, lost)
 	}()
 	err = fn(work)
 	returned = true
@@ -136,14 +125,13 @@ type hold struct {
 	set     *LockSet // DoAll's; nil for one lock
 	cfg     *config  // the settings it was taken with
 	renewer *renewer
-	memo    atomic.Pointer[Memo] // LeaveMemo's, written by the release
+	memo    atomic.Pointer[wire.Memo] // LeaveMemo's, written by the release
 }
 
 // extend renews every lease of h to ttl and returns the error of each lock.
 func (h *hold) extend(ctx context.Context, ttl time.Duration) []error {
 	if h.set != nil {
-		errs, _ := h.set.extendAll(ctx, ttl, observe.OpRenew) // ttl is valid: the set was taken with it
-		return errs
+		return h.set.extendAll(ctx, ttl, observe.OpRenew) // ttl is valid: the set was taken with it
 	}
 	return []error{h.locks[0].extend(ctx, ttl, observe.OpRenew)}
 }
@@ -154,21 +142,14 @@ func (h *hold) release(ctx context.Context) []error {
 	if h.set != nil {
 		return h.set.releaseAll(ctx)
 	}
-	return []error{h.locks[0].releaseWith(ctx, h.memo.Load())}
+	var m wire.Memo
+	if p := h.memo.Load(); p != nil {
+		m = *p
+	}
+	return []error{h.locks[0].release(ctx, m)}
 }
 
 // named returns cancel with a cause that names resource, the lock that was lost.
 func named(cancel context.CancelCauseFunc, resource string) context.CancelCauseFunc {
 	return func(cause error) { cancel(opErr("renew", resource, cause)) }
-}
-
-// nonNil returns the errors of errs that are not nil.
-func nonNil(errs []error) []error {
-	var out []error
-	for _, e := range errs {
-		if e != nil {
-			out = append(out, e)
-		}
-	}
-	return out
 }

@@ -4,54 +4,57 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
-
-	"github.com/fencekit/fencekit/fencing/internal/room"
 )
 
-// Sentinel errors. Match them with [errors.Is]: the errors returned by this package wrap them,
-// and an error that ends a wait also matches the context's error.
+// Sentinel errors, matched with [errors.Is]. Every error a call returns names the call and its
+// resource after the prefix "fencing: ", and then its cause, such as
+//
+//	fencing: release "orders/42": not held
+//	fencing: acquire "orders/42": not acquired: held by another owner after waiting 2s, first in the queue: context deadline exceeded
+//
+// so the sentinels' own texts carry no prefix, as io/fs's do not. An error that ends a wait
+// also matches the context's error.
 var (
 	// ErrNotAcquired means the resource is busy: held by others, or waiters are queued ahead.
-	// The error is then a [*BusyError], which says more. Acquire returns it, joined with
-	// ctx.Err(), when its context ends before the lock could be taken. TryAcquire also returns
-	// it when Redis granted the lock but the reply came back after the lease could have run
-	// out: the lock is then freed, as it may already belong to someone else.
-	ErrNotAcquired = errors.New("fencing: not acquired")
+	// The error then holds a [*BusyError], which says more. Acquire returns it, with
+	// ctx.Err(), when its context ends before the lock could be taken. TryAcquire also
+	// returns it when Redis granted the lock but the reply came back after the lease could
+	// have run out: the lock is then freed, as it may already belong to someone else.
+	ErrNotAcquired = errors.New("not acquired")
 
 	// ErrNotHeld means this acquisition no longer owns the lock: it was released, it expired,
 	// or another owner has taken it since. Release and Extend return it and change nothing;
 	// Do cancels its work's context with it as the cause.
-	ErrNotHeld = errors.New("fencing: not held")
+	ErrNotHeld = errors.New("not held")
 
 	// ErrInvalid means an argument or option is unusable: an empty or oversized resource name,
 	// a TTL out of range, a nil client, a prefix containing '{' or '}', options that do not go
 	// together. Nothing was sent to Redis, except for a call of a kind that the resource's live
 	// holders cannot admit (see [WithLimit], [Shared]), which changed nothing.
-	ErrInvalid = errors.New("fencing: invalid argument")
+	ErrInvalid = errors.New("invalid argument")
 
 	// ErrClosed means the Locker was closed; Release and Extend still work on its locks.
-	ErrClosed = errors.New("fencing: locker closed")
+	ErrClosed = errors.New("locker closed")
 
 	// ErrNotReplicated means fewer replicas than required by [WithReplicas] acknowledged an
 	// acquisition in time. The lock was released before the error was returned.
-	ErrNotReplicated = errors.New("fencing: acquisition not replicated")
+	ErrNotReplicated = errors.New("acquisition not replicated")
 
-	// ErrLayout means a shared or limited resource's lock is a hash in the key layout of an
-	// earlier fencekit version (layout 1: fields limit, until and <owner>:<token>): processes
-	// of that version hold it, during a rolling deploy. The call changed nothing and took nothing; the resource is usable again
-	// once those holders have released it or their leases have ended. See docs/design.md,
-	// "Rolling deploys".
-	ErrLayout = room.ErrLayout
+	// ErrLayout means a shared or limited resource's lock is a hash in the key layout of a
+	// fencekit version before v0.1.0's (layout 1: fields limit, until and <owner>:<token>),
+	// which processes of that version hold during a rolling deploy. The call changed nothing
+	// and took nothing; the resource is usable again once those holders have released it or
+	// their leases have ended. See docs/design.md, "Rolling deploys".
+	ErrLayout = errors.New("lock in the key layout of an earlier fencekit version, which this one does not change: finish the rolling deploy")
 )
 
-// A BusyError is the error of an acquisition that found its resource busy: held by others (an
+// A BusyError is the cause of an acquisition that found its resource busy: held by others (an
 // exclusive holder, shared holders for an exclusive call, every slot of a limit) or waiters
 // queued ahead of it. It matches [ErrNotAcquired] with [errors.Is]; use [errors.As] to read
-// it. TryAcquire and the set calls return it as it is; Acquire and Do when [WithMaxWait] runs
-// out, and joined with the context's error when the context ends the wait (and with the last
-// Redis error, when the waiter's checks were failing).
+// it. TryAcquire and the set calls return it when the resource is busy; Acquire and Do when
+// [WithMaxWait] runs out, and with the context's error when the context ends the wait (and
+// the last Redis error, when the waiter's checks were failing).
 type BusyError struct {
 	// Resource is the busy resource; for a set of resources, the one waited for.
 	Resource string
@@ -67,25 +70,24 @@ type BusyError struct {
 	late bool // Redis granted the lock, but the reply came after the lease could have run out
 }
 
+// Error says why the resource was busy; the call's error names the resource.
 func (e *BusyError) Error() string {
-	if e == nil {
-		return "fencing: not acquired"
+	switch {
+	case e == nil:
+		return "not acquired"
+	case e.late:
+		return "not acquired: Redis replied after the lease could have run out"
+	case e.Waited <= 0:
+		return "not acquired: held by another owner"
 	}
-	if e.late {
-		return fmt.Sprintf("fencing: not acquired: %q: Redis replied after the lease could have run out", e.Resource)
-	}
-	msg := fmt.Sprintf("fencing: not acquired: %q is held by another owner", e.Resource)
-	if e.Waited <= 0 {
-		return msg
-	}
-	msg += fmt.Sprintf(" after waiting %v", e.Waited.Round(time.Millisecond))
+	msg := "not acquired: held by another owner after waiting " + e.Waited.Round(time.Millisecond).String()
 	switch {
 	case e.Ahead == 0:
 		msg += ", first in the queue"
 	case e.Ahead == 1:
 		msg += ", 1 waiter ahead"
 	case e.Ahead > 1:
-		msg += fmt.Sprintf(", %d waiters ahead", e.Ahead)
+		msg += ", " + strconv.Itoa(e.Ahead) + " waiters ahead"
 	}
 	return msg
 }
@@ -110,35 +112,23 @@ func RetryAfter(err error) (time.Duration, bool) {
 	return 0, false
 }
 
-// BusyResource returns the resource that was busy when an acquisition failed because of it:
-// [BusyError.Resource], for the set calls the one waited for. The second result is false when
-// err carries none.
-func BusyResource(err error) (string, bool) {
-	var b *BusyError
-	if errors.As(err, &b) {
-		return b.Resource, true
-	}
-	return "", false
-}
-
-// opError is an operation's error: its text has one "fencing: " prefix and one line, such as
-// `fencing: release "r": not held`, while errors.Is and errors.As still see err.
+// opError is the error of a call: `fencing: <op> "<resource>": <cause>`, or without the
+// resource for a call that names none. Each call wraps its cause once.
 type opError struct {
 	op, resource string
 	err          error
 }
 
 func (e *opError) Error() string {
-	msg := strings.TrimPrefix(e.err.Error(), "fencing: ")
 	if e.resource == "" {
-		return "fencing: " + e.op + ": " + msg
+		return "fencing: " + e.op + ": " + e.err.Error()
 	}
-	return "fencing: " + e.op + " " + strconv.Quote(e.resource) + ": " + msg
+	return "fencing: " + e.op + " " + strconv.Quote(e.resource) + ": " + e.err.Error()
 }
 
 func (e *opError) Unwrap() error { return e.err }
 
-// opErr wraps err, unless it is nil, as op's error on resource ("" for none).
+// opErr returns err, unless it is nil, as the error of op on resource ("" for none).
 func opErr(op, resource string, err error) error {
 	if err == nil {
 		return nil
@@ -146,52 +136,11 @@ func opErr(op, resource string, err error) error {
 	return &opError{op: op, resource: resource, err: err}
 }
 
-// both is two errors as one: errors.Is and errors.As match either, and the text is one line,
-// such as `fencing: not acquired: "r" is held by another owner after waiting 20ms, first in
-// the queue: context deadline exceeded`.
-type both struct{ first, second error }
-
-func (e *both) Error() string {
-	first, second := e.first.Error(), e.second.Error()
-	if strings.HasPrefix(first, "fencing: ") {
-		second = strings.TrimPrefix(second, "fencing: ")
-	}
-	return first + ": " + second
+// invalidf returns an error wrapping ErrInvalid that says what.
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
-func (e *both) Unwrap() []error { return []error{e.first, e.second} }
-
-// join returns first and second as one error; either may be nil.
-func join(first, second error) error {
-	switch {
-	case first == nil:
-		return second
-	case second == nil:
-		return first
-	}
-	return &both{first, second}
-}
-
-// list is errors.Join on one line: the texts are separated by "; ".
-type list []error
-
-func (l list) Error() string {
-	texts := make([]string, len(l))
-	for i, err := range l {
-		texts[i] = err.Error()
-	}
-	return strings.Join(texts, "; ")
-}
-
-func (l list) Unwrap() []error { return l }
-
-// joinAll returns errs as one error, nil when there are none.
-func joinAll(errs []error) error {
-	switch len(errs) {
-	case 0:
-		return nil
-	case 1:
-		return errs[0]
-	}
-	return list(errs)
-}
+// errNoLock is the cause of a call on a nil or zero Lock or LockSet, which no acquisition
+// made: it matches ErrNotHeld, as it holds nothing, and ErrInvalid.
+var errNoLock = fmt.Errorf("%w: %w: from no acquisition", ErrNotHeld, ErrInvalid)

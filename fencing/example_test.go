@@ -142,8 +142,8 @@ func ExampleLocker_DoAll() {
 	held, _ := locker.TryAcquire(ctx, "account:bob")
 	defer held.Release(ctx)
 	_, err = locker.TryAcquireAll(ctx, []string{"account:alice", "account:bob"})
-	busy, _ := fencing.BusyResource(err)
-	fmt.Println(errors.Is(err, fencing.ErrNotAcquired), busy)
+	var busy *fencing.BusyError
+	fmt.Println(errors.As(err, &busy), busy.Resource)
 	// Output:
 	// alice's token 1 bob's token 1
 	// true account:bob

@@ -2,6 +2,8 @@ package fencing
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"github.com/fencekit/fencekit/fencing/observe"
 )
@@ -47,4 +49,36 @@ func (hs hookList) lost(ctx context.Context, e observe.Event) {
 			h(ctx, e)
 		}
 	}
+}
+
+// acquired returns the event of an acquisition op of resource, begun at begin, that sent
+// attempts scripts and took lock or failed with err. A single attempt's busy answer is not an
+// error (Event.Err is nil), a wait's is.
+func acquired(op observe.Op, resource string, attempts int, begin time.Time, lock *Lock, err error) observe.Event {
+	e := observe.Event{Op: op, Resource: resource, Attempts: attempts, Elapsed: time.Since(begin)}
+	switch {
+	case err == nil && lock != nil:
+		e.Outcome, e.Token, e.Label, e.ClockBehind = observe.OutcomeAcquired, lock.token, lock.label, lock.behind
+	case err == nil:
+		e.Outcome = observe.OutcomeAcquired
+	default:
+		e.Outcome, e.Err = outcomeOf(err), err
+		if e.Outcome == observe.OutcomeBusy && (op == observe.OpTryAcquire || op == observe.OpTryAcquireAll) {
+			e.Err = nil
+		}
+	}
+	return e
+}
+
+// outcomeOf classifies an error for hooks.
+func outcomeOf(err error) observe.Outcome {
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return observe.OutcomeCancelled
+	case errors.Is(err, ErrNotHeld):
+		return observe.OutcomeNotHeld
+	case errors.Is(err, ErrNotAcquired):
+		return observe.OutcomeBusy
+	}
+	return observe.OutcomeError
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencekit/fencekit/fencing/observe"
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
@@ -74,32 +75,32 @@ type Waiter struct {
 }
 
 // Inspect reads what Redis holds of resource, in one round trip that changes nothing: its
-// holders with their tokens and leases, their kind, the waiters queued for it and the next
-// token. An invalid resource name returns an error wrapping [ErrInvalid] and sends nothing;
-// other errors come from Redis. It works on a closed Locker, and reads the lock of a shared
-// or limited resource in the key layout of an earlier version too.
+// holders with their tokens, labels and leases, their kind, the waiters queued for it and the
+// next token. An invalid resource name returns an error wrapping [ErrInvalid] and sends
+// nothing; other errors come from Redis. It works on a closed Locker, and reads the lock of a
+// shared or limited resource in the key layout of an earlier version too. Hooks observe it
+// (observe.OpInspect).
 func (l *Locker) Inspect(ctx context.Context, resource string) (*Status, error) {
-	if err := l.checkName(resource); err != nil {
-		return nil, opErr("inspect", resource, err)
+	cfg := l.config(nil)
+	ctx = cfg.hooks.start(ctx, observe.OpInspect, resource)
+	begin := time.Now()
+	var st *Status
+	err := l.made()
+	if err == nil {
+		err = validResource(resource)
 	}
-	res, err := wire.Inspect.RunOn(ctx, l.client, wire.For(l.cfg.prefix, resource), "").Slice()
+	if err == nil {
+		var raw wire.State
+		raw, err = (&wire.Inspect{Keys: wire.For(l.cfg.prefix, resource)}).Run(ctx, l.client)
+		st = statusOf(resource, raw)
+	}
+	err = opErr("inspect", resource, err)
+	e := observe.Event{Op: observe.OpInspect, Resource: resource, Outcome: observe.OutcomeOK, Elapsed: time.Since(begin)}
 	if err != nil {
-		return nil, opErr("inspect", resource, err)
+		st, e.Outcome, e.Err = nil, observe.OutcomeError, err
 	}
-	raw, err := wire.ParseState(res)
-	if err != nil {
-		return nil, opErr("inspect", resource, err)
-	}
-	return statusOf(resource, raw), nil
-}
-
-// checkName validates a call that names one resource and sends nothing else: the Locker's
-// own settings and the name.
-func (l *Locker) checkName(resource string) error {
-	if err := l.made(); err != nil {
-		return err
-	}
-	return validResource(resource)
+	cfg.hooks.end(ctx, e)
+	return st, err
 }
 
 // statusOf returns the Status of what the inspect script read of resource.
@@ -142,32 +143,36 @@ func statusOf(resource string, raw wire.State) *Status {
 // ForceRelease frees resource from its holder with token, as that holder's own Release
 // would: the resource goes to the next waiters of its queue at once, with new tokens, and
 // the holder's Release and Extend then return [ErrNotHeld]. It is for operators freeing a
-// lock whose holder is stuck (fencekit release --force), not for the holder itself: the
-// holder is not told and may still be working, so this is safe for data only when the store
-// checks tokens, which refuses the old holder's later writes. It returns an error wrapping
-// ErrNotHeld, and changes nothing, when no holder of resource has token (it was released,
-// expired or replaced meanwhile); [ErrInvalid] for an invalid name, sending nothing; other
-// errors come from Redis.
+// lock whose holder is stuck (fencekit release --force, the operators' page), not for the
+// holder itself: the holder is not told and may still be working, so this is safe for data
+// only when the store checks tokens, which refuses the old holder's later writes. It returns
+// an error wrapping ErrNotHeld, and changes nothing, when no holder of resource has token
+// (it was released, expired or replaced meanwhile); [ErrInvalid] for an invalid name,
+// sending nothing; other errors come from Redis. Hooks observe it
+// (observe.OpForceRelease, with the holder's token and label).
 func (l *Locker) ForceRelease(ctx context.Context, resource string, token int64) error {
-	st, err := l.Inspect(ctx, resource)
+	cfg := l.config(nil)
+	ctx = cfg.hooks.start(ctx, observe.OpForceRelease, resource)
+	begin := time.Now()
+	e := observe.Event{Op: observe.OpForceRelease, Resource: resource, Token: token, Outcome: observe.OutcomeOK}
+	st, err := l.Inspect(ctx, resource) // its error names the call that failed
+	if err == nil {
+		err = ErrNotHeld
+		if i := slices.IndexFunc(st.Holders, func(h Holder) bool { return h.Token == token }); i >= 0 {
+			// By its owner alone ("<owner>:"), which leaves no release record: the holder's
+			// own Release, finding none, returns ErrNotHeld. An owner is one acquisition's,
+			// which never changes its token.
+			h := st.Holders[i]
+			e.Label = h.Label
+			r := &wire.Release{Keys: []wire.Keys{wire.For(l.cfg.prefix, resource)}, Values: []string{h.Owner + ":"}, Kind: wire.Kind{Shared: st.Shared, Limit: st.Limit}}
+			err = l.release(ctx, r)[0][0]
+		}
+		err = opErr("force release", resource, err)
+	}
+	e.Elapsed = time.Since(begin)
 	if err != nil {
-		return opErr("force release", resource, err)
+		e.Outcome, e.Err = outcomeOf(err), err
 	}
-	i := slices.IndexFunc(st.Holders, func(h Holder) bool { return h.Token == token })
-	if i < 0 {
-		return opErr("force release", resource, ErrNotHeld)
-	}
-	m := mode{Shared: st.Shared, Limit: st.Limit}
-	k := wire.For(l.cfg.prefix, resource)
-	// By its owner alone ("<owner>:"), which leaves no release record: the holder's own
-	// Release, finding none, returns ErrNotHeld. An owner is one acquisition's, which never
-	// changes its token.
-	held, err := l.releaseOne(ctx, k, st.Holders[i].Owner+":", m, false, nil)
-	switch {
-	case err != nil:
-		return opErr("force release", resource, err)
-	case !held:
-		return opErr("force release", resource, ErrNotHeld)
-	}
-	return nil
+	cfg.hooks.end(ctx, e)
+	return err
 }

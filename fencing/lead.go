@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fencing/observe"
-
-	"github.com/fencekit/fencekit/fencing/internal/backoff"
 )
 
 // Lead makes this process the leader of name, one leader at a time across every Locker that
@@ -44,21 +42,18 @@ import (
 // each campaign (observe.OpCampaign) and each term (observe.OpLead); see Hooks. No goroutine started by
 // Lead outlives it.
 func (l *Locker) Lead(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...CallOption) error {
-	if fn == nil {
-		return opErr("lead", name, invalidf("nil function"))
-	}
-	if l == nil {
-		return opErr("lead", name, errNilLocker)
-	}
-	cfg := l.cfg.with(opts)
+	cfg := l.config(opts)
 	err := l.check(context.WithoutCancel(ctx), cfg, name)
-	if err == nil && !cfg.mode.Exclusive() {
-		err = invalidf("%s: a leader leads alone", kindName(cfg.mode))
+	switch {
+	case fn == nil:
+		err = invalidf("nil function")
+	case err == nil && !cfg.kind.Exclusive():
+		err = invalidf("%s: a leader leads alone", kindName(cfg.kind))
 	}
 	if err != nil {
 		return opErr("lead", name, err)
 	}
-	retry := backoff.New(campaignFirst, campaignMost)
+	retry := newBackoff(campaignFirst, campaignMost)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -72,9 +67,9 @@ func (l *Locker) Lead(ctx context.Context, name string, fn func(ctx context.Cont
 			}
 			return ctx.Err()
 		case errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed):
-			return opErr("lead", name, err)
+			return err
 		case err != nil:
-			t := time.NewTimer(retry.Step())
+			t := time.NewTimer(retry.step())
 			select {
 			case <-ctx.Done():
 				t.Stop()
@@ -83,7 +78,7 @@ func (l *Locker) Lead(ctx context.Context, name string, fn func(ctx context.Cont
 			}
 			continue
 		}
-		retry = backoff.New(campaignFirst, campaignMost)
+		retry = newBackoff(campaignFirst, campaignMost)
 		lost, err := l.term(ctx, cfg, lock, fn)
 		switch {
 		case ctx.Err() != nil:

@@ -4,16 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/fencekit/fencekit/fencing/observe"
+	"github.com/redis/go-redis/v9"
 
-	"github.com/fencekit/fencekit/fencing/internal/backoff"
-	"github.com/fencekit/fencekit/fencing/internal/room"
+	"github.com/fencekit/fencekit/fencing/observe"
 	"github.com/fencekit/fencekit/internal/wire"
 )
+
+// A lock's life after it was taken (acquire.go, wait.go): Extend and TTL keep and read its
+// lease, Release frees it and hands it to the queue's next waiters in the same script. None of
+// them enters the waiting room unless this Locker has calls in it.
 
 // A Lock is one acquisition of a resource, with its fencing token. Its methods are safe for
 // concurrent use; Release and Extend take effect in the order Redis runs them, and once the
@@ -25,7 +29,8 @@ type Lock struct {
 	hooks    hookList
 	resource string
 	keys     wire.Keys
-	mode     mode
+	kind     wire.Kind
+	label    string
 	value    string // the holder's value while this acquisition holds the resource: "<owner>:<token>"
 	token    int64
 	acquired time.Time     // when the acquire script was sent, or the grant taken (monotonic)
@@ -35,7 +40,7 @@ type Lock struct {
 	released   atomic.Bool  // a Release returned nil: later ones answer ErrNotHeld locally
 
 	mu       sync.Mutex    // orders the deferred extension with Extend and Release
-	later    *time.Timer   // the deferred extension of a grant's short lease (see extendLater); nil once done
+	later    *time.Timer   // the deferred extension of a grant's short lease (wait.go); nil once done
 	laterTTL time.Duration // the lease that extension sets
 }
 
@@ -59,7 +64,7 @@ func (k *Lock) Resource() string {
 
 // Shared reports whether the acquisition is shared ([Shared]); false for a nil *Lock.
 func (k *Lock) Shared() bool {
-	return k != nil && k.mode.Shared
+	return k != nil && k.kind.Shared
 }
 
 // Release frees the resource if this acquisition still holds it. When waiters are queued for
@@ -70,39 +75,128 @@ func (k *Lock) Shared() bool {
 // that go-redis retries after losing the reply returns what its first run did: nil when that
 // run released the lock, ErrNotHeld only when the lock had passed on before it.
 func (k *Lock) Release(ctx context.Context) error {
-	return k.releaseWith(ctx, nil)
+	return k.release(ctx, wire.Memo{})
 }
 
-// releaseWith is Release, with a memo written in the same step (nil: none).
-func (k *Lock) releaseWith(ctx context.Context, m *Memo) error {
+// release is Release, with a memo written in the same step (none when m.Name is "").
+func (k *Lock) release(ctx context.Context, m wire.Memo) error {
 	if k == nil || k.locker == nil {
-		return opErr("release", "", errNoLock("Lock"))
+		return opErr("release", "", errNoLock)
 	}
 	k.stopLater()
 	ctx = k.hooks.start(ctx, observe.OpRelease, k.resource)
 	begin := time.Now()
-	released, err := false, error(nil)
+	err := error(ErrNotHeld) // once released, the record in Redis would answer as to a retry
 	if !k.released.Load() {
-		// Once released, the record in Redis would answer a new release as it answers a
-		// retry: nil. It is not a retry, and the lock is not this acquisition's.
-		released, err = k.locker.releaseOne(ctx, k.keys, k.value, k.mode, k.keepRecord(), m)
+		err = k.locker.release(ctx, &wire.Release{Keys: []wire.Keys{k.keys}, Values: []string{k.value}, Kind: k.kind, Keep: k.keepRecord(), Memo: m})[0][0]
 	}
-	err = k.releasedAs(released, err)
+	if err == nil {
+		k.released.Store(true)
+		k.validUntil.Store(0)
+	}
+	err = opErr("release", k.resource, err)
 	k.hooks.end(ctx, k.event(observe.OpRelease, begin, err))
 	return err
 }
 
-// releasedAs records the outcome of a release of k and returns its error.
-func (k *Lock) releasedAs(released bool, err error) error {
+// release runs the release scripts rs (each on the resources of one script, see groupKeys)
+// in one round trip per server, and returns the error of each value: nil when released,
+// ErrNotHeld when it did not hold its resource. A reply lost on the way is asked for again
+// with the same call, which its release record answers as the first run went. Grants to this
+// Locker's own waiters, which the script returns instead of announcing, go to them.
+func (l *Locker) release(ctx context.Context, rs ...*wire.Release) [][]error {
+	calls := make([]wire.Call, len(rs))
+	for i, r := range rs {
+		r.Publish = l.topo.Publish()
+		if l.waits.Load() > 0 && l.room.queuedOn(r.Keys) {
+			r.Self = l.room.id
+		}
+		calls[i] = r.Call(l.client)
+	}
+	sent := time.Now()
+	cmds := wire.Pipe(ctx, l.client, calls)
+	var lost []wire.Call
+	for i, cmd := range cmds {
+		if lostReply(ctx, cmd.Err()) {
+			lost = append(lost, calls[i])
+		}
+	}
+	if len(lost) > 0 {
+		again := wire.Pipe(ctx, l.client, lost)
+		for i, cmd := range cmds {
+			if lostReply(ctx, cmd.Err()) {
+				cmds[i], again = again[0], again[1:]
+			}
+		}
+	}
+	errs := make([][]error, len(rs))
+	for i, r := range rs {
+		res, err := cmds[i].Result()
+		replies := []any{res}
+		if len(r.Keys) > 1 {
+			replies, _ = res.([]any)
+		}
+		errs[i] = make([]error, len(r.Keys))
+		for j := range r.Keys {
+			switch {
+			case err != nil:
+				errs[i][j] = err
+			case len(replies) != len(r.Keys):
+				errs[i][j] = fmt.Errorf("unexpected reply %v", res)
+			default:
+				errs[i][j] = l.released(r.Keys[j], r.Values[j], r.Kind, sent, replies[j])
+			}
+		}
+	}
+	return errs
+}
+
+// released reads the release script's reply for value on k, sent at sent, and gives the
+// grants in it to this Locker's waiters.
+func (l *Locker) released(k wire.Keys, value string, kind wire.Kind, sent time.Time, res any) error {
+	rep, err := wire.ParseRelease(res)
 	switch {
 	case err != nil:
-		return opErr("release", k.resource, err)
-	case !released:
-		return opErr("release", k.resource, ErrNotHeld)
+		return err
+	case rep.Code == wire.NotHeld:
+		return ErrNotHeld
+	case rep.Code == wire.Layout:
+		return ErrLayout
+	case l.waits.Load() == 0:
+		return nil
 	}
-	k.released.Store(true)
-	k.validUntil.Store(0)
+	if kind.Exclusive() {
+		// Later tokens were granted after the call was sent; with other holders beside it,
+		// a release dates nothing.
+		l.room.saw(k, sent, value)
+	}
+	for _, g := range rep.Grants {
+		l.room.granted(k, grant{elem: g.Element, token: g.Token, after: sent})
+	}
+	if len(rep.Grants) > 0 {
+		// The grant went to a waiter of this Locker, now runnable: let it run before this
+		// goroutine goes on, which would otherwise delay the next holder's start by its own
+		// work until it blocks (docs/benchmarks.md, "The hand-off's own floor").
+		runtime.Gosched()
+	}
 	return nil
+}
+
+// releaseOwner frees whatever owner's acquisition holds of ks, with a fresh, short context:
+// the caller's may be done. Errors are ignored; the leases run out by themselves if this
+// fails.
+func (l *Locker) releaseOwner(ctx context.Context, cfg *config, ks []wire.Keys, owner string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	var rs []*wire.Release
+	for _, run := range l.groupKeys(ks) {
+		r := &wire.Release{Kind: cfg.kind}
+		for _, i := range run {
+			r.Keys, r.Values = append(r.Keys, ks[i]), append(r.Values, owner+":")
+		}
+		rs = append(rs, r)
+	}
+	l.release(ctx, rs...)
 }
 
 // Extend resets the lease to ttl, counted from now, if this acquisition still holds the
@@ -113,7 +207,7 @@ func (k *Lock) releasedAs(released bool, err error) error {
 // to the TTL (see [Locker.Acquire]) until an extension has taken effect.
 func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if k == nil || k.locker == nil {
-		return opErr("extend", "", errNoLock("Lock"))
+		return opErr("extend", "", errNoLock)
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -124,144 +218,57 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	return err
 }
 
-// extendLater extends a lock taken from the queue, whose grant's lease is shorter than the
-// TTL, to ttl: once, a third of the way into the lease, so that the hand-off does not wait
-// for it and a lock released sooner never needs it. An error that can pass is tried again
-// while the lease lasts. An extension that takes effect, Release and Do's renewals cancel it.
-func (k *Lock) extendLater(ttl time.Duration) {
-	retry := backoff.New(retryFirst, retryMost)
-	var run func()
-	run = func() {
-		k.mu.Lock()
-		defer k.mu.Unlock()
-		if k.later == nil {
-			return // cancelled meanwhile
-		}
-		ctx, cancel := context.WithDeadline(context.Background(), k.deadline())
-		err := k.extend(ctx, ttl, observe.OpRenew)
-		cancel()
-		if room.Passing(err) && time.Until(k.deadline()) > retry.Peek() {
-			k.later.Reset(retry.Step())
-			return
-		}
-		k.later = nil
-	}
-	k.mu.Lock()
-	k.later, k.laterTTL = time.AfterFunc(time.Until(k.deadline())/3, run), ttl
-	k.mu.Unlock()
-}
-
-// keepUp makes sure a lock that a wait took (a grant's short lease, or a lease renewed while
-// other resources were waited for) goes on to ttl, as a single Acquire's does: unless an
-// extension is pending, one is scheduled when less than half of ttl is left.
-func (k *Lock) keepUp(ttl time.Duration) {
-	k.mu.Lock()
-	pending := k.later != nil
-	k.mu.Unlock()
-	if !pending && time.Until(k.deadline()) < ttl/2 {
-		k.extendLater(ttl)
-	}
-}
-
-// stopLater cancels extendLater's extension, if any.
-func (k *Lock) stopLater() {
-	k.mu.Lock()
-	k.dropLater()
-	k.mu.Unlock()
-}
-
-// dropLater cancels extendLater's extension; the caller holds k.mu.
-func (k *Lock) dropLater() {
-	if k.later != nil {
-		k.later.Stop()
-		k.later = nil
-	}
-}
-
 // extend resets the lease to ttl as op for the hooks; a ttl out of range is refused before
 // anything is sent.
 func (k *Lock) extend(ctx context.Context, ttl time.Duration, op observe.Op) error {
 	ctx = k.hooks.start(ctx, op, k.resource)
 	begin := time.Now()
-	if err := validTTL(ttl); err != nil {
-		k.hooks.end(ctx, k.event(op, begin, err))
-		return err
+	err := validTTL(ttl)
+	if err == nil {
+		_, held, rerr := wire.ParseExtend(k.extension(ttl).Run(ctx, k.locker.client).Result())
+		err = k.extended(begin, ttl, held, rerr)
 	}
-	ms := millis(ttl)
-	res, err := wire.Extend.RunOn(ctx, k.locker.client, k.keys, "", k.extendArgs(ms)...).Result()
-	err = k.extended(begin, ms, res, err)
+	err = opErr("extend", k.resource, err)
 	k.hooks.end(ctx, k.event(op, begin, err))
 	return err
 }
 
-// extendArgs returns extend.lua's arguments for a lease of ms.
-func (k *Lock) extendArgs(ms int64) []any {
-	if k.mode.Exclusive() {
-		return []any{k.value, ms}
-	}
-	return []any{k.value, ms, k.mode.Arg()}
+// extension returns the extend script's call for k to ttl.
+func (k *Lock) extension(ttl time.Duration) wire.Call {
+	e := &wire.Extend{Keys: k.keys, Value: k.value, Kind: k.kind, Lease: millis(ttl)}
+	return e.Call(k.locker.client)
 }
 
-// extended reads extend.lua's reply to an extension to ms sent at begin, and records the new
-// validity when it took effect.
-func (k *Lock) extended(begin time.Time, ms int64, res any, err error) error {
-	n, _ := res.(int64)
+// extended reads an extension to ttl sent at begin (whether the extend script found the lock
+// held, or its error) and records the new validity when it took effect.
+func (k *Lock) extended(begin time.Time, ttl time.Duration, held bool, err error) error {
 	switch {
 	case err != nil:
-		return opErr("extend", k.resource, err)
-	case n == wire.NotHeld:
-		return opErr("extend", k.resource, ErrNotHeld)
-	case n != wire.Taken:
-		return opErr("extend", k.resource, fmt.Errorf("unexpected reply %v", res))
-	}
-	k.setValidUntil(begin, time.Duration(ms)*time.Millisecond)
-	return nil
-}
-
-// confirm resets a lock granted from the queue to the lease cfg asks for, and with
-// WithReplicas waits for the replicas to acknowledge it: the WAIT follows a write of this
-// connection's, so it also covers the grant that came before.
-func (l *Locker) confirm(ctx context.Context, cfg *config, k *Lock) error {
-	if cfg.replicas == 0 {
-		return k.Extend(ctx, cfg.ttl)
-	}
-	ms := millis(cfg.ttl)
-	begin := time.Now()
-	res, err := l.replicated(ctx, cfg, wire.Declare(l.client, []wire.Keys{k.keys}, ""), wire.Extend, k.extendArgs(ms), func(res any) bool {
-		return res == int64(wire.Taken)
-	})
-	if err != nil {
 		return err
+	case !held:
+		return ErrNotHeld
 	}
-	return k.extended(begin, ms, res, nil)
+	k.setValidUntil(begin, time.Duration(millis(ttl))*time.Millisecond)
+	return nil
 }
 
 // TTL returns the remaining lease as Redis counts it, or an error wrapping [ErrNotHeld] when
 // this acquisition no longer holds the resource.
 func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if k == nil || k.locker == nil {
-		return 0, opErr("ttl", "", errNoLock("Lock"))
+		return 0, opErr("ttl", "", errNoLock)
 	}
-	args := []any{k.value}
-	if !k.mode.Exclusive() {
-		args = append(args, k.mode.Arg())
+	e := &wire.Extend{Keys: k.keys, Value: k.value, Kind: k.kind}
+	left, held, err := e.Run(ctx, k.locker.client)
+	if err == nil && !held {
+		err = ErrNotHeld
 	}
-	res, err := wire.TTL.RunOn(ctx, k.locker.client, k.keys, "", args...).Result()
-	if err != nil {
-		return 0, opErr("ttl", k.resource, err)
-	}
-	left, held, err := wire.ParseTTL(res)
-	switch {
-	case err != nil:
-		return 0, opErr("ttl", k.resource, err)
-	case !held:
-		return 0, opErr("ttl", k.resource, ErrNotHeld)
-	}
-	return left, nil
+	return left, opErr("ttl", k.resource, err)
 }
 
+// event returns the hooks' event of op on k, begun at begin.
 func (k *Lock) event(op observe.Op, begin time.Time, err error) observe.Event {
-	e := observe.Event{Op: op, Resource: k.resource, Token: k.token, Outcome: observe.OutcomeOK, Elapsed: time.Since(begin)}
+	e := observe.Event{Op: op, Resource: k.resource, Token: k.token, Label: k.label, Outcome: observe.OutcomeOK, Elapsed: time.Since(begin)}
 	if err != nil {
 		e.Outcome, e.Err = outcomeOf(err), err
 	}
@@ -291,13 +298,20 @@ func (k *Lock) valid() bool {
 	return time.Now().Before(k.deadline())
 }
 
-// errNoLock is the error of a call on a nil or zero Lock or LockSet, which no acquisition
-// made: it matches ErrNotHeld, as it holds nothing, and ErrInvalid.
-type errNoLock string
-
-func (e errNoLock) Error() string {
-	return "fencing: not held: a nil or zero " + string(e) + ", from no acquisition"
+// validResource returns an error wrapping ErrInvalid when resource cannot be locked.
+func validResource(resource string) error {
+	switch {
+	case resource == "":
+		return invalidf("empty resource name")
+	case len(resource) > MaxResourceLen:
+		return invalidf("resource name of %d bytes exceeds %d", len(resource), MaxResourceLen)
+	}
+	return nil
 }
 
-// Is reports whether target is ErrNotHeld or ErrInvalid.
-func (errNoLock) Is(target error) bool { return target == ErrNotHeld || target == ErrInvalid }
+// lostReply reports whether err leaves it unknown whether a script ran: the connection failed,
+// the context still lasts.
+func lostReply(ctx context.Context, err error) bool {
+	var reply redis.Error
+	return err != nil && ctx.Err() == nil && !errors.As(err, &reply)
+}

@@ -1,17 +1,13 @@
 package fencing
 
 import (
-	"context"
-	"errors"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
-
-	"github.com/fencekit/fencekit/fencing/observe"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fencekit/fencekit/fencing/internal/room"
 	"github.com/fencekit/fencekit/internal/topology"
 )
 
@@ -22,7 +18,8 @@ type Locker struct {
 	client redis.UniversalClient
 	topo   topology.Topology
 	cfg    config
-	room   *room.Room // the calls that wait; nil for a Locker not made by New
+	room   *room        // the calls that wait; nil for a Locker not made by New
+	waits  atomic.Int32 // calls in the room now: when 0, a release need not ask it anything
 
 	closing sync.Once
 	done    chan struct{} // closed by Close
@@ -52,17 +49,14 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 	case l.cfg.err != nil:
 	case isNil(client):
 		l.cfg.err = invalidf("nil redis client")
-	case l.cfg.mode.Shared:
+	case l.cfg.kind.Shared:
 		l.cfg.err = invalidf("Shared applies to one call, not to a Locker")
 	case l.cfg.label != "":
 		l.cfg.err = invalidf("WithLabel applies to one call, not to a Locker")
 	default:
 		l.cfg.err = l.cfg.conflict()
 	}
-	l.room = room.New(room.Config{
-		Client: client, Topo: l.topo, PollMin: l.cfg.pollMin, PollMax: l.cfg.pollMax,
-		Listen: l.cfg.err == nil, Done: l.done,
-	})
+	l.room = newRoom(l, l.cfg.err == nil)
 	return l
 }
 
@@ -93,13 +87,12 @@ type Settings struct {
 // Settings returns the Locker's settings, for diagnostics (package servercheck uses them);
 // for a Locker not made by New, the defaults.
 func (l *Locker) Settings() Settings {
-	if l == nil || l.room == nil {
-		d := defaultConfig()
-		return Settings{TTL: d.ttl, Prefix: d.prefix, MaxWait: d.maxWait, Limit: 1, RetryMin: d.pollMin, RetryMax: d.pollMax}
+	c := defaultConfig()
+	if l != nil && l.room != nil {
+		c = l.cfg
 	}
-	c := &l.cfg
 	return Settings{
-		TTL: c.ttl, Prefix: c.prefix, MaxWait: c.maxWait, Limit: max(c.mode.Limit, 1),
+		TTL: c.ttl, Prefix: c.prefix, MaxWait: c.maxWait, Limit: max(c.kind.Limit, 1),
 		Replicas: c.replicas, ReplicaTimeout: c.replicaTO, ServerTimeFloor: c.timeFloor,
 		CounterExpiry: c.expiry, RetryMin: c.pollMin, RetryMax: c.pollMax,
 	}
@@ -119,10 +112,10 @@ func isNil(c redis.UniversalClient) bool {
 // sends nothing to Redis.
 func (l *Locker) Err() error {
 	if err := l.made(); err != nil {
-		return err
+		return opErr("locker", "", err)
 	}
 	if isDone(l.done) {
-		return ErrClosed
+		return opErr("locker", "", ErrClosed)
 	}
 	return nil
 }
@@ -131,9 +124,9 @@ func (l *Locker) Err() error {
 func (l *Locker) made() error {
 	switch {
 	case l == nil:
-		return errNilLocker
+		return invalidf("nil *Locker: make one with fencing.New")
 	case l.room == nil:
-		return errZeroLocker
+		return invalidf("a Locker not made by fencing.New: make one with fencing.New")
 	}
 	return l.cfg.err
 }
@@ -148,51 +141,9 @@ func (l *Locker) Close() error {
 	}
 	l.closing.Do(func() {
 		close(l.done)
-		l.room.Close()
+		l.room.close()
 	})
 	return nil
-}
-
-// The errors of a Locker not made by New: every call returns one, before anything is sent.
-var (
-	errNilLocker  = invalidf("nil *Locker: make one with fencing.New")
-	errZeroLocker = invalidf("a Locker not made by fencing.New: make one with fencing.New")
-)
-
-// check validates a call before anything is sent.
-func (l *Locker) check(ctx context.Context, cfg *config, resource string) error {
-	if l.room == nil {
-		return errZeroLocker
-	}
-	if cfg.err != nil {
-		return cfg.err
-	}
-	if err := cfg.conflict(); err != nil {
-		return err
-	}
-	if err := validResource(resource); err != nil {
-		return err
-	}
-	if isDone(l.done) {
-		return ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return join(ErrNotAcquired, err)
-	}
-	return nil
-}
-
-// outcomeOf classifies an error for hooks.
-func outcomeOf(err error) observe.Outcome {
-	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return observe.OutcomeCancelled
-	case errors.Is(err, ErrNotHeld):
-		return observe.OutcomeNotHeld
-	case errors.Is(err, ErrNotAcquired):
-		return observe.OutcomeBusy
-	}
-	return observe.OutcomeError
 }
 
 // isDone reports whether done is closed.

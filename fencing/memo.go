@@ -63,12 +63,21 @@ func (m Memo) check(cfg *config) error {
 // record answers as the first run went, but a memo written by that first run stays).
 func (k *Lock) ReleaseWith(ctx context.Context, memo Memo) error {
 	if k == nil || k.locker == nil {
-		return opErr("release", "", errNoLock("Lock"))
+		return opErr("release", "", errNoLock)
 	}
 	if err := memo.check(&k.locker.cfg); err != nil {
 		return opErr("release", k.resource, err)
 	}
-	return k.releaseWith(ctx, &memo)
+	return k.release(ctx, memo.wire())
+}
+
+// wire returns m as the release script writes it.
+func (m Memo) wire() wire.Memo {
+	w := wire.Memo{Name: m.Name, Value: m.Value, TTL: millis(m.TTL)}
+	if m.ExpireCounter {
+		w.Counter = w.TTL
+	}
+	return w
 }
 
 // LeaveMemo, called with the context of the function of [Locker.Do] (or of a term of
@@ -80,13 +89,14 @@ func (k *Lock) ReleaseWith(ctx context.Context, memo Memo) error {
 func LeaveMemo(ctx context.Context, memo Memo) error {
 	h, _ := ctx.Value(heldKey{}).(*held)
 	if h == nil || h.hold == nil || len(h.hold.locks) != 1 {
-		return invalidf("LeaveMemo: the context holds no lock of Do of one resource")
+		return opErr("leave memo", "", invalidf("the context holds no lock of Do of one resource"))
 	}
 	k := h.hold.locks[0]
 	if err := memo.check(&k.locker.cfg); err != nil {
-		return err
+		return opErr("leave memo", k.resource, err)
 	}
-	h.hold.memo.Store(&memo)
+	w := memo.wire()
+	h.hold.memo.Store(&w)
 	return nil
 }
 
@@ -116,9 +126,9 @@ type MemoError struct {
 
 func (e *MemoError) Error() string {
 	if e == nil {
-		return "fencing: not acquired: a memo"
+		return "not acquired: a memo"
 	}
-	return fmt.Sprintf("fencing: not acquired: %q has the memo %q", e.Resource, e.Name)
+	return fmt.Sprintf("not acquired: the memo %q exists", e.Name)
 }
 
 // Is reports whether target is ErrNotAcquired.
@@ -127,7 +137,10 @@ func (e *MemoError) Is(target error) bool { return target == ErrNotAcquired }
 // ReadMemo returns the value of resource's memo name, and false when there is none. Errors
 // wrap [ErrInvalid] for an invalid resource or name (nothing is sent), or come from Redis.
 func (l *Locker) ReadMemo(ctx context.Context, resource, name string) (string, bool, error) {
-	if err := l.checkName(resource); err != nil {
+	if err := l.made(); err != nil {
+		return "", false, opErr("read memo", resource, err)
+	}
+	if err := validResource(resource); err != nil {
 		return "", false, opErr("read memo", resource, err)
 	}
 	if !wire.ValidMemo(name) {

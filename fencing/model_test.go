@@ -18,7 +18,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 
-	"github.com/fencekit/fencekit/fencing/internal/room"
 	"github.com/fencekit/fencekit/internal/redistest"
 	"github.com/fencekit/fencekit/internal/wire"
 )
@@ -326,7 +325,7 @@ func (m *model) fill(r *resM) []*waiterM {
 		if w.set != nil {
 			h = w.set.h
 		}
-		lease := min(w.ttl, room.GrantLease)
+		lease := min(w.ttl, grantLease)
 		if len(r.holders) == 0 {
 			r.kind = w.kind
 		}
@@ -387,13 +386,13 @@ func (m *model) pickTTL(short bool) time.Duration {
 
 // lose arms the dropper of locker for the call of s on res's lock key after skip others, or
 // not; it returns a function that disarms it and reports whether a reply was lost.
-func (m *model) lose(locker int, s *wire.Script, res string, skip int) func() bool {
+func (m *model) lose(locker int, verb, res string, skip int) func() bool {
 	how := rapid.SampledFrom([]string{"", "", "", "lost", "retried"}).Draw(m.t, "reply")
 	d := m.drop[locker]
 	if how == "" {
 		return func() bool { return false }
 	}
-	match := scriptCmd(s, wire.For(m.prefix, res).Lock)
+	match := scriptCmd(verb, wire.For(m.prefix, res).Lock)
 	d.arm(func(c redis.Cmder) bool {
 		if !match(c) {
 			return false
@@ -459,7 +458,7 @@ func (m *model) tryAcquire(t *rapid.T) {
 	li, res := m.pickLocker(), m.pickRes()
 	k, ttl := m.pickKind(res), m.pickTTL(false)
 	r := m.res[res]
-	lost := m.lose(li, wire.Acquire, res, 0)
+	lost := m.lose(li, "acquire", res, 0)
 	lock, err := m.lockers[li].TryAcquire(m.ctx, res, append(k.opts(), WithTTL(ttl))...)
 	dropped := lost()
 	m.expire(r)
@@ -532,7 +531,7 @@ func (m *model) acquire(t *rapid.T) {
 	l := m.lockers[li]
 	// The call's first script is a single attempt, unless the Locker waits on the resource
 	// already; the second (or first) joins the queue. Either may lose its reply.
-	lost := m.lose(li, wire.Acquire, res, rapid.IntRange(0, 1).Draw(t, "which"))
+	lost := m.lose(li, "acquire", res, rapid.IntRange(0, 1).Draw(t, "which"))
 	ctx, cancel := context.WithTimeout(m.ctx, time.Minute)
 	m.n++
 	w := &waiterM{name: fmt.Sprintf("w%d", m.n), locker: li, res: res, kind: k, ttl: ttl, cancel: cancel, out: make(chan callOut, 1)}
@@ -667,7 +666,7 @@ func (m *model) release(t *rapid.T) {
 	}
 	li := m.lockerOf(h)
 	names := m.members(h)
-	lost := m.lose(li, wire.Release, names[0], 0)
+	lost := m.lose(li, "release", names[0], 0)
 	var err error
 	if h.set != nil {
 		err = h.set.Release(m.ctx)
@@ -707,7 +706,7 @@ func (m *model) extend(t *rapid.T) {
 	}
 	ttl := m.pickTTL(false)
 	names := m.members(h)
-	lost := m.lose(m.lockerOf(h), wire.Extend, names[0], 0)
+	lost := m.lose(m.lockerOf(h), "extend", names[0], 0)
 	var err error
 	if h.set != nil {
 		err = h.set.Extend(m.ctx, ttl)
@@ -741,7 +740,7 @@ func (m *model) ttl(t *rapid.T) {
 		t.Skip("no single lock")
 	}
 	res := m.members(h)[0]
-	lost := m.lose(m.lockerOf(h), wire.TTL, res, 0)
+	lost := m.lose(m.lockerOf(h), "extend", res, 0)
 	got, err := h.lock.TTL(m.ctx)
 	dropped := lost()
 	r := m.res[res]
@@ -764,9 +763,9 @@ func (m *model) tryAcquireAll(t *rapid.T) {
 	names := rapid.SliceOfNDistinct(rapid.SampledFrom(modelResources), 1, 3, rapid.ID[string]).Draw(t, "resources")
 	slices.Sort(names)
 	ttl := m.pickTTL(false)
-	s := wire.AcquireAll
+	s := "acquireall"
 	if len(names) == 1 {
-		s = wire.Acquire
+		s = "acquire"
 	}
 	lost := m.lose(li, s, names[0], 0)
 	set, err := m.lockers[li].TryAcquireAll(m.ctx, names, WithTTL(ttl))
@@ -789,7 +788,7 @@ func (m *model) tryAcquireAll(t *rapid.T) {
 			m.fatalf("TryAcquireAll(%v), %s held with a limit: got %v, %v; want ErrInvalid", names, busy, set, err)
 		}
 	case busy != "":
-		if got, _ := BusyResource(err); !errors.Is(err, ErrNotAcquired) || got != busy {
+		if b := (*BusyError)(nil); !errors.Is(err, ErrNotAcquired) || !errors.As(err, &b) || b.Resource != busy {
 			m.fatalf("TryAcquireAll(%v), %s busy: got %v, %v", names, busy, set, err)
 		}
 	case err != nil:

@@ -1,8 +1,6 @@
 package fencing
 
 import (
-	"fmt"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -45,17 +43,6 @@ const (
 	campaignMost  = time.Second
 )
 
-// validResource returns an error wrapping ErrInvalid when resource cannot be locked.
-func validResource(resource string) error {
-	switch {
-	case resource == "":
-		return invalidf("empty resource name")
-	case len(resource) > MaxResourceLen:
-		return invalidf("resource name of %d bytes exceeds %d", len(resource), MaxResourceLen)
-	}
-	return nil
-}
-
 // An Option configures a [Locker]: give it to [New]. The settings that every process locking
 // the same resources must agree on ([WithPrefix], [WithServerTimeFloor],
 // [WithCounterExpiry]) and the Locker's own ([WithRetryBackoff]) are Options only. The
@@ -95,15 +82,12 @@ type config struct {
 	timeFloor bool
 	expiry    time.Duration // the fence counter's idle expiry; 0: never
 	maxWait   time.Duration // < 0: wait until the context ends
-	mode      mode
-	memo      string // UnlessMemo's name; "" for none
-	label     string // WithLabel's
+	kind      wire.Kind     // exclusive (Limit 0 or 1), shared, or one of Limit slots
+	memo      string        // UnlessMemo's name; "" for none
+	label     string        // WithLabel's
 	hooks     hookList
 	err       error // the first invalid option, returned by every call
 }
-
-// mode is the kind of an acquisition: exclusive, shared, or one of Limit slots.
-type mode = wire.Kind
 
 func defaultConfig() config {
 	return config{
@@ -178,7 +162,7 @@ func WithLimit(n int) CallOption {
 		if (n < 1 || n > MaxLimit) && c.err == nil {
 			c.err = invalidf("limit %d out of range [1, %d]", n, MaxLimit)
 		}
-		c.mode.Limit = n
+		c.kind.Limit = n
 	})
 }
 
@@ -199,7 +183,7 @@ func WithLimit(n int) CallOption {
 // live holders hold with a limit above 1 (or the reverse) returns an error wrapping
 // ErrInvalid that names both, and changes nothing.
 func Shared() CallOption {
-	return callOption(func(c *config) { c.mode.Shared = true })
+	return callOption(func(c *config) { c.kind.Shared = true })
 }
 
 // WithRetryBackoff sets how often a queued [Locker.Acquire] checks with Redis when no
@@ -316,25 +300,10 @@ func (c *config) conflict() error {
 	switch {
 	case c.expiry > 0 && c.ttl > c.expiry:
 		return invalidf("ttl %v exceeds the counter expiry %v", c.ttl, c.expiry)
-	case c.mode.Shared && c.mode.Limit > 1:
-		return invalidf("Shared with WithLimit(%d): a resource is shared or limited, not both", c.mode.Limit)
+	case c.kind.Shared && c.kind.Limit > 1:
+		return invalidf("Shared with WithLimit(%d): a resource is shared or limited, not both", c.kind.Limit)
 	}
 	return nil
-}
-
-// floorArg and expiryArg return the scripts' floor and expiry arguments for c.
-func (c *config) floorArg() string {
-	if c.timeFloor {
-		return "1"
-	}
-	return "0"
-}
-
-func (c *config) expiryArg() string {
-	if c.expiry == 0 {
-		return "0"
-	}
-	return strconv.FormatInt(millis(c.expiry), 10)
 }
 
 // validTTL returns an error wrapping ErrInvalid when d is not a usable lease length.
@@ -348,8 +317,4 @@ func validTTL(d time.Duration) error {
 // millis returns d in whole milliseconds, rounded up.
 func millis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
-func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }

@@ -103,7 +103,7 @@ func TestExtendKeepsTheGrantsExtension(t *testing.T) {
 	r := redistest.New(t)
 	ctx := t.Context()
 	holder := newLocker(t, r)
-	f := &failCalls{match: evalsha(fencing.ExtendSHA(), 5), times: 1}
+	f := &failCalls{match: evalsha(fencing.ExtendSHA(), 6), times: 1}
 	f.err.Store(replyError(t, "TRYAGAIN Multiple keys request during rehashing of slot"))
 	waiter := hooked(t, r, f)
 	granted := func() *fencing.Lock {
@@ -180,8 +180,8 @@ func TestBusyError(t *testing.T) {
 	if d, ok := fencing.RetryAfter(err); !ok || d != busy.RetryAfter {
 		t.Fatalf("RetryAfter: %v %v, want %v", d, ok, busy.RetryAfter)
 	}
-	if name, ok := fencing.BusyResource(err); !ok || name != "res" {
-		t.Fatalf("BusyResource: %q %v", name, ok)
+	if b := (*fencing.BusyError)(nil); !errors.As(err, &b) || b.Resource != "res" {
+		t.Fatalf("BusyError.Resource: %v", err)
 	}
 
 	_, err = l.Acquire(ctx, "res", fencing.WithMaxWait(50*time.Millisecond))

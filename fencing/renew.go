@@ -11,8 +11,12 @@ import (
 	"github.com/fencekit/fencekit/fencing/observe"
 )
 
-// errLeaseLapsed is the cause when no renewal succeeded before the lease's local end.
-var errLeaseLapsed = fmt.Errorf("%w: lease ran out before a renewal succeeded", ErrNotHeld)
+// The causes of a lost lock: no renewal succeeded before the lease's local end, or one found
+// the lock gone.
+var (
+	errLeaseLapsed = fmt.Errorf("%w: lease ran out before a renewal succeeded", ErrNotHeld)
+	errTaken       = fmt.Errorf("%w: renewal found the lock taken or expired", ErrNotHeld)
+)
 
 // renewer renews leases from a timer: no goroutine runs between renewals. It keeps one lock
 // (Do) or the locks of a set (DoAll, renewed together); losing any of them cancels the work.
@@ -152,7 +156,7 @@ func (r *renewer) renew() (time.Duration, bool) {
 		switch {
 		case err == nil:
 		case errors.Is(err, ErrNotHeld):
-			r.lose(r.locks[i], fmt.Errorf("%w: %w", ErrNotHeld, errors.New("renewal found the lock taken or expired")))
+			r.lose(r.locks[i], errTaken)
 			return 0, false
 		default:
 			transient = true
@@ -173,6 +177,6 @@ func (r *renewer) renew() (time.Duration, bool) {
 
 // lose reports the loss to the hooks, then cancels the work.
 func (k *Lock) lose(work context.Context, cfg *config, cancel context.CancelCauseFunc, cause error) {
-	cfg.hooks.lost(work, observe.Event{Op: observe.OpRenew, Resource: k.resource, Token: k.token, Outcome: observe.OutcomeNotHeld, Err: cause, Held: time.Since(k.acquired)})
+	cfg.hooks.lost(work, observe.Event{Op: observe.OpRenew, Resource: k.resource, Token: k.token, Label: k.label, Outcome: observe.OutcomeNotHeld, Err: cause, Held: time.Since(k.acquired)})
 	cancel(cause)
 }

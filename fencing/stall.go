@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fencing/observe"
+	"github.com/fencekit/fencekit/internal/wire"
 )
 
 // errNoHold is stallHolds's error when ctx holds no lock of Do, DoAll or Lead.
@@ -45,7 +46,7 @@ func pause(ctx context.Context, holds []*hold) []*Lock {
 	for _, k := range locks {
 		k.stopLater()
 		k.validUntil.Store(0)
-		_, _ = k.locker.releaseOne(rctx, k.keys, k.value, k.mode, false, nil)
+		k.locker.release(rctx, &wire.Release{Keys: []wire.Keys{k.keys}, Values: []string{k.value}, Kind: k.kind})
 		// Its release record would answer the holder's own release later as a retry's:
 		// the lock is gone, as after a lapsed lease.
 		k.released.Store(true)

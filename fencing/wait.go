@@ -3,68 +3,104 @@ package fencing
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
-	"github.com/fencekit/fencekit/fencing/internal/backoff"
-	"github.com/fencekit/fencekit/fencing/internal/room"
+	"github.com/fencekit/fencekit/fencing/observe"
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
-// Waiting: Acquire's loop around the room (room.Wait), and take, which turns the room's grant
-// into a Lock.
+// Waiting: Acquire makes one attempt, and when the resource is busy it waits in the room
+// (room.go), whose grant take turns into a Lock.
+
+// releaseTimeout bounds releases made with a fresh context.
+const releaseTimeout = 5 * time.Second
+
+// Acquire takes resource as TryAcquire does, waiting while it is busy. Waiting is first come,
+// first served across every process that locks the resource, in a queue kept in Redis: while
+// waiters are queued, neither TryAcquire nor Acquire takes the resource ahead of them, even
+// when it is free, and a shared request waits behind an exclusive one queued before it. A
+// release hands the resource to the longest-waiting waiters in the same round trip and wakes
+// only their processes; a holder whose lease runs out is replaced about a round trip after
+// its end. The Lock returned may start with a shorter lease than the TTL and is extended to
+// it in the background, unless it is released or extended first (see docs/waiting.md).
+//
+// When ctx ends first, Acquire returns an error that matches both [ErrNotAcquired] and
+// ctx.Err() under errors.Is, and holds nothing: the waiter leaves the queue, and a grant to it
+// meanwhile goes to the next waiter. Its [BusyError.RetryAfter] is the holders' remaining
+// lease as Redis counts it when the waiter leaves. From its first attempt on, a waiter keeps
+// its place through errors that can pass by themselves (a lost connection, a timeout,
+// LOADING, READONLY, CLUSTERDOWN, MASTERDOWN, TRYAGAIN, BUSY: a restart or a failover) for up
+// to 30s of them in a row; the error that ends the wait then also matches the last of them.
+// Any other error ends it at once.
+func (l *Locker) Acquire(ctx context.Context, resource string, opts ...CallOption) (*Lock, error) {
+	return l.acquire(ctx, l.config(opts), resource)
+}
+
+// acquire is Acquire with the call's settings resolved.
+func (l *Locker) acquire(ctx context.Context, cfg *config, resource string) (*Lock, error) {
+	ctx = cfg.hooks.start(ctx, observe.OpAcquire, resource)
+	begin := time.Now()
+	lock, attempts, err := (*Lock)(nil), 0, l.check(ctx, cfg, resource)
+	if err == nil {
+		lock, attempts, err = l.wait(ctx, cfg, resource)
+	}
+	err = opErr("acquire", resource, err)
+	cfg.hooks.end(ctx, acquired(observe.OpAcquire, resource, attempts, begin, lock, err))
+	return lock, err
+}
 
 // wait is Acquire's loop: one attempt, unless this Locker waits on the resource already;
 // then the room's wait, whose grant take turns into the Lock. It returns how many scripts it
-// sent for the hooks.
+// sent, for the hooks.
 func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock, int, error) {
 	k := wire.For(cfg.prefix, resource)
-	m := []member{{name: resource, keys: k}}
 	parent, attempts, begin := ctx, 0, time.Now()
 	if cfg.maxWait >= 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cfg.maxWait)
 		defer cancel()
 	}
-	call := room.Call{Keys: k, Kind: cfg.mode, TTL: time.Duration(millis(cfg.ttl)) * time.Millisecond, Floor: cfg.timeFloor, Expiry: cfg.expiry, Label: cfg.label}
+	call := waitCall{keys: k, kind: cfg.kind, ttl: time.Duration(millis(cfg.ttl)) * time.Millisecond, floor: cfg.timeFloor, expiry: cfg.expiry, label: cfg.label}
 	// The uncontended path: one script and no subscription, unless this Locker already waits
 	// on the resource, subscribed.
-	if cfg.maxWait == 0 || !l.room.Listening(k) {
+	if cfg.maxWait == 0 || !l.room.listening(k) {
 		attempts++
-		locks, r, err := l.attempt(parent, cfg, m, "", "")
+		lock, busy, err := l.attempt(parent, cfg, resource, k, "", "")
+		switch {
+		case err == nil && busy == nil:
+			return lock, attempts, nil
+		case err != nil && (cfg.maxWait == 0 || !passing(err)):
+			return nil, attempts, err
+		case busy != nil && cfg.maxWait == 0:
+			return nil, attempts, busy
+		case busy != nil:
+			call.seen, call.left = time.Now(), busy.RetryAfter
+		}
+		// Busy, or an error that can pass (the server went away): the waiter goes on in the
+		// room, which rides it out.
+	}
+	call.join = func(ctx context.Context, elem, entry string) (*Lock, wire.AcquireReply, error) {
+		attempts++
+		lock, r, err := l.try(ctx, cfg, resource, k, elem, entry)
+		var late *BusyError
+		if errors.As(err, &late) {
+			return nil, wire.AcquireReply{Left: -1}, nil // taken too late and freed: the poll queues it again
+		}
+		return lock, r, err
+	}
+	call.checked = func() { attempts++ }
+	l.waits.Add(1)
+	defer l.waits.Add(-1)
+	for {
+		lock, g, err := l.room.wait(ctx, parent, call)
 		switch {
 		case err != nil:
-			return nil, attempts, opErr("acquire", resource, err)
-		case len(locks) > 0:
-			return locks[0], attempts, nil
-		case cfg.maxWait == 0:
-			return nil, attempts, r.busy
-		}
-		call.Seen, call.Left = time.Now(), r.busy.RetryAfter
-	}
-	var taken *Lock // the lock the join's script took, when the resource had become free
-	call.Join = func(ctx context.Context, elem, entry string) (room.Joined, error) {
-		attempts++
-		sent := time.Now()
-		locks, r, err := l.attempt(ctx, cfg, m, elem, entry)
-		if err != nil {
-			return room.Joined{}, opErr("acquire", resource, err)
-		}
-		if len(locks) > 0 {
-			taken = locks[0]
-			return room.Joined{Taken: &room.Grant{Taken: true}}, nil
-		}
-		return room.Joined{Sent: sent, Held: r.held, Left: r.left}, nil
-	}
-	call.Checked = func() { attempts++ }
-	for {
-		g, err := l.room.Wait(ctx, parent, call)
-		if err != nil {
 			return nil, attempts, l.waitErr(parent, resource, begin, err)
+		case lock != nil:
+			return lock, attempts, nil
 		}
-		if g.Taken {
-			return taken, attempts, nil
-		}
-		lock, err := l.take(parent, cfg, resource, k, g)
+		lock, err = l.take(parent, cfg, resource, k, g)
 		if err == errLapsed {
 			continue // the grant's lease ran out before it was confirmed: queue again
 		}
@@ -74,57 +110,50 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 
 // waitErr returns the error of a wait that the room ended with err.
 func (l *Locker) waitErr(parent context.Context, resource string, begin time.Time, err error) error {
-	var e *room.Ended
-	var kind *room.KindError
-	switch {
-	case errors.As(err, &e):
-		b := &BusyError{Resource: resource, RetryAfter: max(e.Left, 0), Waited: time.Since(begin), Ahead: e.Ahead}
-		switch {
-		case isDone(l.done):
-			return ErrClosed
-		case parent.Err() != nil:
-			return join(join(b, parent.Err()), e.Last)
-		}
-		return join(b, e.Last) // WithMaxWait ran out
-	case errors.Is(err, room.ErrClosed):
-		return ErrClosed
-	case errors.As(err, &kind):
-		return invalidf("this Locker waits for the resource as %s, this call %s", kindName(kind.Have), kindName(kind.Want))
-	case errors.Is(err, room.ErrLayout):
-		return opErr("acquire", resource, err)
+	var e *waitEnded
+	if !errors.As(err, &e) {
+		return err
 	}
-	return err
+	b := &BusyError{Resource: resource, RetryAfter: max(e.left, 0), Waited: time.Since(begin), Ahead: e.ahead}
+	switch {
+	case isDone(l.done):
+		return ErrClosed
+	case parent.Err() != nil && e.last != nil:
+		return fmt.Errorf("%w: %w: %w", b, parent.Err(), e.last)
+	case parent.Err() != nil:
+		return fmt.Errorf("%w: %w", b, parent.Err())
+	case e.last != nil:
+		return fmt.Errorf("%w: %w", b, e.last) // WithMaxWait ran out
+	}
+	return b
 }
 
 // errLapsed is take's error when the grant had lapsed: the caller queues again.
-var errLapsed = errors.New("fencing: grant lapsed")
+var errLapsed = errors.New("grant lapsed")
 
 // take turns a grant into a Lock, or returns errLapsed. A grant's lease is the TTL, or
-// room.GrantLease when the TTL is longer: when the local clock shows at least half of it left,
+// grantLease when the TTL is longer: when the local clock shows at least half of it left,
 // take returns at once, and a lease shorter than the TTL is extended to it off the hand-off
-// path (see Lock.extendLater; Do's renewals take it over). Otherwise, and always with
+// path (see extendLater; Do's renewals take it over). Otherwise, and always with
 // WithReplicas (whose WAIT must come first), it extends the lock to the TTL before it
 // returns, through errors that can pass while the grant's lease lasts.
-func (l *Locker) take(ctx context.Context, cfg *config, resource string, k wire.Keys, g room.Grant) (*Lock, error) {
-	lock := &Lock{locker: l, hooks: cfg.hooks, resource: resource, keys: k, mode: cfg.mode, value: g.Value, token: g.Token, acquired: time.Now()}
-	lock.setValidUntil(g.Start, g.Lease)
-	if cfg.replicas == 0 && time.Until(lock.deadline()) > g.Lease/2 {
-		if ttl := time.Duration(millis(cfg.ttl)) * time.Millisecond; ttl > g.Lease {
+func (l *Locker) take(ctx context.Context, cfg *config, resource string, k wire.Keys, g granted) (*Lock, error) {
+	lock := &Lock{locker: l, hooks: cfg.hooks, resource: resource, keys: k, kind: cfg.kind, label: cfg.label, value: g.value, token: g.token, acquired: time.Now()}
+	lock.setValidUntil(g.start, g.lease)
+	if cfg.replicas == 0 && time.Until(lock.deadline()) > g.lease/2 {
+		if ttl := time.Duration(millis(cfg.ttl)) * time.Millisecond; ttl > g.lease {
 			lock.extendLater(ttl)
 		}
 		return lock, nil
 	}
 	err := l.confirm(ctx, cfg, lock)
 	// An error that can pass is tried again while the grant's lease lasts.
-	for retry := backoff.New(retryFirst, retryMost); room.Passing(err) && time.Until(lock.deadline()) > retry.Peek(); {
+	for retry := newBackoff(retryFirst, retryMost); passing(err) && time.Until(lock.deadline()) > retry.next && ctx.Err() == nil; {
 		select {
-		case <-time.After(retry.Step()):
+		case <-time.After(retry.step()):
+			err = l.confirm(ctx, cfg, lock)
 		case <-ctx.Done():
 		}
-		if ctx.Err() != nil {
-			break
-		}
-		err = l.confirm(ctx, cfg, lock)
 	}
 	switch {
 	case err == nil:
@@ -133,10 +162,64 @@ func (l *Locker) take(ctx context.Context, cfg *config, resource string, k wire.
 		return nil, errLapsed
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	l.release(rctx, []wire.Keys{k}, []string{g.Value}, cfg.mode, true) // passes the grant on
+	l.release(rctx, &wire.Release{Keys: []wire.Keys{k}, Values: []string{g.value}, Kind: cfg.kind, Keep: true}) // passes the grant on
 	cancel()
 	if ctx.Err() != nil {
-		return nil, join(ErrNotAcquired, ctx.Err())
+		return nil, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err())
 	}
 	return nil, err
+}
+
+// extendLater extends a lock taken from the queue, whose grant's lease is shorter than the
+// TTL, to ttl: once, a third of the way into the lease, so that the hand-off does not wait
+// for it and a lock released sooner never needs it. An error that can pass is tried again
+// while the lease lasts. An extension that takes effect, Release and Do's renewals cancel it.
+func (k *Lock) extendLater(ttl time.Duration) {
+	retry := newBackoff(retryFirst, retryMost)
+	var run func()
+	run = func() {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if k.later == nil {
+			return // cancelled meanwhile
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), k.deadline())
+		err := k.extend(ctx, ttl, observe.OpRenew)
+		cancel()
+		if passing(err) && time.Until(k.deadline()) > retry.next {
+			k.later.Reset(retry.step())
+			return
+		}
+		k.later = nil
+	}
+	k.mu.Lock()
+	k.later, k.laterTTL = time.AfterFunc(time.Until(k.deadline())/3, run), ttl
+	k.mu.Unlock()
+}
+
+// keepUp makes sure a lock that a wait took (a grant's short lease, or a lease renewed while
+// other resources were waited for) goes on to ttl, as a single Acquire's does: unless an
+// extension is pending, one is scheduled when less than half of ttl is left.
+func (k *Lock) keepUp(ttl time.Duration) {
+	k.mu.Lock()
+	pending := k.later != nil
+	k.mu.Unlock()
+	if !pending && time.Until(k.deadline()) < ttl/2 {
+		k.extendLater(ttl)
+	}
+}
+
+// stopLater cancels extendLater's extension, if any.
+func (k *Lock) stopLater() {
+	k.mu.Lock()
+	k.dropLater()
+	k.mu.Unlock()
+}
+
+// dropLater cancels extendLater's extension; the caller holds k.mu.
+func (k *Lock) dropLater() {
+	if k.later != nil {
+		k.later.Stop()
+		k.later = nil
+	}
 }

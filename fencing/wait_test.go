@@ -445,7 +445,7 @@ func TestWaiterRidesOutRedisErrors(t *testing.T) {
 func TestGrantExtensionRidesOutRedisErrors(t *testing.T) {
 	r := redistest.New(t)
 	holder := newLocker(t, r)
-	f := &failCalls{match: evalsha(fencing.ExtendSHA(), 5), times: 2}
+	f := &failCalls{match: evalsha(fencing.ExtendSHA(), 6), times: 2}
 	f.err.Store(replyError(t, "CLUSTERDOWN The cluster is down"))
 	waiter := hooked(t, r, f)
 	held := mustAcquire(t, holder, "res")

@@ -18,8 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/leader"
 	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/leader"
 )
 
 const envChildElector = "FENCEKIT_CHILD_ELECTOR"

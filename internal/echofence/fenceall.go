@@ -93,9 +93,9 @@ func (f *Fence[C]) serveAll(c C, next func(c C) error) error {
 		return f.answer(c, names[0], result)
 	case errors.Is(err, fencing.ErrNotAcquired):
 		f.header(c).Set(HeaderRetryAfter, RetryAfter(err))
-		busy, ok := fencing.BusyResource(err)
-		if !ok {
-			busy = take[0]
+		busy := take[0]
+		if b := (*fencing.BusyError)(nil); errors.As(err, &b) {
+			busy = b.Resource
 		}
 		return f.denyHandler(c, busy, err)
 	case errors.Is(err, fencing.ErrInvalid):

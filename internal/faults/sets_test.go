@@ -72,8 +72,8 @@ func TestSetOnCluster(t *testing.T) {
 	}
 	if _, err := l.TryAcquireAll(ctx, resources); !errors.Is(err, fencing.ErrNotAcquired) {
 		t.Fatalf("TryAcquireAll with %s held: got %v, want ErrNotAcquired", last, err)
-	} else if busy, _ := fencing.BusyResource(err); busy != last {
-		t.Fatalf("busy resource: got %q, want %q", busy, last)
+	} else if b := (*fencing.BusyError)(nil); !errors.As(err, &b) || b.Resource != last {
+		t.Fatalf("busy resource: got %v, want %q", err, last)
 	}
 	for _, k := range locks[:len(locks)-1] {
 		if n := c.Exists(ctx, "sets:{"+k.Resource()+"}:lock").Val(); n != 0 {

@@ -6,8 +6,7 @@
 -- ARGV[1]: owner: the set's owner value, random and unique per call, without ':' or '.'; each
 --          lock's value is "<owner>:<token>".
 -- ARGV[2]: lease: the lease in milliseconds (a positive integer).
--- ARGV[3]: floor: '1' or '0' (the default), as in acquire.lua.
--- ARGV[4]: expiry: the counter's expiry in milliseconds, or '0' (the default).
+-- ARGV[3]: rules: '' (the default), 'f' or 'e<ms>', as in acquire.lua.
 -- A resource is free when nobody holds it (or only holders whose lease ended) and nobody is
 -- queued for it: a set never takes a lock ahead of the waiters of its queue (the caller then
 -- waits in that queue). A lock that ARGV[1] already holds (a call sent again) counts as
@@ -20,9 +19,9 @@
 -- hash of the earlier layout. behind is the largest number of microseconds by which the server
 -- clock was behind a resource's last token (see next_token), or 0. Every counter moves before
 -- its lock is set, so a failing INCR leaves no lock for that resource.
--- #include grants.lua
+-- #include state.lua
 local mine = ARGV[1] .. ':'
-local floor, expiry = ARGV[3] or '0', ARGV[4] or '0'
+local rules = ARGV[3] or ''
 local tokens = {}
 local most = 0
 local function stop(reply)
@@ -37,33 +36,30 @@ while string.sub(KEYS[n], -5) ~= ':lock' do -- on a Cluster, the other keys foll
 end
 for i = 1, n do
   local r = resource(KEYS[i])
-  local t
-  if redis.call('EXISTS', r.lock, r.queue) == 0 then
-    local behind
-    t, behind = next_token(r, floor, expiry)
-    most = math.max(most, behind)
-    redis.call('SET', r.lock, mine .. t, 'PX', ARGV[2])
+  local t, s
+  if redis.call('EXISTS', r.lock, r.queue) ~= 0 then
+    s = state(r)
+  end
+  if s and s.shape == 'old' then
+    return stop({LAYOUT, i - 1, ''})
+  elseif s and s.shape == 'x' and string.sub(s.value, 1, #mine) == mine then
+    redis.call('PEXPIRE', r.lock, ARGV[2]) -- a call sent again: it holds the lock already
+    t = string.match(s.value, '^%d+', #mine + 1)
   else
-    local s = state(r)
-    if s.shape == 'old' then
-      return stop({LAYOUT, i - 1, ''})
-    elseif s.shape == 'x' and string.sub(s.value, 1, #mine) == mine then
-      redis.call('PEXPIRE', r.lock, ARGV[2])
-      t = string.match(s.value, '^%d+', #mine + 1)
-    else
-      local now = clock(r, s)
+    local now = s and clock(r, s)
+    if s then
       sweep(r, s, now)
-      if free(s) and redis.call('EXISTS', r.queue) == 0 then
-        local behind
-        t, behind = next_token(r, floor, expiry)
-        most = math.max(most, behind)
-        redis.call('SET', r.lock, mine .. t, 'PX', ARGV[2])
-      elseif mismatch(s, 'x') then
-        return stop({MISMATCH, i - 1, s.kind})
-      else
-        return stop({BUSY, i - 1, free(s) and -2 or lease_left(r, s, now)})
-      end
     end
+    if s and not (free(s) and redis.call('EXISTS', r.queue) == 0) then
+      if mismatch(s, 'x') then
+        return stop({MISMATCH, i - 1, s.kind})
+      end
+      return stop({BUSY, i - 1, free(s) and -2 or lease_left(r, s, now)})
+    end
+    local base, token, behind = r.base, nil, 0
+    -- #include token.lua
+    most, t = math.max(most, behind), token
+    redis.call('SET', r.lock, mine .. t, 'PX', ARGV[2])
   end
   tokens[i] = t
 end

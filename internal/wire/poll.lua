@@ -1,6 +1,6 @@
 -- Keep a Locker's waiters in a resource's queue and find out whether the resource was granted
 -- to some of them, for a waiter that heard nothing for a while (a lost announcement, a holder
--- whose lease ran out); see doc.go and grants.lua.
+-- whose lease ran out); see doc.go and grant.lua.
 -- KEYS[1]: the resource's lock key (the others are named after it); on a Cluster its fence and
 --          queue keys follow, declared only (see wire.Declare).
 -- ARGV[1]: id: the Locker's id.
@@ -15,7 +15,7 @@
 -- it, 0 when it was granted before); otherwise {BUSY, held, left}: an exclusive holder's lock
 -- value (or '' for other holders) and lease_left's milliseconds (the waiter checks again
 -- then), or {BUSY, ''} when the resource is free; {LAYOUT} for a hash of the earlier layout.
--- #include grants.lua
+-- #include state.lua
 local id, publish = ARGV[1], ARGV[3]
 local r = resource(KEYS[1])
 local s = state(r)
@@ -60,12 +60,11 @@ if #ARGV >= 4 then
   end
   for i = 4, #ARGV do
     if mine[ARGV[i]] then
-      redis.call('RPUSH', r.queue, ARGV[i])
-      if s.shape == 'x' and string.sub(s.value, -1) ~= '+' then
-        redis.call('APPEND', r.lock, '+') -- mark the lock (see acquire.lua)
-        s.value = s.value .. '+'
-      elseif s.shape == 'hash' and s.q ~= '1' then
-        redis.call('HSET', r.lock, 'q', '1')
+      local lock, base, held, q, element, entry = r.lock, r.base, s.shape == 'x' and s.value, s.q, ARGV[i], ''
+      -- #include join.lua
+      if held and string.byte(held, -1) ~= 43 then
+        s.value = held .. '+'
+      elseif q then
         s.q = '1'
       end
     end
@@ -76,10 +75,10 @@ end
 if s.shape == 'hash' then
   sweep(r, s, now)
 end
-local granted
-s, granted = fill(r, s, publish, id, now)
-for i = 1, #granted, 2 do
-  out[#out + 1], out[#out + 2], out[#out + 3] = granted[i], granted[i + 1], 1
+local fresh
+s, fresh = grant(r, s, publish, id, now)
+for i = 1, #fresh, 2 do
+  out[#out + 1], out[#out + 2], out[#out + 3] = fresh[i], fresh[i + 1], 1
 end
 if #out > 0 then
   table.insert(out, 1, GRANTED)

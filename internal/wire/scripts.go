@@ -2,69 +2,122 @@ package wire
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 	"errors"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// The scripts, one per verb (see each .lua file's header for its KEYS, ARGV and replies).
-var (
-	//go:embed grants.lua
-	grantsSrc string
-
-	//go:embed acquire.lua
-	acquireSrc string
-	// Acquire takes one resource, or queues for it.
-	Acquire = newScript(acquireSrc)
-
-	//go:embed acquireall.lua
-	acquireAllSrc string
-	// AcquireAll takes the exclusive locks of several resources of one server or slot.
-	AcquireAll = newScript(acquireAllSrc)
-
-	//go:embed release.lua
-	releaseSrc string
-	// Release releases one or several resources and grants them to their waiters.
-	Release = newScript(releaseSrc)
-
-	//go:embed extend.lua
-	extendSrc string
-	// Extend resets one holder's lease.
-	Extend = newScript(extendSrc)
-
-	//go:embed ttl.lua
-	ttlSrc string
-	// TTL reads one holder's lease.
-	TTL = newScript(ttlSrc)
-
-	//go:embed poll.lua
-	pollSrc string
-	// Poll keeps a Locker's waiters queued and finds their grants.
-	Poll = newScript(pollSrc)
-
-	//go:embed inspect.lua
-	inspectSrc string
-	// Inspect reads a resource's holders, counter and queue.
-	Inspect = newScript(inspectSrc)
+// The reply codes of the scripts, one numbering for all of them (each script's header says
+// which it returns): the first element of an array reply, or the whole reply.
+const (
+	Busy     = 0 // busy: {Busy, left}; from the poll script {Busy, held, left}
+	Taken    = 1 // taken, or still held: {Taken, token, behind}; Extend's Taken; TTL's {Taken, left}
+	Granted  = 2 // granted to waiters of the caller's Locker: {Granted, element, token, ...}
+	Queued   = 3 // the waiter's element is in the queue: {Queued, held}
+	Released = 4 // released, nothing granted to the caller's Locker
+	NotHeld  = 5 // this acquisition does not hold the resource
+	Mismatch = 6 // the live holders are of a kind this call cannot join: {Mismatch, kind}
+	Layout   = 7 // the lock is a hash of the earlier layout: {Layout}
+	Memoed   = 8 // the memo the call names exists: {Memoed, value}
 )
 
-// include is the line of a script that grants.lua's text replaces.
-const include = "-- #include grants.lua\n"
+const (
+	// EntryTTL is how long a waiter key and the queue outlive their last renewal.
+	EntryTTL = 3 * time.Second
+	// RecordTTL is how long Redis keeps the outcome of a release, for a call sent again
+	// after a lost reply.
+	RecordTTL = 10 * time.Second
+	// hashMeta is the number of a hash's fields that are not holders: k, q, e, x, t.
+	hashMeta = 5
+)
+
+// constants are the Lua locals a script may start with: the constants above, written from
+// their Go definitions (the lifetimes as strings, which Redis takes as they are, where a Lua
+// number would be formatted on every call).
+var constants = []struct{ name, value string }{
+	{"BUSY", strconv.Itoa(Busy)}, {"TAKEN", strconv.Itoa(Taken)}, {"GRANTED", strconv.Itoa(Granted)},
+	{"QUEUED", strconv.Itoa(Queued)}, {"RELEASED", strconv.Itoa(Released)}, {"NOT_HELD", strconv.Itoa(NotHeld)},
+	{"MISMATCH", strconv.Itoa(Mismatch)}, {"LAYOUT", strconv.Itoa(Layout)}, {"MEMO", strconv.Itoa(Memoed)},
+	{"META", strconv.Itoa(hashMeta)},
+	{"ENTRY_TTL", "'" + strconv.FormatInt(EntryTTL.Milliseconds(), 10) + "'"},
+	{"RECORD_TTL", "'" + strconv.FormatInt(RecordTTL.Milliseconds(), 10) + "'"},
+}
+
+//go:embed *.lua
+var sources embed.FS
+
+// The scripts, one per verb and kind (each file's header names its KEYS, ARGV and replies).
+var (
+	acquireScript       = load("acquire.lua")
+	sharedAcquireScript = load("shared_acquire.lua")
+	acquireAllScript    = load("acquireall.lua")
+	releaseScript       = load("release.lua")
+	sharedReleaseScript = load("shared_release.lua")
+	extendScript        = load("extend.lua")
+	sharedExtendScript  = load("shared_extend.lua")
+	pollScript          = load("poll.lua")
+	inspectScript       = load("inspect.lua")
+)
+
+// Scripts are the scripts by file name, for tests that spot or load them.
+var Scripts = map[string]*Script{
+	"acquire.lua": acquireScript, "shared_acquire.lua": sharedAcquireScript, "acquireall.lua": acquireAllScript,
+	"release.lua": releaseScript, "shared_release.lua": sharedReleaseScript, "extend.lua": extendScript,
+	"shared_extend.lua": sharedExtendScript, "poll.lua": pollScript, "inspect.lua": inspectScript,
+}
 
 // A Script is one script, its text and digest boxed once, sent as redis.Script.Run would.
 type Script struct {
-	src string
-	box any // src, for EVAL
-	sha any // its SHA1 digest, for EVALSHA
+	name string
+	src  string
+	box  any // src, for EVAL
+	sha  any // its SHA1 digest, for EVALSHA
 }
 
-func newScript(body string) *Script {
-	body = strings.Replace(body, include, grantsSrc, 1)
+// load returns the script of file name: its text with each line "-- #include <file>" replaced
+// by that file's text (itself expanded), after a line declaring the constants it names.
+func load(name string) *Script {
+	body := expand(name)
 	src := header(body) + body
-	return &Script{src: src, box: src, sha: redis.NewScript(src).Hash()}
+	return &Script{name: name, src: src, box: src, sha: redis.NewScript(src).Hash()}
 }
+
+// expand returns the text of file name with its includes expanded.
+func expand(name string) string {
+	b, err := sources.ReadFile(name)
+	if err != nil {
+		panic("wire: no script " + name) // the embedded files are fixed at build time
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	for i, line := range lines {
+		if file, ok := strings.CutPrefix(strings.TrimSpace(line), "-- #include "); ok {
+			lines[i] = expand(file)
+		}
+	}
+	return strings.Join(lines, "")
+}
+
+// header returns the line a script whose text is body starts with: the constants it names,
+// and only those (each costs the script a step on every call).
+func header(body string) string {
+	var names, values []string
+	for _, c := range constants {
+		if strings.Contains(body, c.name) {
+			names, values = append(names, c.name), append(values, c.value)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return "local " + strings.Join(names, ", ") + " = " + strings.Join(values, ", ") + "\n"
+}
+
+// Name returns the script's file name.
+func (s *Script) Name() string { return s.name }
 
 // Source returns the script's text, as Redis runs it.
 func (s *Script) Source() string { return s.src }
@@ -78,32 +131,87 @@ func (s *Script) Is(body any) bool { return body == s.sha || body == s.box }
 // Run sends s on keys with args: with EVALSHA, and again with EVAL when Redis does not know
 // the script.
 func (s *Script) Run(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
-	cmd := s.Command("evalsha", keys, args)
+	cmd := s.command("evalsha", keys, args)
 	res := process(ctx, c, cmd)
 	if NoScript(res.Err()) {
-		cmd[1] = s.box
-		cmd[0] = "eval"
+		cmd[0], cmd[1] = "eval", s.box
 		res = process(ctx, c, cmd)
 	}
 	return res
 }
 
-// RunOn is Run on the keys of one resource, without a slice of them: its lock key, and on a
-// Redis Cluster also its fence and queue keys and, when memo is not "", the key of its memo
-// memo (see Declare).
-func (s *Script) RunOn(ctx context.Context, c redis.UniversalClient, k Keys, memo string, args ...any) *redis.Cmd {
-	if _, ok := c.(*redis.ClusterClient); !ok {
-		cmd := make([]any, 0, 4+len(args))
-		cmd = append(cmd, "evalsha", s.sha, 1, k.Lock)
-		return s.send(ctx, c, append(cmd, args...))
+// command returns the arguments of an EVALSHA (verb "evalsha") or EVAL of s.
+func (s *Script) command(verb string, keys []string, args []any) []any {
+	cmd := make([]any, 0, 3+len(keys)+len(args))
+	body := s.sha
+	if verb == "eval" {
+		body = s.box
 	}
-	cmd := make([]any, 0, 7+len(args))
-	if memo == "" {
-		cmd = append(cmd, "evalsha", s.sha, 3, k.Lock, k.Fence, k.Queue)
-	} else {
-		cmd = append(cmd, "evalsha", s.sha, 4, k.Lock, k.Fence, k.Queue, k.Memo(memo))
+	cmd = append(cmd, verb, body, len(keys))
+	for _, k := range keys {
+		cmd = append(cmd, k)
 	}
-	return s.send(ctx, c, append(cmd, args...))
+	return append(cmd, args...)
+}
+
+// process sends an EVAL or EVALSHA command, whose keys start at its fourth argument.
+func process(ctx context.Context, c redis.UniversalClient, cmd []any) *redis.Cmd {
+	res := redis.NewCmd(ctx, cmd...)
+	res.SetFirstKeyPos(3)
+	_ = c.Process(ctx, res)
+	return res
+}
+
+// NoScript reports whether err is Redis's answer to an EVALSHA of a script it does not know.
+func NoScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}
+
+// Pipe runs each call, with EVALSHA in one pipeline (one round trip per server), then the
+// calls that Redis answered with NOSCRIPT again with EVAL, in a second pipeline.
+func Pipe(ctx context.Context, c redis.UniversalClient, calls []Call) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
+	if len(calls) == 1 {
+		cmds[0] = calls[0].Script.Run(ctx, c, calls[0].Keys, calls[0].Args...)
+		return cmds
+	}
+	send := func(verb string, which []int) {
+		pipe := c.Pipeline()
+		for _, i := range which {
+			cmd := redis.NewCmd(ctx, calls[i].Script.command(verb, calls[i].Keys, calls[i].Args)...)
+			cmd.SetFirstKeyPos(3)
+			_ = pipe.Process(ctx, cmd)
+			cmds[i] = cmd
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	all := make([]int, len(calls))
+	for i := range all {
+		all[i] = i
+	}
+	send("evalsha", all)
+	var unknown []int
+	for i, cmd := range cmds {
+		if NoScript(cmd.Err()) {
+			unknown = append(unknown, i)
+		}
+	}
+	if len(unknown) > 0 {
+		send("eval", unknown)
+	}
+	return cmds
+}
+
+// A Call is one run of a script: the script, its keys and its arguments.
+type Call struct {
+	Script *Script
+	Keys   []string
+	Args   []any
+}
+
+// Run sends the call (see Script.Run).
+func (c Call) Run(ctx context.Context, client redis.UniversalClient) *redis.Cmd {
+	return c.Script.Run(ctx, client, c.Keys, c.Args...)
 }
 
 // Declare returns the KEYS of a script on the resources of ks: their lock keys, which are all
@@ -132,82 +240,4 @@ func Declare(c redis.UniversalClient, ks []Keys, memo string) []string {
 		}
 	}
 	return keys
-}
-
-// send sends the EVALSHA cmd, and again as an EVAL when Redis does not know the script.
-func (s *Script) send(ctx context.Context, c redis.UniversalClient, cmd []any) *redis.Cmd {
-	res := process(ctx, c, cmd)
-	if NoScript(res.Err()) {
-		cmd[0], cmd[1] = "eval", s.box
-		res = process(ctx, c, cmd)
-	}
-	return res
-}
-
-// Command returns the arguments of an EVALSHA (verb "evalsha") or EVAL of s.
-func (s *Script) Command(verb string, keys []string, args []any) []any {
-	cmd := make([]any, 0, 3+len(keys)+len(args))
-	body := s.sha
-	if verb == "eval" {
-		body = s.box
-	}
-	cmd = append(cmd, verb, body, len(keys))
-	for _, k := range keys {
-		cmd = append(cmd, k)
-	}
-	return append(cmd, args...)
-}
-
-// NoScript reports whether err is Redis's answer to an EVALSHA of a script it does not know.
-func NoScript(err error) bool {
-	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
-}
-
-// process sends an EVAL or EVALSHA command, whose keys start at its fourth argument.
-func process(ctx context.Context, c redis.UniversalClient, cmd []any) *redis.Cmd {
-	res := redis.NewCmd(ctx, cmd...)
-	res.SetFirstKeyPos(3)
-	_ = c.Process(ctx, res)
-	return res
-}
-
-// Pipe runs s once per call, with EVALSHA in one pipeline (one round trip per server), then
-// the calls that Redis answered with NOSCRIPT again with EVAL, in a second pipeline.
-func (s *Script) Pipe(ctx context.Context, c redis.UniversalClient, calls []Call) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(calls))
-	if len(calls) == 1 {
-		cmds[0] = s.Run(ctx, c, calls[0].Keys, calls[0].Args...)
-		return cmds
-	}
-	send := func(verb string, which []int) {
-		pipe := c.Pipeline()
-		for _, i := range which {
-			cmd := redis.NewCmd(ctx, s.Command(verb, calls[i].Keys, calls[i].Args)...)
-			cmd.SetFirstKeyPos(3)
-			_ = pipe.Process(ctx, cmd)
-			cmds[i] = cmd
-		}
-		_, _ = pipe.Exec(ctx)
-	}
-	all := make([]int, len(calls))
-	for i := range all {
-		all[i] = i
-	}
-	send("evalsha", all)
-	var unknown []int
-	for i, cmd := range cmds {
-		if NoScript(cmd.Err()) {
-			unknown = append(unknown, i)
-		}
-	}
-	if len(unknown) > 0 {
-		send("eval", unknown)
-	}
-	return cmds
-}
-
-// A Call is one run of a script: its keys and arguments.
-type Call struct {
-	Keys []string
-	Args []any
 }

@@ -2,41 +2,48 @@ package wire
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
 	"github.com/fencekit/fencekit/internal/redistest"
 )
 
-// TestScriptsAssembled checks that every script starts with the constants of this package,
-// spelled from their Go definitions, and that the scripts with slow paths took grants.lua's
-// functions in place of their one include line, after their fast paths.
+// TestScriptsAssembled checks that every script starts with the constants it names, spelled
+// from their Go definitions, that every include was expanded, and that the exclusive acquire
+// and release scripts, with their hand-off, stay short enough to read on their own.
 func TestScriptsAssembled(t *testing.T) {
-	for name, s := range map[string]struct {
-		body    string
-		script  *Script
-		include bool
-	}{
-		"acquire.lua": {acquireSrc, Acquire, true}, "acquireall.lua": {acquireAllSrc, AcquireAll, true},
-		"release.lua": {releaseSrc, Release, true}, "poll.lua": {pollSrc, Poll, true},
-		"extend.lua": {extendSrc, Extend, false}, "ttl.lua": {ttlSrc, TTL, false}, "inspect.lua": {inspectSrc, Inspect, false},
-	} {
-		if h := header(strings.Replace(s.body, include, grantsSrc, 1)); !strings.HasPrefix(s.script.Source(), h) || (name != "inspect.lua" && !strings.HasPrefix(h, "local ")) {
+	for name, s := range Scripts {
+		src, _ := sources.ReadFile(name)
+		if h := header(expand(name)); !strings.HasPrefix(s.Source(), h) || (name != "inspect.lua" && !strings.HasPrefix(h, "local ")) {
 			t.Errorf("%s does not start with the constants it names", name)
 		}
-		n := strings.Count(s.body, include)
-		switch {
-		case s.include && n != 1:
-			t.Errorf("%s has %d include lines, want 1", name, n)
-		case !s.include && n != 0:
-			t.Errorf("%s includes grants.lua, which it does not need", name)
-		case s.include && !strings.Contains(s.script.Source(), "local function fill("):
-			t.Errorf("%s: grants.lua was not included", name)
+		if strings.Contains(s.Source(), "-- #include") {
+			t.Errorf("%s: an include was not expanded", name)
+		}
+		if n := strings.Count(string(src), "\n"); (name == "acquire.lua" || name == "release.lua") && n > 40 {
+			t.Errorf("%s has %d lines, want at most 40", name, n)
 		}
 	}
 	if h := header("ENTRY_TTL RECORD_TTL NOT_HELD"); h != "local NOT_HELD, ENTRY_TTL, RECORD_TTL = 5, '3000', '10000'\n" {
 		t.Errorf("the constants do not spell NotHeld, EntryTTL and RecordTTL: %q", h)
+	}
+	// One place for each block: the hand-off, the token, the queue join, a holder's write, the
+	// record of a release, the memo, the element's grammar.
+	for _, block := range []string{"local function grant(", "redis.call('INCR'", "redis.call('APPEND'", "'HSET', lock, unpack(w)",
+		"redis.call('RENAME'", "base .. ARGV[m]", "local function state(", "string.match(element, '^([^.]*)"} {
+		n := 0
+		files, _ := sources.ReadDir(".")
+		for _, f := range files {
+			src, _ := sources.ReadFile(f.Name())
+			n += strings.Count(string(src), block)
+		}
+		if n != 1 {
+			t.Errorf("%q stands %d times in the scripts' sources, want once", block, n)
+		}
 	}
 }
 
@@ -47,23 +54,19 @@ func TestScriptsAssembled(t *testing.T) {
 func TestAcquireIdempotentForOwner(t *testing.T) {
 	r := redistest.New(t)
 	ctx := t.Context()
-	for _, kind := range []string{"x", "s", "l3"} {
-		t.Run(kind, func(t *testing.T) {
-			k := For(r.Prefix, "res-"+kind)
+	for _, kind := range []Kind{{Limit: 1}, {Shared: true}, {Limit: 3}} {
+		t.Run(kind.Arg(), func(t *testing.T) {
+			k := For(r.Prefix, "res-"+kind.Arg())
 			run := func(owner string) AcquireReply {
 				t.Helper()
-				res, err := Acquire.RunOn(ctx, r.Client, k, "", owner, 30000, kind).Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				a, err := ParseAcquire(res)
+				a, err := (&Acquire{Keys: k, Owner: owner, Lease: 30000, Kind: kind, Publish: "P"}).Run(ctx, r.Client)
 				if err != nil {
 					t.Fatal(err)
 				}
 				return a
 			}
 			a1 := run("owner-a")
-			if kind == "x" {
+			if kind.Exclusive() {
 				r.Client.PExpire(ctx, k.Lock, time.Second)
 			}
 			a2 := run("owner-a") // the retry
@@ -80,62 +83,118 @@ func TestAcquireIdempotentForOwner(t *testing.T) {
 	}
 }
 
-// TestElementParsedAlike checks that the scripts read a queue element as ParseElement does:
-// the Locker, the lease, the kind, the floor and the counter's expiry, for what String writes
-// and for what it does not.
-func TestElementParsedAlike(t *testing.T) {
+// TestGrammarAlike is the property test of the values' grammar, which Go (values.go) and the
+// scripts (grant.lua's parse, and what the scripts write) each define once: Go encodes an
+// element, the script's parse reads it as ParseElement does; the script grants it and writes
+// the lock value and the hash holder of its grant, which Go reads back (SplitValue,
+// HashHolders, LabelOf). Strings that are not elements are refused alike.
+func TestGrammarAlike(t *testing.T) {
 	r := redistest.New(t)
-	parse := strings.SplitN(grantsSrc, "local function parse(element)", 2)[1]
-	parse = "local function parse(element)" + parse[:strings.Index(parse, "\nend\n")+5]
-	src := parse + `local id, lease, kind, floor, expiry = parse(ARGV[1])
-if not id then return false end
-return {id, lease, kind, floor, expiry}`
-	elems := []string{"", "a", "a.1", "a.1.3000", "a.1.3000s", "a.1.3000l4", "a.1.3000f", "a.1.3000e5000l2", "a.x.3000", "a.1.x"}
-	for _, e := range []Element{
-		{Locker: "id", Seq: 7, Lease: 3 * time.Second, Kind: Kind{Limit: 1}},
-		{Locker: "id", Seq: 8, Lease: time.Second, Kind: Kind{Shared: true}, Floor: true},
-		{Locker: "id", Seq: 9, Lease: 1500 * time.Millisecond, Kind: Kind{Limit: 5}, Floor: true, Expiry: time.Minute},
-	} {
-		elems = append(elems, e.String())
-		if got, ok := ParseElement(e.String()); !ok || got != e {
-			t.Errorf("ParseElement(%q) = %+v, %v; want %+v", e.String(), got, ok, e)
-		}
-	}
-	for _, s := range elems {
-		res, err := r.Client.Eval(context.Background(), src, nil, s).Result()
-		e, ok := ParseElement(s)
+	ctx := context.Background()
+	src := "local element, id, lease, kind, rules = ARGV[1]\n" + expand("element.lua") + `if not id then return false end
+return {id, lease, kind, rules}`
+	scriptParse := func(s string) ([]any, bool) {
+		res, err := r.Client.Eval(ctx, src, nil, s).Result()
 		if err != nil && !strings.Contains(err.Error(), "nil") {
 			t.Fatalf("%q: %v", s, err)
 		}
 		arr, _ := res.([]any)
-		if (len(arr) == 5) != ok {
-			t.Errorf("%q: the script reads it: %v; ParseElement: %v", s, len(arr) == 5, ok)
-			continue
+		return arr, len(arr) == 4
+	}
+	label := rapid.Custom(func(t *rapid.T) string {
+		return rapid.OneOf(rapid.Just(""), rapid.StringN(1, 64, 64)).Draw(t, "label")
+	})
+	rapid.Check(t, func(rt *rapid.T) {
+		e := Element{
+			Locker: rapid.StringMatching(`[A-Za-z0-9_-]{1,22}`).Draw(rt, "locker"),
+			Seq:    rapid.Uint64().Draw(rt, "seq"),
+			Lease:  time.Duration(rapid.Int64Range(1, 1<<40).Draw(rt, "lease")) * time.Millisecond,
+			Label:  label.Draw(rt, "label"),
 		}
-		if !ok {
-			continue
+		switch rapid.IntRange(0, 2).Draw(rt, "kind") {
+		case 0:
+			e.Kind = Kind{Limit: 1}
+		case 1:
+			e.Kind = Kind{Shared: true}
+		default:
+			e.Kind = Kind{Limit: rapid.IntRange(2, 1024).Draw(rt, "limit")}
 		}
-		floor := "0"
-		if e.Floor {
-			floor = "1"
+		if rapid.Bool().Draw(rt, "expiry") {
+			e.Floor, e.Expiry = true, time.Duration(rapid.Int64Range(1000, 1<<40).Draw(rt, "expiry_ms"))*time.Millisecond
+		} else {
+			e.Floor = rapid.Bool().Draw(rt, "floor")
 		}
-		want := []any{e.Locker, itoa(e.Lease.Milliseconds()), e.Kind.Arg(), floor, itoa(e.Expiry.Milliseconds())}
-		for i := range want {
-			if arr[i] != want[i] {
-				t.Errorf("%q: the script reads %v, ParseElement %v", s, arr, want)
-				break
-			}
+		// Go encodes; Go and the script read it alike.
+		s := e.String()
+		if got, ok := ParseElement(s); !ok || got != e {
+			rt.Fatalf("ParseElement(%q) = %+v, %v; want %+v", s, got, ok, e)
+		}
+		arr, ok := scriptParse(s)
+		rules := Rules(e.Floor, e.Expiry)
+		switch {
+		case e.Kind.Shared:
+			rules += "s"
+		case e.Kind.Limit > 1:
+			rules += "l" + strconv.Itoa(e.Kind.Limit)
+		}
+		want := []any{e.Locker, strconv.FormatInt(e.Lease.Milliseconds(), 10), e.Kind.Arg(), rules}
+		if !ok || !equal(arr, want) {
+			rt.Fatalf("%q: the script reads %v, want %v", s, arr, want)
+		}
+		// The script writes what Go reads back: an element's grant, exclusive or a hash
+		// holder, and an owner's lock value.
+		token := rapid.Int64Range(1, 1<<62).Draw(rt, "token")
+		if owner, got, ok := SplitValue(Value(s, token) + "+"); !ok || owner != s || got != token || LabelOf(owner) != e.Label {
+			rt.Fatalf("SplitValue(Value(%q, %d)+'+') = %q, %d, %v", s, token, owner, got, ok)
+		}
+		_, holders, _ := HashHolders(map[string]string{"k": e.Kind.Arg(), s: "123:" + strconv.FormatInt(token, 10)})
+		if len(holders) != 1 || holders[0].Owner != s || holders[0].Token != token || LabelOf(holders[0].Owner) != e.Label {
+			rt.Fatalf("HashHolders of %q: %+v", s, holders)
+		}
+	})
+	for _, s := range []string{"", "a", "a.1", "a.1.x", "a.x.3000", ".1", "a.1.3000~", "a.1.3000s~MFRGG", "a.1.3000l2~not base32"} {
+		_, goOK := ParseElement(s)
+		_, luaOK := scriptParse(s)
+		if goOK != luaOK {
+			t.Errorf("%q: the script reads it: %v; ParseElement: %v", s, luaOK, goOK)
 		}
 	}
 }
 
-func itoa(n int64) string {
-	if n == 0 {
-		return "0"
+func equal(a, b []any) bool {
+	if len(a) != len(b) {
+		return false
 	}
-	var b []byte
-	for ; n > 0; n /= 10 {
-		b = append([]byte{byte('0' + n%10)}, b...)
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
 	}
-	return string(b)
+	return true
+}
+
+// TestGrantWritesTheGrammar runs a real hand-off: a release grants the lock to a queued
+// element that Go encoded, and Go reads the lock value the script wrote and the announcement
+// it published.
+func TestGrantWritesTheGrammar(t *testing.T) {
+	r := redistest.New(t)
+	ctx := t.Context()
+	k := For(r.Prefix, "res")
+	held, err := (&Acquire{Keys: k, Owner: "holder", Lease: 60000, Kind: Kind{Limit: 1}, Publish: "P"}).Run(ctx, r.Client)
+	if err != nil || held.Code != Taken {
+		t.Fatalf("acquire: %+v %v", held, err)
+	}
+	e := Element{Locker: "room", Seq: 3, Lease: 3 * time.Second, Kind: Kind{Limit: 1}, Label: "task 42: a.b~c"}
+	q, err := (&Acquire{Keys: k, Owner: "waiter", Lease: 60000, Kind: Kind{Limit: 1}, Element: e.String(), Entry: WaiterValue(time.Now()), Publish: "P"}).Run(ctx, r.Client)
+	if err != nil || q.Code != Queued {
+		t.Fatalf("queue: %+v %v", q, err)
+	}
+	rel, err := (&Release{Keys: []Keys{k}, Values: []string{Value("holder", held.Token)}, Kind: Kind{Limit: 1}, Publish: "P", Self: "room"}).Run(ctx, r.Client)
+	if err != nil || rel.Code != Granted || len(rel.Grants) != 1 || rel.Grants[0].Element != e.String() || rel.Grants[0].Token != held.Token+1 {
+		t.Fatalf("release: %+v %v; want the grant to %q with token %d", rel, err, e.String(), held.Token+1)
+	}
+	owner, token, ok := SplitValue(r.Client.Get(ctx, k.Lock).Val())
+	if got, _ := ParseElement(owner); !ok || token != held.Token+1 || got != e {
+		t.Fatalf("the granted lock reads %q %d (%+v), want the element %+v", owner, token, got, e)
+	}
 }

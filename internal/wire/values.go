@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/base32"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -56,17 +57,30 @@ func SplitValue(v string) (owner string, token int64, ok bool) {
 	return v[:i], token, err == nil && token > 0
 }
 
-// labels encodes a label in an owner or an element: base32 without padding, after '~'. Its
-// alphabet (A-Z, 2-7) has none of the letters of an element's rules, nor ':' or '.', so the
-// scripts (and those of earlier versions) read an element's rules as they were.
+// A label (fencing.WithLabel) follows '~' in the owner of an acquisition and in a waiter's
+// element. In an owner it is written as it is, but for '%', ':', '.' and '~', which become
+// "%XX" (a lock value splits at its last ':', an element at its '.'); an owner never holds a
+// '.', an element always does. In an element it is base32 without padding, whose alphabet
+// (A-Z, 2-7) has none of the letters of an element's rules, so the scripts, those of earlier
+// versions included, read the rules as they were.
 var labels = base32.StdEncoding.WithPadding(base32.NoPadding)
 
-// Labeled returns owner with label, if not "", after it: "<owner>~<base32(label)>".
+// Labeled returns owner with label, if not "", after it: "<owner>~<label, escaped>".
 func Labeled(owner, label string) string {
 	if label == "" {
 		return owner
 	}
-	return owner + "~" + labels.EncodeToString([]byte(label))
+	b := make([]byte, 0, len(owner)+1+len(label)+8)
+	b = append(append(b, owner...), '~')
+	for i := 0; i < len(label); i++ {
+		switch c := label[i]; c {
+		case '%', ':', '.', '~':
+			b = append(b, '%', "0123456789ABCDEF"[c>>4], "0123456789ABCDEF"[c&15])
+		default:
+			b = append(b, c)
+		}
+	}
+	return string(b)
 }
 
 // LabelOf returns the label of an owner or an element, "" when it has none.
@@ -75,11 +89,18 @@ func LabelOf(owner string) string {
 	if i < 0 {
 		return ""
 	}
-	b, err := labels.DecodeString(owner[i+1:])
+	if strings.IndexByte(owner, '.') >= 0 { // an element
+		b, err := labels.DecodeString(owner[i+1:])
+		if err != nil {
+			return ""
+		}
+		return string(b)
+	}
+	label, err := url.PathUnescape(owner[i+1:])
 	if err != nil {
 		return ""
 	}
-	return string(b)
+	return label
 }
 
 // An Element is a waiter's entry in a resource's queue: "<Locker id>.<n>.<lease ms>" and the
@@ -104,13 +125,7 @@ func (e Element) String() string {
 	b = strconv.AppendUint(b, e.Seq, 10)
 	b = append(b, '.')
 	b = strconv.AppendInt(b, e.Lease.Milliseconds(), 10)
-	switch {
-	case e.Expiry > 0:
-		b = append(b, 'e')
-		b = strconv.AppendInt(b, e.Expiry.Milliseconds(), 10)
-	case e.Floor:
-		b = append(b, 'f')
-	}
+	b = append(b, Rules(e.Floor, e.Expiry)...)
 	switch {
 	case e.Kind.Shared:
 		b = append(b, 's')
@@ -118,7 +133,25 @@ func (e Element) String() string {
 		b = append(b, 'l')
 		b = strconv.AppendInt(b, int64(e.Kind.Limit), 10)
 	}
-	return Labeled(string(b), e.Label)
+	if e.Label != "" {
+		b = append(b, '~')
+		b = labels.AppendEncode(b, []byte(e.Label))
+	}
+	return string(b)
+}
+
+// Rules returns the rules of tokens, as an element and the acquire scripts write them (the
+// scripts' token.lua reads them): "" for the counter alone, "f" for tokens at or above the
+// server clock in microseconds (floor), "e<ms>" for a counter that expires (which implies the
+// floor).
+func Rules(floor bool, expiry time.Duration) string {
+	switch {
+	case expiry > 0:
+		return "e" + strconv.FormatInt(expiry.Milliseconds(), 10)
+	case floor:
+		return "f"
+	}
+	return ""
 }
 
 // ParseElement reads an element as the scripts do (grants.lua's parse); ok is false for what
@@ -144,7 +177,8 @@ func ParseElement(s string) (e Element, ok bool) {
 	e = Element{Locker: id, Seq: n, Lease: time.Duration(lease) * time.Millisecond, Kind: Kind{Limit: 1}}
 	rules := rest[end:]
 	if i := strings.IndexByte(rules, '~'); i >= 0 {
-		e.Label, rules = LabelOf(rules), rules[:i]
+		label, _ := labels.DecodeString(rules[i+1:]) // the scripts read no label: one they cannot read is none
+		e.Label, rules = string(label), rules[:i]
 	}
 	if i := strings.IndexByte(rules, 'e'); i >= 0 {
 		j := i + 1

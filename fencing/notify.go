@@ -1,4 +1,4 @@
-package room
+package fencing
 
 import (
 	"context"
@@ -10,13 +10,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fencekit/fencekit/fencing/internal/backoff"
 	"github.com/fencekit/fencekit/internal/topology"
 )
 
 // Notifications (see docs/waiting.md). A room's notifier keeps it subscribed to the channels
-// its waiters wait on and hands each announcement of a grant to its listener (the room's lines
-// of waiters, line.go), which never learns what client it has. A route says where a channel is heard: one SUBSCRIBE connection
+// its waiters wait on and hands each announcement of a grant to the room, which never learns
+// what client it has. A route says where a channel is heard: one SUBSCRIBE connection
 // for a single server, SSUBSCRIBE on the primary that owns the channel's slot on a Cluster.
 // Each channel is subscribed with a command of its own, and a connection in doubt is replaced,
 // never repaired: after a reconnect go-redis's PubSub resubscribes all its shard channels in
@@ -83,25 +82,18 @@ func (clusterRoute) subscribe(ctx context.Context, ps *redis.PubSub, ch string, 
 // refresh reloads go-redis's slot map at once.
 func (r clusterRoute) refresh(ctx context.Context) { r.topo.Refresh(ctx) }
 
-// A listener is told what a notifier hears. Its methods are called from the connections'
-// reader goroutines and must not block on the notifier.
-type listener interface {
-	heard(ch, payload string) // an announcement arrived on ch
-	subscribed(ch string)     // the server confirmed a subscription to ch, perhaps anew after a reconnect
-}
-
 // notifier keeps a Locker subscribed to the channels its waiters wait on.
 type notifier struct {
 	route route
-	to    listener
+	to    *room // told of each announcement and confirmed subscription, from the readers
 
 	ops     chan func(context.Context) // work for run
 	start   sync.Once                  // starts run on first use
 	done    chan struct{}              // closed by close
 	ended   chan struct{}              // closed when run returns
 	readers sync.WaitGroup
-	fails   atomic.Int32    // failures since the last confirmed subscription: retry.first << fails
-	retry   backoff.Backoff // first and most only
+	fails   atomic.Int32 // failures since the last confirmed subscription: retry.first << fails
+	retry   backoff      // first and most only
 
 	// Owned by run.
 	chans   map[string]*feed // the channels listened to, and the connection of each (nil: none yet)
@@ -118,16 +110,16 @@ type feed struct {
 	gone  atomic.Bool // closed by the notifier
 }
 
-func newNotifier(r route, to listener) *notifier {
+func newNotifier(r route, to *room) *notifier {
 	return &notifier{
-		route: r, to: to, retry: backoff.New(10*time.Millisecond, retryMaxDelay),
+		route: r, to: to, retry: newBackoff(10*time.Millisecond, retryMaxDelay),
 		ops: make(chan func(context.Context), opsQueued), done: make(chan struct{}), ended: make(chan struct{}),
 		chans: map[string]*feed{}, feeds: map[string]*feed{}, checked: time.Now(),
 	}
 }
 
-// listen subscribes to ch, and the listener's subscribed(ch) follows once the server confirms it; with on false,
-// it unsubscribes.
+// listen subscribes to ch, and the room's subscribed(ch) follows once the server confirms it; with
+// on false, it unsubscribes.
 func (n *notifier) listen(ch string, on bool) {
 	n.post(func(ctx context.Context) {
 		switch f, ok := n.chans[ch]; {
@@ -174,7 +166,7 @@ func (n *notifier) run() {
 			wait = time.Second
 		}
 		if n.homeless() {
-			wait = min(wait, n.retry.After(int(n.fails.Load())))
+			wait = min(wait, n.retry.after(int(n.fails.Load())))
 		}
 		timer.Reset(time.Until(n.checked.Add(wait)))
 		var op func(context.Context)

@@ -1,4 +1,4 @@
-package room
+package fencing
 
 import (
 	"context"
@@ -8,9 +8,43 @@ import (
 	"net"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
+
+// TestLeaseSeen checks when the front waiter checks again after a poll saw the holder's lease:
+// as it ends, at once when PTTL said 0 (a lease ending within the millisecond: waiting for the
+// next poll would hold a dead holder's resource up for a poll period more), and at the next
+// poll when the lock has no lease.
+func TestLeaseSeen(t *testing.T) {
+	const poll = time.Second
+	for _, tc := range []struct {
+		name string
+		left time.Duration
+		max  time.Duration // the next check comes within it
+		min  time.Duration // and not before it
+	}{
+		{"lease left", 300 * time.Millisecond, 301 * time.Millisecond, 301 * time.Millisecond},
+		{"ends within the millisecond", 0, time.Millisecond, time.Millisecond},
+		{"no lease", -time.Millisecond, poll, poll},
+		{"longer than a poll", time.Hour, poll, poll},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln := &line{}
+			w := &waiter{}
+			ln.waiters = []*waiter{w}
+			now := time.Now()
+			ln.leaseSeen(now, tc.left)
+			if d := ln.nextPoll(w, poll, now); d > tc.max || d < tc.min {
+				t.Errorf("next check in %v, want %v to %v", d, tc.min, tc.max)
+			}
+			if other := (&waiter{}); ln.nextPoll(other, poll, now) != poll {
+				t.Error("a waiter that is not the front one checks before its next poll")
+			}
+		})
+	}
+}
 
 // redisErr is an error reply as go-redis returns it: a type with a RedisError method.
 type redisErr string
@@ -50,8 +84,8 @@ func TestPassing(t *testing.T) {
 		{errors.New("fencing: not held"), false},
 		{errors.New("fencing: bad token"), false},
 	} {
-		if got := Passing(tc.err); got != tc.want {
-			t.Errorf("Passing(%v) = %v, want %v", tc.err, got, tc.want)
+		if got := passing(tc.err); got != tc.want {
+			t.Errorf("passing(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }

@@ -1,3 +1,4 @@
+local TAKEN, NOT_HELD = 1, 5
 -- Report the remaining lease of one holder of a resource if this acquisition still holds it
 -- (see doc.go for the lock's values).
 -- KEYS[1]: the resource's lock key; on a Cluster its fence and queue keys follow, declared

@@ -4,12 +4,12 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/fencekit/fencekit/fencing/observe"
-
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
@@ -53,23 +53,23 @@ func (s *LockSet) Token(resource string) int64 {
 // Release frees every lock of the set that this acquisition still holds, in one round trip
 // per server (a pipeline), handing each to its resource's longest-waiting waiter as
 // [Lock.Release] does. It returns nil when all were released; otherwise the errors of the
-// others joined, each naming its resource: one wrapping [ErrNotHeld] for a lock that had
-// expired, passed on or been released already (nothing is changed for it), a Redis error for
-// one that then stays held until its TTL runs out.
+// others joined ([errors.Join]), each naming its resource: one wrapping [ErrNotHeld] for a
+// lock that had expired, passed on or been released already (nothing is changed for it), a
+// Redis error for one that then stays held until its TTL runs out.
 func (s *LockSet) Release(ctx context.Context) error {
 	if s == nil || len(s.locks) == 0 {
-		return opErr("release", "", errNoLock("LockSet"))
+		return opErr("release", "", errNoLock)
 	}
-	return joinAll(nonNil(s.releaseAll(ctx)))
+	return errors.Join(s.releaseAll(ctx)...)
 }
 
-// releaseAll releases the set's locks, observed by the hooks as one observe.OpReleaseAll, and returns
+// releaseAll releases the set's locks, observed by the hooks as one OpReleaseAll, and returns
 // the error of each, nil for those released.
 func (s *LockSet) releaseAll(ctx context.Context) []error {
 	ctx = s.hooks.start(ctx, observe.OpReleaseAll, "")
 	begin := time.Now()
 	errs := s.release(ctx)
-	ev := s.event(observe.OpReleaseAll, begin, joinAll(nonNil(errs)), errs)
+	ev := s.event(observe.OpReleaseAll, begin, errs)
 	ev.Held = time.Since(s.locks[0].acquired)
 	s.hooks.end(ctx, ev)
 	return errs
@@ -78,22 +78,36 @@ func (s *LockSet) releaseAll(ctx context.Context) []error {
 // release releases the set's locks and returns the error of each, nil for those released.
 func (s *LockSet) release(ctx context.Context) []error {
 	errs := make([]error, len(s.locks))
-	var ks []wire.Keys
-	var values []string
-	var which []int
-	keep := false
-	for i, k := range s.locks {
-		k.stopLater()
-		if k.released.Load() {
-			errs[i] = opErr("release", k.resource, ErrNotHeld)
-			continue
+	var rs []*wire.Release
+	var which [][]int
+	for _, run := range s.locker.groupKeys(s.keys()) {
+		r := &wire.Release{}
+		var idx []int
+		for _, i := range run {
+			k := s.locks[i]
+			k.stopLater()
+			if k.released.Load() {
+				errs[i] = ErrNotHeld
+				continue
+			}
+			r.Keys, r.Values, r.Keep = append(r.Keys, k.keys), append(r.Values, k.value), r.Keep || k.keepRecord()
+			idx = append(idx, i)
 		}
-		ks, values, which = append(ks, k.keys), append(values, k.value), append(which, i)
-		keep = keep || k.keepRecord()
+		if len(idx) > 0 {
+			rs, which = append(rs, r), append(which, idx)
+		}
 	}
-	held, rerrs := s.locker.release(ctx, ks, values, mode{}, keep)
-	for j, i := range which {
-		errs[i] = s.locks[i].releasedAs(held[j], rerrs[j])
+	for n, got := range s.locker.release(ctx, rs...) {
+		for j, err := range got {
+			errs[which[n][j]] = err
+		}
+	}
+	for i, k := range s.locks {
+		if errs[i] == nil {
+			k.released.Store(true)
+			k.validUntil.Store(0)
+		}
+		errs[i] = opErr("release", k.resource, errs[i])
 	}
 	return errs
 }
@@ -105,55 +119,43 @@ func (s *LockSet) release(ctx context.Context) []error {
 // outside [MinTTL, MaxTTL] returns an error wrapping [ErrInvalid] and sends nothing.
 func (s *LockSet) Extend(ctx context.Context, ttl time.Duration) error {
 	if s == nil || len(s.locks) == 0 {
-		return opErr("extend", "", errNoLock("LockSet"))
+		return opErr("extend", "", errNoLock)
 	}
 	for _, k := range s.locks {
 		k.stopLater()
 	}
-	errs, err := s.extendAll(ctx, ttl, observe.OpExtendAll)
-	if err != nil {
-		return err
+	if err := validTTL(ttl); err != nil {
+		return opErr("extend", "", err)
 	}
-	return joinAll(nonNil(errs))
+	return errors.Join(s.extendAll(ctx, ttl, observe.OpExtendAll)...)
 }
 
-// extendAll extends every lock of the set to ttl in one pipeline, as op for the hooks (one
-// event for the set), and returns the error of each lock, or an error wrapping ErrInvalid
-// for a ttl out of range, when it sends nothing.
-func (s *LockSet) extendAll(ctx context.Context, ttl time.Duration, op observe.Op) ([]error, error) {
+// extendAll extends every lock of the set to a valid ttl in one pipeline, as op for the hooks
+// (one event for the set), and returns the error of each lock.
+func (s *LockSet) extendAll(ctx context.Context, ttl time.Duration, op observe.Op) []error {
 	ctx = s.hooks.start(ctx, op, "")
 	begin := time.Now()
-	if err := validTTL(ttl); err != nil {
-		s.hooks.end(ctx, s.event(op, begin, err, nil))
-		return nil, err
-	}
-	ms := millis(ttl)
 	calls := make([]wire.Call, len(s.locks))
 	for i, k := range s.locks {
-		calls[i] = wire.Call{Keys: []string{k.keys.Lock}, Args: k.extendArgs(ms)}
+		calls[i] = k.extension(ttl)
 	}
-	cmds := wire.Extend.Pipe(ctx, s.locker.client, calls)
+	cmds := wire.Pipe(ctx, s.locker.client, calls)
 	errs := make([]error, len(s.locks))
 	for i, k := range s.locks {
-		res, err := cmds[i].Result()
-		errs[i] = k.extended(begin, ms, res, err)
+		_, held, err := wire.ParseExtend(cmds[i].Result())
+		errs[i] = opErr("extend", k.resource, k.extended(begin, ttl, held, err))
 	}
-	s.hooks.end(ctx, s.event(op, begin, joinAll(nonNil(errs)), errs))
-	return errs, nil
+	s.hooks.end(ctx, s.event(op, begin, errs))
+	return errs
 }
 
-// event returns the hooks' event of an operation on the whole set; errs holds the error of
-// each lock, if known.
-func (s *LockSet) event(op observe.Op, begin time.Time, err error, errs []error) observe.Event {
+// event returns the hooks' event of an operation on the whole set, given the error of each
+// lock.
+func (s *LockSet) event(op observe.Op, begin time.Time, errs []error) observe.Event {
 	e := observe.Event{Op: op, Resources: s.names(), Outcome: observe.OutcomeOK, Elapsed: time.Since(begin)}
-	if err != nil {
+	if err := errors.Join(errs...); err != nil {
 		e.Outcome, e.Err = outcomeOf(err), err
-		for i, x := range errs {
-			if x != nil {
-				e.Resource = s.locks[i].resource
-				break
-			}
-		}
+		e.Resource = s.locks[slices.IndexFunc(errs, func(err error) bool { return err != nil })].resource
 	}
 	return e
 }
@@ -166,21 +168,48 @@ func (s *LockSet) names() []string {
 	return names
 }
 
+func (s *LockSet) keys() []wire.Keys {
+	ks := make([]wire.Keys, len(s.locks))
+	for i, k := range s.locks {
+		ks[i] = k.keys
+	}
+	return ks
+}
+
+// groupKeys splits the indices of ks, in order, into the runs that one script can take: all
+// of them on one server, those of one slot on a Cluster, one each on a Ring.
+func (l *Locker) groupKeys(ks []wire.Keys) [][]int {
+	var runs [][]int
+	bySlot := map[uint16]int{}
+	for i, k := range ks {
+		if !l.topo.OneScript() {
+			runs = append(runs, []int{i})
+			continue
+		}
+		s := l.topo.Slot(k.Lock)
+		j, ok := bySlot[s]
+		if !ok {
+			j = len(runs)
+			bySlot[s] = j
+			runs = append(runs, nil)
+		}
+		runs[j] = append(runs[j], i)
+	}
+	return runs
+}
+
 // TryAcquireAll makes one attempt to take the locks of all resources together, each with its
 // own fencing token, without waiting. Resources are deduplicated and taken in the canonical
 // order (see [Locker.AcquireAll]); when they all live on one server (a *redis.Client) or in
 // one Cluster slot and all are free, that takes one round trip. When one is busy (held by
 // another owner, or waiters are queued for it), the locks already taken are released before
-// TryAcquireAll returns an error wrapping [ErrNotAcquired] that names that resource;
-// [RetryAfter] reports its holder's remaining TTL. Bad input (no resources, an invalid name,
-// more than [MaxResources] distinct ones) returns an error wrapping [ErrInvalid] and sends
-// nothing. Any other error means nothing is held. Options override the Locker's settings for
-// this call.
+// TryAcquireAll returns an error that names that resource and holds a [*BusyError] (matching
+// [ErrNotAcquired]); [RetryAfter] reports its holder's remaining TTL. Bad input (no
+// resources, an invalid name, more than [MaxResources] distinct ones) returns an error
+// wrapping [ErrInvalid] and sends nothing. Any other error means nothing is held. Options
+// override the Locker's settings for this call.
 func (l *Locker) TryAcquireAll(ctx context.Context, resources []string, opts ...CallOption) (*LockSet, error) {
-	if l == nil {
-		return nil, opErr("acquire all", "", errNilLocker)
-	}
-	cfg := *l.cfg.with(opts)
+	cfg := *l.config(opts)
 	cfg.maxWait = 0
 	return l.acquireAll(ctx, &cfg, observe.OpTryAcquireAll, resources)
 }
@@ -202,25 +231,25 @@ func (l *Locker) TryAcquireAll(ctx context.Context, resources []string, opts ...
 //
 // When the wait ends (ctx, [WithMaxWait], which bounds the whole call, or [Locker.Close]),
 // every lock already taken is released before AcquireAll returns an error that names the
-// resource it waited for and wraps its [Locker.Acquire] error: it matches [ErrNotAcquired]
-// (and ctx.Err() when the context ended), and [RetryAfter] and [BusyResource] work on it. When
-// a lock already taken is lost while waiting (its renewal finds it gone), the others are
+// resource it waited for and wraps the cause [Locker.Acquire] would return: it matches
+// [ErrNotAcquired] (and ctx.Err() when the context ended), and holds a [*BusyError]. When a
+// lock already taken is lost while waiting (its renewal finds it gone), the others are
 // released too and the error matches both ErrNotAcquired and [ErrNotHeld], naming the lost
-// resource. Bad
-// input returns an error wrapping [ErrInvalid] as for [Locker.TryAcquireAll], and sends
-// nothing.
+// resource. Bad input returns an error wrapping [ErrInvalid] as for [Locker.TryAcquireAll],
+// and sends nothing.
 func (l *Locker) AcquireAll(ctx context.Context, resources []string, opts ...CallOption) (*LockSet, error) {
-	if l == nil {
-		return nil, opErr("acquire all", "", errNilLocker)
-	}
-	return l.acquireAll(ctx, l.cfg.with(opts), observe.OpAcquireAll, resources)
+	return l.acquireAll(ctx, l.config(opts), observe.OpAcquireAll, resources)
 }
 
 // acquireAll is TryAcquireAll and AcquireAll with the call's settings resolved.
 func (l *Locker) acquireAll(ctx context.Context, cfg *config, op observe.Op, resources []string) (*LockSet, error) {
 	ctx = cfg.hooks.start(ctx, op, "")
 	begin := time.Now()
-	ms, err := l.members(cfg, resources)
+	var ms []member
+	err := l.made()
+	if err == nil {
+		ms, err = l.members(cfg, resources)
+	}
 	if err == nil {
 		err = l.check(ctx, cfg, ms[0].name)
 	}
@@ -230,17 +259,12 @@ func (l *Locker) acquireAll(ctx context.Context, cfg *config, op observe.Op, res
 	if err == nil {
 		set, failed, attempts, err = l.takeAll(ctx, cfg, ms)
 	}
-	ev := observe.Event{Op: op, Resource: failed, Attempts: attempts, Elapsed: time.Since(begin)}
-	if len(ms) > 0 {
-		ev.Resources = make([]string, len(ms))
-		for i, m := range ms {
-			ev.Resources[i] = m.name
-		}
+	err = opErr("acquire all", failed, err)
+	ev := acquired(op, failed, attempts, begin, nil, err)
+	for _, m := range ms {
+		ev.Resources = append(ev.Resources, m.name)
 	}
-	if err != nil {
-		ev.Outcome, ev.Err = outcomeOf(err), err
-	} else {
-		ev.Outcome = observe.OutcomeAcquired
+	if err == nil {
 		for _, k := range set.locks {
 			ev.ClockBehind = max(ev.ClockBehind, k.behind)
 		}
@@ -249,10 +273,17 @@ func (l *Locker) acquireAll(ctx context.Context, cfg *config, op observe.Op, res
 	return set, err
 }
 
+// member is one resource of a set.
+type member struct {
+	name string
+	keys wire.Keys
+	slot uint16 // its Cluster hash slot; 0 unless the client is a Cluster's
+}
+
 // members validates resources and returns them deduplicated, in the canonical order.
 func (l *Locker) members(cfg *config, resources []string) ([]member, error) {
-	if !cfg.mode.Exclusive() {
-		return nil, invalidf("%s applies to one resource, not to a set", kindName(cfg.mode))
+	if !cfg.kind.Exclusive() {
+		return nil, invalidf("%s applies to one resource, not to a set", kindName(cfg.kind))
 	}
 	if len(resources) == 0 {
 		return nil, invalidf("empty set of resources")
@@ -278,26 +309,57 @@ func (l *Locker) members(cfg *config, resources []string) ([]member, error) {
 	return ms, nil
 }
 
-// groups splits ms, in order, into the runs that one script can take: all of them on one
-// server, those of one slot on a Cluster, one each on a Ring (which spreads resources over
-// servers), and one each with WithReplicas (each takes its own WAIT).
-func (l *Locker) groups(cfg *config, ms []member) [][]member {
-	var gs [][]member
-	for start := 0; start < len(ms); {
-		end := start + 1
-		if l.topo.OneScript() && cfg.replicas == 0 {
-			for end < len(ms) && ms[end].slot == ms[start].slot {
-				end++
-			}
-		}
-		gs = append(gs, ms[start:end])
-		start = end
+// attemptAll runs the set's acquire script once on g, several resources that one script can
+// take (of one server or slot). It returns the locks taken, in g's order, and when not all,
+// the BusyError of the next one; or an error, and then nothing is held but the locks it
+// returns, which the caller frees (a refusal of the script for that next resource).
+func (l *Locker) attemptAll(ctx context.Context, cfg *config, g []member) ([]*Lock, *BusyError, error) {
+	owner, err := newOwner()
+	if err != nil {
+		return nil, nil, err
 	}
-	return gs
+	a := &wire.AcquireAll{Owner: owner, Lease: millis(cfg.ttl), Floor: cfg.timeFloor, Expiry: millis(cfg.expiry)}
+	for _, m := range g {
+		a.Keys = append(a.Keys, m.keys)
+	}
+	sent := time.Now()
+	r, err := a.Run(ctx, l.client)
+	if err != nil {
+		if lostReply(context.Background(), err) {
+			l.releaseOwner(ctx, cfg, a.Keys, owner) // the script may have run
+		}
+		if ctx.Err() != nil {
+			return nil, nil, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err())
+		}
+		return nil, nil, err
+	}
+	locks := make([]*Lock, len(r.Tokens))
+	for i, token := range r.Tokens {
+		locks[i] = l.newLock(cfg, g[i].name, g[i].keys, owner, token, sent, millis(cfg.ttl))
+		locks[i].behind = time.Duration(r.Behind) * time.Microsecond
+	}
+	switch {
+	case r.Code == wire.Mismatch:
+		have, _ := wire.ParseKind(r.Kind)
+		return locks, nil, invalidf("the live holders of %q are %s, this call exclusive (limit 1); a new kind takes effect once the resource is idle", g[len(locks)].name, kindName(have))
+	case r.Code == wire.Layout:
+		return locks, nil, ErrLayout
+	case ctx.Err() != nil:
+		l.releaseOwner(ctx, cfg, a.Keys, owner)
+		return nil, nil, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err())
+	case len(locks) > 0 && !locks[0].valid():
+		// The reply came back after the leases could have run out: the locks may already
+		// belong to someone else. Busy; a wait tries again.
+		l.releaseOwner(ctx, cfg, a.Keys, owner)
+		return nil, &BusyError{Resource: g[0].name, Ahead: -1, late: true}, nil
+	case r.Code == wire.Busy:
+		return locks, busyWith(g[len(locks)].name, r.Left), nil
+	}
+	return locks, nil, nil
 }
 
 // takeAll takes the locks of ms in order (see AcquireAll). It returns the set, or the
-// resource that failed and the error; attempts counts the acquire scripts sent.
+// resource that failed and the cause; attempts counts the acquire scripts sent.
 func (l *Locker) takeAll(ctx context.Context, cfg *config, ms []member) (set *LockSet, failed string, attempts int, err error) {
 	set = &LockSet{locker: l, hooks: cfg.hooks, locks: make([]*Lock, 0, len(ms))}
 	var deadline time.Time
@@ -319,13 +381,10 @@ func (l *Locker) takeAll(ctx context.Context, cfg *config, ms []member) (set *Lo
 			r.stop()
 		}
 		if lose != nil {
-			if cause := context.Cause(wait); err != nil && ctx.Err() == nil && errors.Is(cause, ErrNotHeld) {
+			var lost *opError
+			if cause := context.Cause(wait); err != nil && ctx.Err() == nil && errors.As(cause, &lost) {
 				// The set was not acquired, because a lock already taken was lost.
-				err, failed = opErr("acquire all", "", join(ErrNotAcquired, cause)), ""
-				var op *opError
-				if errors.As(cause, &op) {
-					failed = op.resource
-				}
+				failed, err = lost.resource, fmt.Errorf("%w: %w", ErrNotAcquired, lost.err)
 			}
 			lose(nil)
 		}
@@ -341,19 +400,39 @@ func (l *Locker) takeAll(ctx context.Context, cfg *config, ms []member) (set *Lo
 			k.keepUp(ttl)
 		}
 	}()
-	for _, g := range l.groups(cfg, ms) {
+	for start := 0; start < len(ms); {
+		// The next run that one script can take: all of one server's, those of one slot on
+		// a Cluster; one on a Ring (which spreads resources over servers) and with
+		// WithReplicas (each takes its own WAIT).
+		end := start + 1
+		if l.topo.OneScript() && cfg.replicas == 0 {
+			for end < len(ms) && ms[end].slot == ms[start].slot {
+				end++
+			}
+		}
+		g := ms[start:end]
+		start = end
 		if cfg.replicas == 0 {
 			attempts++
-			locks, r, err := l.attempt(wait, cfg, g, "", "")
+			var locks []*Lock
+			var busy *BusyError
+			if len(g) == 1 {
+				var lock *Lock
+				lock, busy, err = l.attempt(wait, cfg, g[0].name, g[0].keys, "", "")
+				if lock != nil {
+					locks = []*Lock{lock}
+				}
+			} else {
+				locks, busy, err = l.attemptAll(wait, cfg, g)
+			}
 			set.locks = append(set.locks, locks...)
-			if err != nil {
-				return set, g[len(locks)].name, attempts, opErr("acquire all", "", err)
-			}
-			if r.busy == nil {
+			switch {
+			case err != nil:
+				return set, g[len(locks)].name, attempts, err
+			case busy == nil:
 				continue
-			}
-			if cfg.maxWait == 0 {
-				return set, r.busy.Resource, attempts, opErr("acquire all", "", r.busy)
+			case cfg.maxWait == 0:
+				return set, busy.Resource, attempts, busy
 			}
 			g = g[len(locks):]
 		}
@@ -370,7 +449,7 @@ func (l *Locker) takeAll(ctx context.Context, cfg *config, ms []member) (set *Lo
 			lock, n, err := l.wait(wait, &wcfg, m.name)
 			attempts += n
 			if err != nil {
-				return set, m.name, attempts, opErr("acquire all", "", err)
+				return set, m.name, attempts, err
 			}
 			set.locks = append(set.locks, lock)
 			renew(lock)

@@ -1,0 +1,106 @@
+-- The hand-off: grant gives a resource to the waiters at the head of its queue, and granted
+-- answers the release that did it (see doc.go for the keys and values).
+--
+-- A resource r is {lock = ..., fence = ..., queue = ..., base = "<prefix>{R}:"}. Its state s is
+-- {shape = 'none'} when nobody holds it; {shape = 'x', value = v} for an exclusive holder whose
+-- lock value v is "<owner>:<token>", with '+' after it when waiters may be queued; or
+-- {shape = 'hash', kind, q, e, x, t, count} for shared ('s') or limited ('l<n>') holders: the
+-- queue mark q ('1' when waiters may be queued), bounds e and x of their leases' ends, the
+-- key's expiry t (server milliseconds) and count, the number of holder fields (state.lua).
+
+-- grant gives r to the waiters at the head of its queue, in order, while each fits what state
+-- s (its ended holders swept) leaves: anyone when it is free, a shared waiter beside shared
+-- holders, a waiter of the same limit while a slot is free, nobody beside an exclusive holder.
+-- Each grant takes a new token under the waiter's own rules: an exclusive waiter gets the lock
+-- "<element>:<token>" (with '+' when more waiters are queued) for the element's lease, a hash
+-- holder the field "<element>". A waiter is alive when its Locker is self (the grant comes back
+-- in the reply, unannounced), when the announcement "<element>:<token>" on its Locker's
+-- channel reached a subscriber (publish: 'P' PUBLISH, 'S' SPUBLISH, '-' none), or when its
+-- Locker's waiter key exists; a dead waiter is dropped (its token is used up). Returns the
+-- state after, the grants to self {element, token, ...}, and whether waiters may be left.
+local function grant(r, s, publish, self, now)
+  local mine = {}
+  while s.shape ~= 'x' do
+    local free = s.shape == 'none' or s.count <= 0
+    if not free and (s.q ~= '1' or (s.kind ~= 's' and s.count >= tonumber(string.sub(s.kind, 2)))) then
+      return s, mine, s.q == '1' -- nobody queued, or every slot taken: no waiter fits
+    end
+    local element, more
+    if free then
+      local two = redis.call('LPOP', r.queue, 2) -- the head, and whether more wait behind it
+      element, more = two and two[1], two and two[2]
+      if more and redis.call('LPUSH', r.queue, more) == 1 then -- a queue made again has no TTL
+        redis.call('PEXPIRE', r.queue, ENTRY_TTL)
+      end
+    else
+      element = redis.call('LINDEX', r.queue, 0)
+    end
+    if not element then
+      if s.shape == 'hash' and s.q ~= '0' then
+        redis.call('HSET', r.lock, 'q', '0')
+        s.q = '0'
+      end
+      return s, mine, false
+    end
+    local id, lease, kind, rules
+    -- #include element.lua
+    if not free and id and kind ~= s.kind then
+      return s, mine, true -- the head waits for another kind
+    elseif not free then
+      redis.call('LPOP', r.queue)
+    end
+    if id then
+      local base, token, behind = r.base, nil, 0
+      -- #include token.lua
+      local value = element .. ':' .. token
+      local alive = id == self
+      if not alive and publish ~= '-' then
+        alive = redis.call(publish == 'S' and 'SPUBLISH' or 'PUBLISH', r.base .. 'grant:' .. id, value) > 0
+      end
+      if alive or redis.call('EXISTS', r.base .. 'w:' .. id) == 1 then
+        if kind == 'x' then
+          if more then
+            value = value .. '+'
+          end
+          redis.call('SET', r.lock, value, 'PX', lease)
+          s = {shape = 'x', value = value}
+        else
+          -- #include hash.lua
+          now = now or clock(r, s)
+          local lock, f, ending, again = r.lock, element, now + tonumber(lease), false
+          if free then
+            s = open(r, kind, '1', f, token, ending, now)
+          else
+            -- #include hold.lua
+          end
+        end
+        if id == self then
+          mine[#mine + 1], mine[#mine + 2] = element, token
+        end
+      end
+    end
+  end
+  return s, mine, true
+end
+
+-- granted returns the reply of a release whose grants to the Locker self were mine ({element,
+-- token, ...}) and writes its record at key record, unless exact is false (a release by owner
+-- keeps none): RELEASED, kept as '1' (unless written: the lock became the record), or
+-- {GRANTED, element, token, ...}, kept as '2:<element>:<token>...'.
+local function granted(record, exact, written, mine)
+  if #mine == 0 then
+    if exact and not written then
+      redis.call('SET', record, '1', 'PX', RECORD_TTL)
+    end
+    return RELEASED
+  end
+  local reply, saved = {GRANTED}, '2'
+  for i = 1, #mine, 2 do
+    reply[i + 1], reply[i + 2] = mine[i], mine[i + 1]
+    saved = saved .. ':' .. mine[i] .. ':' .. mine[i + 1]
+  end
+  if exact then
+    redis.call('SET', record, saved, 'PX', RECORD_TTL)
+  end
+  return reply
+end

@@ -1,0 +1,233 @@
+-- The general path of the acquire and release scripts: every kind of acquisition, every state
+-- of a resource (see grant.lua for resources and states; doc.go for the keys and values).
+-- #include grant.lua
+-- #include hash.lua
+
+-- resource returns the keys of the resource whose lock key is lock.
+local function resource(lock)
+  local base = string.sub(lock, 1, -5)
+  return {lock = lock, fence = base .. 'fence', queue = base .. 'queue', base = base}
+end
+
+-- state reads r's holders: one GET for an exclusive holder or nobody (seen: what a GET of the
+-- lock answered already, if not nil), else the hash's meta and the field named owner (mine).
+-- A hash of the earlier layout (its field 'limit') is {shape = 'old'}.
+local function state(r, seen, owner)
+  local v = seen
+  if v == nil then
+    v = redis.pcall('GET', r.lock)
+  end
+  if type(v) == 'string' then
+    return {shape = 'x', value = v}
+  elseif not v then
+    return {shape = 'none'}
+  end
+  local h = redis.call('HMGET', r.lock, 'k', 'q', 'e', 'x', 't', 'limit', owner or 'k')
+  if h[6] or not h[1] then
+    return {shape = 'old'}
+  end
+  return {
+    shape = 'hash', kind = h[1], q = h[2], e = tonumber(h[3]), x = tonumber(h[4]), t = tonumber(h[5]),
+    count = redis.call('HLEN', r.lock) - META, mine = owner and h[7],
+  }
+end
+
+-- sweep, when some of hash state s's holders may have ended by now (now at or past s.e),
+-- deletes those that have and sets s.count, s.e and s.x from the others; with none left it
+-- deletes the key, and s becomes 'none'.
+local function sweep(r, s, now)
+  if s.shape ~= 'hash' or s.count <= 0 or now < s.e then
+    return
+  end
+  local all = redis.call('HGETALL', r.lock)
+  local gone, e, x, count = {}, nil, 0, 0
+  for i = 1, #all, 2 do
+    if #all[i] > 1 then -- a holder: the one-letter fields are the hash's own
+      local ending = tonumber(string.match(all[i + 1], '^%d+'))
+      if ending <= now then
+        gone[#gone + 1] = all[i]
+      else
+        count, e, x = count + 1, math.min(e or ending, ending), math.max(x, ending)
+      end
+    end
+  end
+  if count == 0 then
+    redis.call('DEL', r.lock)
+    s.shape, s.count = 'none', 0
+    return
+  end
+  for i = 1, #gone, 1000 do
+    redis.call('HDEL', r.lock, unpack(gone, i, math.min(i + 999, #gone)))
+  end
+  s.count, s.e, s.x = count, e, x
+  redis.call('HSET', r.lock, 'e', string.format('%d', e), 'x', string.format('%d', x))
+end
+
+-- free reports whether s leaves the resource free: nobody holds it, or no holder is left in
+-- its hash (swept).
+local function free(s)
+  return s.shape == 'none' or (s.shape == 'hash' and s.count <= 0)
+end
+
+-- mismatch returns the holders' kind when an acquisition of kind can never join them, not even
+-- by waiting: exclusive and shared acquisitions wait for each other, but a limit mixes with no
+-- other kind while its holders live. Returns nil otherwise.
+local function mismatch(s, kind)
+  if free(s) then
+    return nil
+  end
+  local have = s.shape == 'x' and 'x' or s.kind
+  if have == kind or ((kind == 'x' or kind == 's') and (have == 'x' or have == 's')) then
+    return nil
+  end
+  return have
+end
+
+-- lease_left returns how long until the holders of s let the resource change hands, in
+-- milliseconds: the exclusive holder's lease, the latest of shared holders', the earliest of a
+-- limit's.
+local function lease_left(r, s, now)
+  if s.shape == 'x' then
+    return redis.call('PTTL', r.lock)
+  elseif s.kind == 's' then
+    return s.x - now
+  end
+  return s.e - now
+end
+
+-- acquire takes r for owner as kind ('x', 's', 'l<n>') with a lease of lease ms and a token
+-- under rules (token.lua), or queues element ('' for a single attempt) with the Locker's waiter
+-- value entry, grants announced as publish says; see acquire.lua for the replies. The queue
+-- is served first: a newcomer never goes ahead of a waiter. Every counter moves before its
+-- lock is written, so a failing INCR (at the int64 maximum) leaves no lock.
+local function acquire(r, kind, owner, lease, rules, element, entry, publish)
+  local s = state(r, nil, owner)
+  local now
+  if s.shape == 'old' then
+    return {LAYOUT}
+  elseif s.shape == 'x' and string.sub(s.value, 1, #owner + 1) == owner .. ':' then
+    redis.call('PEXPIRE', r.lock, lease) -- a call sent again: a write, for a WAIT after it
+    return string.match(s.value, '^%d+', #owner + 2)
+  elseif s.shape == 'hash' then
+    now = clock(r, s)
+    if s.mine then -- a call sent again
+      local token = string.match(s.mine, ':(%d+)$')
+      local lock, f, ending, again = r.lock, owner, now + tonumber(lease), true
+      -- #include hold.lua
+      return token
+    end
+    sweep(r, s, now)
+  end
+  local other = mismatch(s, kind)
+  if other then
+    return {MISMATCH, other}
+  end
+  -- Served first: EXISTS before LPOP, as under maxmemory Redis refuses a script's INCR only
+  -- while it has not written yet, and LPOP counts as a write even on a missing key.
+  local queued = s.shape == 'x'
+  if s.shape == 'hash' and not free(s) then
+    queued = s.q == '1'
+  elseif not queued then
+    queued = redis.call('EXISTS', r.queue) == 1
+  end
+  if queued then
+    local _
+    s, _, queued = grant(r, s, publish, '', now)
+  end
+  local fits = free(s) or (s.shape == 'hash' and s.kind == kind and (kind == 's' or s.count < tonumber(string.sub(kind, 2))))
+  if not queued and fits then
+    local base, token, behind = r.base, nil, 0
+    -- #include token.lua
+    if kind == 'x' then
+      redis.call('SET', r.lock, owner .. ':' .. token, 'PX', lease)
+    else
+      now = now or clock(r, s)
+      if free(s) then
+        open(r, kind, '0', owner, token, now + tonumber(lease), now)
+      else
+        local lock, f, ending, again = r.lock, owner, now + tonumber(lease), false
+        -- #include hold.lua
+      end
+    end
+    if behind > 0 then
+      return {TAKEN, token, behind}
+    end
+    return token
+  end
+  if s.shape == 'hash' then
+    now = now or clock(r, s)
+  end
+  if element == '' then
+    return {BUSY, lease_left(r, s, now)}
+  end
+  local lock, base, held, q = r.lock, r.base, s.shape == 'x' and s.value, s.q
+  -- #include join.lua
+  return {QUEUED, held or '', lease_left(r, s, now)}
+end
+
+-- release frees r of value ("<owner>:<token>", or "<owner>:" for whatever token the owner
+-- holds), writing the memo of the arguments from m on with it (memo.lua; m false: none), and
+-- gives r to the next waiters (grant); keep: an exclusive lock's record lives RECORD_TTL, not
+-- the lease's TTL. It returns the release scripts' reply for it. A value that does not hold r
+-- finds its release record, when a call sent again after a lost reply, and answers as the
+-- first run did; a release by owner keeps no record.
+local function release(r, value, keep, publish, self, m)
+  local exact = string.sub(value, -1) ~= ':'
+  local owner = string.match(value, '^[^:]*')
+  local record = r.base .. 'r:' .. value
+  local s = state(r, nil, owner)
+  local now
+  local held = false
+  if s.shape == 'old' then
+    return LAYOUT
+  elseif s.shape == 'x' then
+    local v = s.value
+    if string.byte(v, -1) == 43 then -- '+'
+      v = string.sub(v, 1, -2)
+    end
+    held = v == value or (not exact and string.sub(v, 1, #value) == value)
+  elseif s.shape == 'hash' and s.mine then
+    now = clock(r, s)
+    local ending, token = string.match(s.mine, '^(%d+):(%d+)$')
+    held = (not exact or owner .. ':' .. token == value) and tonumber(ending) > now
+  end
+  if not held then
+    local first = exact and redis.call('GET', record)
+    if not first then
+      return NOT_HELD
+    elseif string.sub(first, 1, 2) ~= '2:' then
+      return RELEASED
+    end
+    local reply = {GRANTED}
+    for e, t in string.gmatch(first, ':([^:]+):(%d+)') do
+      reply[#reply + 1], reply[#reply + 2] = e, t
+    end
+    return reply
+  end
+  local written = exact and s.shape == 'x' -- the lock becomes its record
+  if written then
+    local lock, base = r.lock, r.base
+    -- #include retire.lua
+  elseif m then
+    local base = r.base
+    -- #include memo.lua
+  end
+  if s.shape == 'x' then
+    if not exact then
+      redis.call('DEL', r.lock)
+    end
+    if string.byte(s.value, -1) ~= 43 then -- unmarked: nobody queued behind it
+      return RELEASED
+    end
+    s = {shape = 'none'}
+  else
+    redis.call('HDEL', r.lock, owner)
+    s.count = s.count - 1
+    if s.q ~= '1' then
+      return granted(record, exact, false, {})
+    end
+    sweep(r, s, now)
+  end
+  local _, mine = grant(r, s, publish, self, now)
+  return granted(record, exact, written, mine)
+end
