@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -19,39 +18,36 @@ import (
 // answered 503 with Retry-After by the default LostHandler (or as a LostHandler of one's own
 // says), unless the handler already wrote its response or chose a status, which stand; other
 // errors, and skipped requests, reach Echo unchanged.
-func lostLock(t *testing.T, d Driver) {
-	v := newEnv(t, d)
-	srv := httptest.NewServer(v.e)
-	t.Cleanup(srv.Close)
+func lostLock(t *testing.T, m Major) {
+	v := newEnv(t, m)
 	stale := &store.StaleTokenError{Resource: "item:1", Token: 3, Mark: 4}
 	wrapped := fmt.Errorf("saving item: %w", stale)
 	notHeld := fmt.Errorf("saving item: %w", fencing.ErrNotHeld)
-	conflict := func(_ Request, _ string, err error) error { return d.NewHTTPError(http.StatusConflict, err) }
-
-	route := func(method, path string, cfg Config, h Handler) { v.e.Add(method, path, h, v.mw(cfg)) }
-	returns := func(err error) Handler { return func(Request) error { return err } }
-	route(http.MethodPut, "/token/:id", Config{}, returns(wrapped))
-	route(http.MethodPut, "/bare/:id", Config{}, returns(store.ErrStaleToken))
-	route(http.MethodPut, "/notheld/:id", Config{}, returns(notHeld))
-	route(http.MethodPut, "/defaults/:id", Config{DefaultHandlers: true}, returns(wrapped))
-	route(http.MethodPut, "/custom/:id", Config{LostHandler: conflict}, returns(wrapped))
-	route(http.MethodPut, "/namespace/:id", Config{Namespace: "item"}, returns(wrapped))
+	teapot := m.NewHTTPError(http.StatusTeapot, wrapped)
+	boom := errors.New("boom")
+	conflict := func(_ Request, _ string, err error) error { return m.NewHTTPError(http.StatusConflict, err) }
+	route := func(method, path string, cfg Config, err error) {
+		v.e.Add(method, path, func(Request) error { return err }, v.mw(cfg))
+	}
+	route(http.MethodPut, "/token/:id", Config{}, wrapped)
+	route(http.MethodPut, "/bare/:id", Config{}, store.ErrStaleToken)
+	route(http.MethodPut, "/notheld/:id", Config{}, notHeld)
+	route(http.MethodPut, "/defaults/:id", Config{DefaultHandlers: true}, wrapped)
+	route(http.MethodPut, "/custom/:id", Config{LostHandler: conflict}, wrapped)
+	route(http.MethodPut, "/namespace/:id", Config{Namespace: "item"}, wrapped)
 	route(http.MethodPut, "/several/:id", Config{Namespace: "item", KeysExtractor: func(r Request) ([]string, error) {
 		return []string{r.Param("id"), "other"}, nil
-	}}, returns(wrapped))
-	for _, m := range []string{http.MethodPut, http.MethodGet} {
-		route(m, "/skipped/:id", Config{SkipSafeMethods: true}, returns(wrapped))
-	}
-	route(http.MethodPut, "/written/:id", Config{}, func(r Request) error {
+	}}, wrapped)
+	route(http.MethodPut, "/skipped/:id", Config{SkipSafeMethods: true}, wrapped)
+	route(http.MethodGet, "/skipped/:id", Config{SkipSafeMethods: true}, wrapped)
+	v.e.Add(http.MethodPut, "/written/:id", func(r Request) error {
 		if err := r.String(http.StatusAccepted, "queued"); err != nil {
 			return err
 		}
 		return wrapped
-	})
-	teapot := d.NewHTTPError(http.StatusTeapot, wrapped)
-	route(http.MethodPut, "/status/:id", Config{}, returns(teapot))
-	boom := errors.New("boom")
-	route(http.MethodPut, "/plain/:id", Config{}, returns(boom))
+	}, v.mw(Config{}))
+	route(http.MethodPut, "/status/:id", Config{}, teapot)
+	route(http.MethodPut, "/plain/:id", Config{}, boom)
 
 	lostBody := func(resource string) string { return "the lock on " + resource + " was lost while the request ran" }
 	for _, tc := range []struct {
@@ -76,37 +72,22 @@ func lostLock(t *testing.T, d Driver) {
 		{"another error", http.MethodPut, "/plain/1", boom, http.StatusInternalServerError, "", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req, err := http.NewRequestWithContext(t.Context(), tc.method, srv.URL+tc.path, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp, err := srv.Client().Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := httptest.NewRecorder() // the response, for AssertMessage
-			rec.Code = resp.StatusCode
-			maps.Copy(rec.Header(), resp.Header)
-			_, _ = rec.Body.ReadFrom(resp.Body)
-			_ = resp.Body.Close()
-
+			r := sendTo(t, v.srv.Client(), v.srv.URL, tc.method, tc.path, "", "")
 			if tc.message != "" {
-				AssertMessage(t, rec, tc.status, tc.message, "stale", "saving", "not held", "fencing", v.r.Prefix)
-			} else if rec.Code != tc.status {
-				t.Errorf("got status %d %q, want %d", rec.Code, rec.Body, tc.status)
+				assertMessage(t, r, tc.status, tc.message, "stale", "saving", "not held", "fencing", v.r.Prefix)
+			} else if r.status != tc.status {
+				t.Errorf("got status %d %q, want %d", r.status, r.body, tc.status)
 			}
-			if got := rec.Header().Get("Retry-After"); got != tc.retryAfter {
+			if got := r.header.Get("Retry-After"); got != tc.retryAfter {
 				t.Errorf("got Retry-After %q, want %q", got, tc.retryAfter)
 			}
-			got := v.lastErr()
-			switch {
-			case tc.same && got != tc.handlerErr: //nolint:errorlint // the very value must come through
+			if got := v.lastErr(); tc.same && got != tc.handlerErr { //nolint:errorlint // the very value must come through
 				t.Errorf("got error %v, want the handler's error itself", got)
-			case !tc.same && (!v.isHTTPError(got, tc.status) || !errors.Is(got, tc.handlerErr)):
-				t.Errorf("got error %v, want the middleware's %d wrapping the handler's %v", got, tc.status, tc.handlerErr)
+			} else if !tc.same {
+				v.wantErr(t, tc.status, tc.handlerErr)
 			}
-			if tc.path == "/written/1" && rec.Body.String() != "queued" {
-				t.Errorf("got body %q, want the handler's own \"queued\"", rec.Body)
+			if tc.path == "/written/1" && r.body != "queued" {
+				t.Errorf("got body %q, want the handler's own \"queued\"", r.body)
 			}
 		})
 	}
@@ -116,8 +97,8 @@ func lostLock(t *testing.T, d Driver) {
 // lostLockForReal loses the lock while the handler runs (its key is deleted): the handler's
 // context is cancelled with a cause matching fencing.ErrNotHeld, the handler returns that
 // cause, and the client gets 503 with Retry-After.
-func lostLockForReal(t *testing.T, d Driver) {
-	v := newEnv(t, d)
+func lostLockForReal(t *testing.T, m Major) {
+	v := newEnv(t, m)
 	entered := make(chan struct{})
 	cause := make(chan error, 1)
 	v.e.Add(http.MethodPut, "/items/:id", func(r Request) error {
@@ -139,7 +120,5 @@ func lostLockForReal(t *testing.T, d Driver) {
 	if got := rec.Header().Get("Retry-After"); got != "1" {
 		t.Errorf("got Retry-After %q, want \"1\"", got)
 	}
-	if err := v.lastErr(); !v.isHTTPError(err, http.StatusServiceUnavailable) || !errors.Is(err, fencing.ErrNotHeld) {
-		t.Errorf("got error %v, want the middleware's 503 wrapping fencing.ErrNotHeld", err)
-	}
+	v.wantErr(t, http.StatusServiceUnavailable, fencing.ErrNotHeld)
 }
