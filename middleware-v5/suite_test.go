@@ -34,12 +34,12 @@ func idemConfig(cfg echofencetest.IdemConfig) fencemw.IdempotencyConfig {
 	return fencemw.IdempotencyConfig(echofencetest.IdemSettings[*echo.Context, middleware.Skipper](cfg, request))
 }
 
-func (major) NewEcho(log *echofencetest.ErrorLog) echofencetest.Echo {
+func (major) NewEcho(record func(err error)) echofencetest.Echo {
 	e := echo.New()
 	e.Logger = slog.New(slog.DiscardHandler)
 	exposing := echo.DefaultHTTPErrorHandler(true) // puts internal errors in the body
 	e.HTTPErrorHandler = func(c *echo.Context, err error) {
-		log.Record(err)
+		record(err)
 		exposing(c, err)
 	}
 	return server{routes{e}, e}
@@ -138,6 +138,8 @@ type echoContext struct{ *echo.Context }
 
 func request(c *echo.Context) echofencetest.Request { return echoContext{c} }
 
-func (c echoContext) Token() (int64, bool)                { return fencemw.TokenFromEcho(c.Context) }
-func (c echoContext) Header() http.Header                 { return c.Response().Header() }
-func (c echoContext) DefaultFingerprint() (string, error) { return fencemw.DefaultFingerprint(c.Context) }
+func (c echoContext) Token() (int64, bool) { return fencemw.TokenFromEcho(c.Context) }
+func (c echoContext) Header() http.Header  { return c.Response().Header() }
+func (c echoContext) DefaultFingerprint() (string, error) {
+	return fencemw.DefaultFingerprint(c.Context)
+}

@@ -34,12 +34,12 @@ func idemConfig(cfg echofencetest.IdemConfig) fencemw.IdempotencyConfig {
 	return fencemw.IdempotencyConfig(echofencetest.IdemSettings[echo.Context, middleware.Skipper](cfg, request))
 }
 
-func (major) NewEcho(log *echofencetest.ErrorLog) echofencetest.Echo {
+func (major) NewEcho(record func(err error)) echofencetest.Echo {
 	e := echo.New()
 	e.Debug = true // the default error handler then shows internal errors
 	e.Logger.SetOutput(io.Discard)
 	e.HTTPErrorHandler = func(err error, c echo.Context) {
-		log.Record(err)
+		record(err)
 		e.DefaultHTTPErrorHandler(err, c)
 	}
 	return server{routes{e}, e}
@@ -143,6 +143,8 @@ type echoContext struct{ echo.Context }
 
 func request(c echo.Context) echofencetest.Request { return echoContext{c} }
 
-func (c echoContext) Token() (int64, bool)                { return fencemw.TokenFromEcho(c.Context) }
-func (c echoContext) Header() http.Header                 { return c.Response().Header() }
-func (c echoContext) DefaultFingerprint() (string, error) { return fencemw.DefaultFingerprint(c.Context) }
+func (c echoContext) Token() (int64, bool) { return fencemw.TokenFromEcho(c.Context) }
+func (c echoContext) Header() http.Header  { return c.Response().Header() }
+func (c echoContext) DefaultFingerprint() (string, error) {
+	return fencemw.DefaultFingerprint(c.Context)
+}

@@ -107,7 +107,7 @@ func constants(t *testing.T, m Major) {
 	}
 }
 
-func fenceWithConfigPanics(t *testing.T, m Major) {
+func fenceWithConfigPanicsOnInvalidConfig(t *testing.T, m Major) {
 	_, _, _, _, shortExpiry := configLockers(t)
 	mustPanic(t, "an error matching ErrInvalid", func(err error) bool { return errors.Is(err, fencing.ErrInvalid) }, map[string]func(){
 		"Fence(nil)":                func() { m.Fence(nil) },

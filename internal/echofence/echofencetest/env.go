@@ -32,7 +32,7 @@ type env struct {
 	r      *redistest.Redis
 	locker *fencing.Locker
 	e      Echo
-	log    *ErrorLog // errors that reached Echo's error handler
+	last   atomic.Pointer[error] // the last error that reached Echo's error handler
 	srv    *httptest.Server
 	runs   atomic.Int32 // the runs of pay
 }
@@ -47,8 +47,8 @@ func newEnv(t *testing.T, m Major, opts ...fencing.Option) *env {
 
 // echoEnv returns an env on r and l with an Echo of its own, Recover registered first.
 func echoEnv(t *testing.T, m Major, r *redistest.Redis, l *fencing.Locker) *env {
-	v := &env{t: t, m: m, r: r, locker: l, log: &ErrorLog{}}
-	v.e = m.NewEcho(v.log)
+	v := &env{t: t, m: m, r: r, locker: l}
+	v.e = m.NewEcho(func(err error) { v.last.Store(&err) })
 	v.e.Use(m.Recover())
 	v.srv = httptest.NewServer(v.e)
 	t.Cleanup(v.srv.Close)
@@ -57,23 +57,20 @@ func echoEnv(t *testing.T, m Major, r *redistest.Redis, l *fencing.Locker) *env 
 
 // mw builds the middleware from cfg with the env's Locker, failing the test on error.
 func (v *env) mw(cfg Config) Middleware {
-	v.t.Helper()
 	cfg.Locker = cmp.Or(cfg.Locker, v.locker)
-	mw, err := v.m.ToMiddleware(cfg)
-	if err != nil {
-		v.t.Fatalf("ToMiddleware: %v", err)
-	}
-	return mw
+	return v.must(v.m.ToMiddleware(cfg))
 }
 
 // imw builds the idempotency middleware from cfg with the env's Locker, failing the test on
 // error.
 func (v *env) imw(cfg IdemConfig) Middleware {
-	v.t.Helper()
 	cfg.Locker = cmp.Or(cfg.Locker, v.locker)
-	mw, err := v.m.IdempotencyToMiddleware(cfg)
+	return v.must(v.m.IdempotencyToMiddleware(cfg))
+}
+
+func (v *env) must(mw Middleware, err error) Middleware {
 	if err != nil {
-		v.t.Fatalf("IdempotencyToMiddleware: %v", err)
+		v.t.Fatalf("building the middleware: %v", err)
 	}
 	return mw
 }
@@ -102,7 +99,12 @@ func (v *env) expect(method, target string, want int, header ...string) *httptes
 }
 
 // lastErr returns the last error Echo's error handler saw.
-func (v *env) lastErr() error { return v.log.Last() }
+func (v *env) lastErr() error {
+	if err := v.last.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
 
 // wantErr checks that the last error Echo's error handler saw matches target and, unless
 // code is 0, is the middleware's error of that status as Echo's default handler reads it.
@@ -205,6 +207,14 @@ type reply struct {
 
 // replayed reports whether the reply is marked as replayed.
 func (r reply) replayed() bool { return r.header.Get("Idempotent-Replayed") == "true" }
+
+// fresh checks that r is the handler's own answer of status, not a replay.
+func (r reply) fresh(t testing.TB, what string, status int) {
+	t.Helper()
+	if r.status != status || r.replayed() {
+		t.Errorf("%s: got %d %q (replayed %v), want the handler's own %d", what, r.status, r.body, r.replayed(), status)
+	}
+}
 
 // payment decodes the body as pay's answer.
 func (r reply) payment(t testing.TB) payment {
@@ -393,3 +403,11 @@ func (a *Acquisitions) Hooks() fencing.Hooks {
 
 // Load returns the locks taken so far.
 func (a *Acquisitions) Load() int64 { return a.n.Load() }
+
+// check reports got != want as an error about what.
+func check[T comparable](t testing.TB, what string, got, want T) {
+	t.Helper()
+	if got != want {
+		t.Errorf("%s: got %v, want %v", what, got, want)
+	}
+}

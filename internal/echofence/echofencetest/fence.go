@@ -29,9 +29,7 @@ func tokenInContextAndHeader(t *testing.T, m Major) {
 		if ctxTok != echoTok || r.Get("tok") != ctxTok {
 			t.Errorf("got tokens %d (context), %d (TokenFromEcho), %v (c.Get), want all equal", ctxTok, echoTok, r.Get("tok"))
 		}
-		if n := len(v.lockKeys()); n != 1 {
-			t.Errorf("got %d lock keys while the handler ran, want 1", n)
-		}
+		check(t, "lock keys while the handler ran", len(v.lockKeys()), 1)
 		tok = ctxTok
 		return r.String(http.StatusOK, "ok")
 	}, v.mw(Config{ContextKey: "tok", TokenHeader: "Fencing-Token"}))
@@ -41,12 +39,8 @@ func tokenInContextAndHeader(t *testing.T, m Major) {
 		if !redistest.Real() && tok != want {
 			t.Errorf("got token %d, want %d", tok, want)
 		}
-		if h := rec.Header().Get("Fencing-Token"); h != strconv.FormatInt(tok, 10) {
-			t.Errorf("got Fencing-Token %q, want %d", h, tok)
-		}
-		if keys := v.lockKeys(); len(keys) != 0 {
-			t.Errorf("got lock keys %q after the response, want none", keys)
-		}
+		check(t, "Fencing-Token", rec.Header().Get("Fencing-Token"), strconv.FormatInt(tok, 10))
+		check(t, "lock keys after the response", len(v.lockKeys()), 0)
 	}
 }
 
@@ -86,12 +80,8 @@ func badKey(t *testing.T, m Major) {
 			v.wantErr(t, http.StatusBadRequest, fencing.ErrInvalid)
 		})
 	}
-	if n := calls.Load(); n != 0 {
-		t.Errorf("handler ran %d times, want 0", n)
-	}
-	if keys := v.keys("*"); len(keys) != 0 {
-		t.Errorf("got keys %q, want none", keys)
-	}
+	check(t, "handler runs", calls.Load(), 0)
+	check(t, "keys in Redis", len(v.keys("*")), 0)
 	v.expect(http.MethodPut, "/q?r=", http.StatusNoContent, "X-Resource", "a") // the header, when the query has no value
 }
 
@@ -143,9 +133,7 @@ func busy(t *testing.T, m Major) {
 		}
 		v.wantErr(t, tc.status, fencing.ErrNotAcquired)
 	}
-	if n := calls.Load(); n != 0 {
-		t.Errorf("handler ran %d times, want 0", n)
-	}
+	check(t, "handler runs", calls.Load(), 0)
 	v.expect(http.MethodPut, "/items/2", http.StatusNoContent) // another id is free
 }
 
@@ -172,9 +160,7 @@ func maxWait(t *testing.T, m Major) {
 	if err := lock.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if code := recv(t, done, "the waiting request"); code != http.StatusNoContent {
-		t.Errorf("long wait: got status %d, want 204", code)
-	}
+	check(t, "long wait: status", recv(t, done, "the waiting request"), http.StatusNoContent)
 }
 
 // limit runs requests on a route with Limit 2: two at once, a third denied with 423 and
@@ -216,13 +202,9 @@ func limit(t *testing.T, m Major) {
 	})
 	close(gate)
 	for range 3 {
-		if code := recv(t, done, "a request"); code != http.StatusNoContent {
-			t.Errorf("got status %d, want 204", code)
-		}
+		check(t, "status", recv(t, done, "a request"), http.StatusNoContent)
 	}
-	if n := most.Load(); n != 2 {
-		t.Errorf("got at most %d requests inside at once, want 2", n)
-	}
+	check(t, "most requests inside at once", most.Load(), 2)
 	v.waitNoLocks()
 }
 
@@ -279,9 +261,7 @@ func lockerRefusesOptions(t *testing.T, m Major) {
 	v.e.Add(http.MethodPut, "/short/:id", noContent, v.mw(Config{}))
 	AssertBody(t, v.serve(http.MethodPut, "/items/1"), http.StatusInternalServerError, "expiry", "ttl", "fencing")
 	v.wantErr(t, http.StatusInternalServerError, fencing.ErrInvalid)
-	if keys := v.keys("*"); len(keys) != 0 {
-		t.Errorf("got keys %q, want none", keys)
-	}
+	check(t, "keys in Redis", len(v.keys("*")), 0)
 	v.expect(http.MethodPut, "/short/1", http.StatusNoContent) // with the Locker's TTL, 1s
 }
 
@@ -313,18 +293,14 @@ func releases(t *testing.T, m Major) {
 				mws = append(mws, m.Recover())
 			}
 			v.e.Add(http.MethodPut, "/items/:id", func(r Request) error {
-				if n := len(v.lockKeys()); n != 1 {
-					t.Errorf("got %d lock keys in the handler, want 1", n)
-				}
+				check(t, "lock keys in the handler", len(v.lockKeys()), 1)
 				return tc.handler(r)
 			}, mws...)
 			v.expect(http.MethodPut, "/items/1", tc.status)
 			if err := v.lastErr(); tc.err != nil && !tc.err(err) {
 				t.Errorf("got error %v, want the handler's error, or the recovered panic", err)
 			}
-			if keys := v.lockKeys(); len(keys) != 0 {
-				t.Errorf("got lock keys %q after the request, want none", keys)
-			}
+			check(t, "lock keys after the request", len(v.lockKeys()), 0)
 			_ = v.hold("/items/:id", "1", fencing.WithTTL(time.Second)) // the lock is free again
 		})
 	}
@@ -378,9 +354,7 @@ func lockLostCancelsContext(t *testing.T, m Major) {
 			t.Errorf("got cause %v, want one matching fencing.ErrNotHeld", err)
 		}
 		// The handler's error reaches Echo as it is, not joined with the loss.
-		if code := recv(t, done, "the response"); code != http.StatusTeapot {
-			t.Errorf("got status %d, want the handler's 418", code)
-		}
+		check(t, "status (the handler's)", recv(t, done, "the response"), http.StatusTeapot)
 		if err := v.lastErr(); err != teapot { //nolint:errorlint // the very value must come through
 			t.Errorf("got error %v, want the handler's error itself", err)
 		}
@@ -413,7 +387,7 @@ func concurrentRequestsNeverOverlap(t *testing.T, m Major) {
 			var marks store.Memory // refuses a token below the highest it admitted
 			var inside, maxInside, stale atomic.Int32
 			var mu sync.Mutex
-			var toks []int64 // the tokens admitted, in order
+			var toks []int64 // the tokens admitted, in order (under mu, as count below)
 			v.e.Add(http.MethodPut, "/items/:id", func(r Request) error {
 				in := inside.Add(1)
 				defer inside.Add(-1)
@@ -434,28 +408,22 @@ func concurrentRequestsNeverOverlap(t *testing.T, m Major) {
 				return noContent(r)
 			}, v.mw(Config{MaxWait: tc.maxWait}))
 
-			codes := make(chan int, n)
+			count := map[int]int{}
 			var wg sync.WaitGroup
 			start := make(chan struct{})
 			for range n {
 				wg.Go(func() {
 					<-start
-					codes <- v.serve(http.MethodPut, "/items/1").Code
+					code := v.serve(http.MethodPut, "/items/1").Code
+					mu.Lock()
+					defer mu.Unlock()
+					count[code]++
 				})
 			}
 			close(start)
 			wg.Wait()
-			close(codes)
-			count := map[int]int{}
-			for c := range codes {
-				count[c]++
-			}
-			if s := stale.Load(); s != 0 {
-				t.Errorf("got %d stale writes, want 0", s)
-			}
-			if mi := maxInside.Load(); mi != 1 {
-				t.Errorf("got at most %d handlers inside at once, want 1", mi)
-			}
+			check(t, "stale writes", stale.Load(), 0)
+			check(t, "most handlers inside at once", maxInside.Load(), 1)
 			ok := count[http.StatusNoContent]
 			if tc.maxWait == 0 && (ok < 1 || ok+count[http.StatusLocked] != n) {
 				t.Errorf("got statuses %v, want at least one 204 and only 204 or 423", count)
@@ -493,23 +461,17 @@ func differentResourcesRunInParallel(t *testing.T, m Major) {
 	}
 	recv(t, entered, "the first handler")
 	recv(t, entered, "the second handler, while the first holds its lock")
-	if n := len(v.lockKeys()); n != 2 {
-		t.Errorf("got %d lock keys, want 2", n)
-	}
+	check(t, "lock keys", len(v.lockKeys()), 2)
 	close(both)
 	for range 2 {
-		if code := recv(t, codes, "a response"); code != http.StatusNoContent {
-			t.Errorf("got status %d, want 204", code)
-		}
+		check(t, "status", recv(t, codes, "a response"), http.StatusNoContent)
 	}
 }
 
 func nestedOnSameResourceIsReentrant(t *testing.T, m Major) {
 	v := newEnv(t, m)
 	v.e.Group("/items", v.mw(Config{ContextKey: "outer"})).Add(http.MethodPut, "/:id", func(r Request) error {
-		if n := len(v.lockKeys()); n != 1 {
-			t.Errorf("got %d lock keys, want 1", n)
-		}
+		check(t, "lock keys", len(v.lockKeys()), 1)
 		if tok, _ := r.Token(); r.Get("outer") != tok || r.Get("inner") != tok {
 			t.Errorf("got tokens %v (outer) and %v (inner), want both %d", r.Get("outer"), r.Get("inner"), tok)
 		}
@@ -584,7 +546,5 @@ func busyRetryAfter(t *testing.T, m Major) {
 	if err := holder.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if code := recv(t, waiting, "the long request"); code != http.StatusNoContent {
-		t.Errorf("the long request: got %d after the release, want 204", code)
-	}
+	check(t, "the long request's status after the release", recv(t, waiting, "the long request"), http.StatusNoContent)
 }

@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,18 +25,18 @@ import (
 func idempotentLostCommitReply(t *testing.T, m Major) {
 	v := newEnv(t, m)
 	// The stored Location: only the release that commits the record sends it.
-	drop := &replyDropper{marker: []byte("/payments/1")}
+	drop := &redistest.ReplyDropper{Match: func(request []byte) bool { return bytes.Contains(request, []byte("/payments/1")) }}
 	opts := v.r.Options()
-	opts.Dialer = drop.dial
+	opts.Dialer = drop.Dial
 	c := redis.NewClient(opts)
 	t.Cleanup(func() { _ = c.Close() })
 	l := fencing.New(c, fencing.WithPrefix(v.r.Prefix))
 	t.Cleanup(func() { _ = l.Close() })
 	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{Locker: l}))
 
-	drop.armed.Store(true)
+	drop.Armed.Store(true)
 	first := v.send(http.MethodPost, "/payments/1", "k", "a")
-	if n := drop.dropped.Load(); n != 1 {
+	if n := drop.Dropped.Load(); n != 1 {
 		t.Fatalf("%d replies dropped, want 1", n)
 	}
 	p := first.payment(t)
@@ -54,58 +51,9 @@ func idempotentLostCommitReply(t *testing.T, m Major) {
 	if want := "1:" + strconv.FormatInt(p.Token, 10) + ":201:"; !strings.HasPrefix(stored, want) {
 		t.Errorf("record %.40q, want it to start %q: the request's own token", stored, want)
 	}
-	if keys := v.lockKeys(); len(keys) != 0 {
-		t.Errorf("lock keys left: %q", keys)
-	}
+	check(t, "lock keys left", len(v.lockKeys()), 0)
 	sameResponse(t, "retry", first, v.send(http.MethodPost, "/payments/1", "k", "a"))
-	if n := v.runs.Load(); n != 1 {
-		t.Errorf("handler ran %d times, want 1", n)
-	}
-}
-
-// replyDropper dials connections that, once armed, lose the reply to the next request that
-// holds marker: the request reaches the server, which runs it; the first bytes of its reply
-// are read and thrown away, and the connection is closed, as when the network fails between
-// the two: the command ran, and the client does not know. go-redis then retries the request
-// on a new connection.
-type replyDropper struct {
-	marker  []byte
-	armed   atomic.Bool
-	dropped atomic.Int32
-}
-
-func (d *replyDropper) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &dropConn{Conn: c, d: d}, nil
-}
-
-// dropConn is one connection of a replyDropper. go-redis uses a connection from one
-// goroutine at a time, and writes a command in one Write.
-type dropConn struct {
-	net.Conn
-	d       *replyDropper
-	pending bool
-}
-
-func (c *dropConn) Write(p []byte) (int, error) {
-	if bytes.Contains(p, c.d.marker) && c.d.armed.CompareAndSwap(true, false) {
-		c.pending = true
-	}
-	return c.Conn.Write(p)
-}
-
-func (c *dropConn) Read(p []byte) (int, error) {
-	if !c.pending {
-		return c.Conn.Read(p)
-	}
-	c.pending = false
-	_, _ = c.Conn.Read(p) // the server has run the request
-	_ = c.Conn.Close()
-	c.d.dropped.Add(1)
-	return 0, io.EOF
+	check(t, "handler runs", v.runs.Load(), 1)
 }
 
 // idempotentCluster runs the middleware on a real three-primary Redis Cluster: keys whose
@@ -152,9 +100,7 @@ func idempotentCluster(t *testing.T, m Major) {
 			t.Fatalf("concurrent retries: got %d %q, want every reply 201 %q", r.status, r.body, replies[0].body)
 		}
 	}
-	if runs := v.runs.Load() - before; runs != 1 {
-		t.Errorf("concurrent retries: handler ran %d times, want 1", runs)
-	}
+	check(t, "concurrent retries: handler runs", v.runs.Load()-before, 1)
 }
 
 // keyBase returns "<prefix>{R}:" for a resource R as fencing names its keys: R inside the

@@ -36,9 +36,7 @@ func idempotentRunsOnceAndReplays(t *testing.T, m Major) {
 
 	before := trips.Load()
 	first := v.send(http.MethodPost, "/payments/7", "k-1", `{"amount":5}`)
-	if n := trips.Load() - before; n != 2 {
-		t.Errorf("first request: %d round trips, want 2 (acquire; commit with the release)", n)
-	}
+	check(t, "first request: round trips (acquire; commit with the release)", trips.Load()-before, 2)
 	p := first.payment(t)
 	if first.status != http.StatusCreated || p.Run != 2 || p.Token < 1 || p.Body != `{"amount":5}` || first.replayed() {
 		t.Fatalf("first request: got %d %q (replayed %v), want 201 from run 2 with a token and the body", first.status, first.body, first.replayed())
@@ -61,22 +59,12 @@ func idempotentRunsOnceAndReplays(t *testing.T, m Major) {
 		if again.header.Get("X-Run") != "" {
 			t.Errorf("retry: X-Run %q replayed, want only ReplayHeaders", again.header.Get("X-Run"))
 		}
-		if n := trips.Load() - before; n != 1 {
-			t.Errorf("retry with %s: %d round trips, want 1", key, n)
-		}
-		if n := taken.Load() - acquired; n != 0 {
-			t.Errorf("retry with %s: %d locks taken, want 0", key, n)
-		}
+		check(t, "retry with "+key+": round trips", trips.Load()-before, 1)
+		check(t, "retry with "+key+": locks taken", taken.Load()-acquired, 0)
 	}
-	if n := v.runs.Load(); n != 2 {
-		t.Errorf("handler ran %d times, want 2 (the warm-up's key, and k-1's once)", n)
-	}
-	if got := v.r.Client.Get(t.Context(), fence).Val(); got != issued {
-		t.Errorf("fence counter %s after the retries, want %s: no token issued", got, issued)
-	}
-	if keys := v.lockKeys(); len(keys) != 0 {
-		t.Errorf("lock keys left: %q", keys)
-	}
+	check(t, "handler runs (the warm-up's key, and k-1's once)", v.runs.Load(), 2)
+	check(t, "fence counter after the retries (no token issued)", v.r.Client.Get(t.Context(), fence).Val(), issued)
+	check(t, "lock keys left", len(v.lockKeys()), 0)
 }
 
 // idempotentKeys checks the key: optional (the request runs, nothing stored) or required
@@ -138,13 +126,9 @@ func idempotentKeys(t *testing.T, m Major) {
 	}
 	// Idempotency-Key means nothing to the route with another header.
 	for range 2 {
-		if r := v.send(http.MethodPost, "/custom/2", "k", "b"); r.status != http.StatusCreated || r.replayed() {
-			t.Errorf("custom route with Idempotency-Key only: got %d (replayed %v), want 201 not replayed", r.status, r.replayed())
-		}
+		v.send(http.MethodPost, "/custom/2", "k", "b").fresh(t, "custom route with Idempotency-Key only", http.StatusCreated)
 	}
-	if n := v.runs.Load(); n != 7 {
-		t.Errorf("handler ran %d times, want 7", n)
-	}
+	check(t, "handler runs", v.runs.Load(), 7)
 }
 
 // idempotentKeyReused sends a key with another request: 422, whatever differs (the body, a
@@ -170,9 +154,7 @@ func idempotentKeyReused(t *testing.T, m Major) {
 		v.wantErr(t, http.StatusUnprocessableEntity, keyReused)
 	}
 	sameResponse(t, "the first request again", first, v.send(http.MethodPost, "/payments/1", "k", "a"))
-	if r := v.send(http.MethodPost, "/refunds/1", "k", "a"); r.status != http.StatusCreated || r.replayed() {
-		t.Errorf("another route, same key: got %d (replayed %v), want its own 201", r.status, r.replayed())
-	}
+	v.send(http.MethodPost, "/refunds/1", "k", "a").fresh(t, "another route, same key", http.StatusCreated)
 	lenient := v.send(http.MethodPost, "/lenient/1", "k", "a")
 	sameResponse(t, "lenient fingerprint, another body", lenient, v.send(http.MethodPost, "/lenient/1", "k", "b"))
 	q := v.send(http.MethodPost, "/query/1?x=1", "k", "a")
@@ -180,9 +162,7 @@ func idempotentKeyReused(t *testing.T, m Major) {
 	if r := v.send(http.MethodPost, "/query/1?x=2", "k", "a"); r.status != http.StatusUnprocessableEntity {
 		t.Errorf("query fingerprint, another query: got %d, want 422", r.status)
 	}
-	if n := v.runs.Load(); n != 4 {
-		t.Errorf("handler ran %d times, want 4", n)
-	}
+	check(t, "handler runs", v.runs.Load(), 4)
 }
 
 // idempotentBodies checks MaxBody: a request body over it is 413 before anything runs, also
@@ -221,9 +201,7 @@ func idempotentBodies(t *testing.T, m Major) {
 		wantProblem(t, "body over MaxBody, "+what, r, http.StatusRequestEntityTooLarge, "")
 		v.wantErr(t, http.StatusRequestEntityTooLarge, tooLarge)
 	}
-	if n := v.runs.Load(); n != 1 {
-		t.Errorf("handler ran %d times, want 1", n)
-	}
+	check(t, "handler runs", v.runs.Load(), 1)
 
 	for i := range 2 {
 		r := v.send(http.MethodPost, "/reports/1", "big", "")
@@ -232,12 +210,8 @@ func idempotentBodies(t *testing.T, m Major) {
 				i, r.status, len(r.body), r.replayed(), len(report))
 		}
 	}
-	if n := v.runs.Load(); n != 3 {
-		t.Errorf("handler ran %d times, want 3: a response over MaxBody is not stored", n)
-	}
-	if recs := v.records(); len(recs) != 1 {
-		t.Errorf("got records %q, want the one of the first payment", recs)
-	}
+	check(t, "handler runs (a response over MaxBody is not stored)", v.runs.Load(), 3)
+	check(t, "records (the first payment's)", len(v.records()), 1)
 }
 
 // idempotentNotKept checks which results are stored: a 5xx, a panic and what Keep refuses
@@ -284,12 +258,8 @@ func idempotentNotKept(t *testing.T, m Major) {
 			t.Errorf("%s, not kept: retry got %d (replayed %v) after %d runs, want %d from a second run", tc.path, again.status, again.replayed(), runs, tc.status)
 		}
 	}
-	if recs := v.records(); len(recs) != 2 {
-		t.Errorf("got records %q, want those of /teapot and /accepted", recs)
-	}
-	if keys := v.lockKeys(); len(keys) != 0 {
-		t.Errorf("lock keys left: %q", keys)
-	}
+	check(t, "records (/teapot's and /accepted's)", len(v.records()), 2)
+	check(t, "lock keys left", len(v.lockKeys()), 0)
 }
 
 // idempotentConcurrentRetries sends many requests with one key at once: with MaxWait long
@@ -350,9 +320,7 @@ func idempotentConcurrentRetries(t *testing.T, m Major) {
 		for _, r := range sendMany(n, func(int) reply { return v.send(http.MethodPost, "/payments/1", key, "a") }) {
 			sameResponse(t, "after the first", first, r)
 		}
-		if runs := v.runs.Load(); runs != 1 {
-			t.Errorf("handler ran %d times, want 1", runs)
-		}
+		check(t, "handler runs", v.runs.Load(), 1)
 	})
 }
 
@@ -407,9 +375,7 @@ func idempotentScope(t *testing.T, m Major) {
 	} else {
 		AssertNoSecrets(t, r.body, "no such client")
 	}
-	if n := v.runs.Load(); n != 2 {
-		t.Errorf("handler ran %d times, want 2", n)
-	}
+	check(t, "handler runs", v.runs.Load(), 2)
 }
 
 // idempotentLockLost loses the key's lock while the handler runs: its context is cancelled,
@@ -429,12 +395,8 @@ func idempotentLockLost(t *testing.T, m Major) {
 	if cause := recv(t, causes, "the handler's context"); !errors.Is(cause, fencing.ErrNotHeld) {
 		t.Fatalf("handler's context: got cause %v, want fencing.ErrNotHeld", cause)
 	}
-	if first.status != http.StatusCreated || first.replayed() {
-		t.Errorf("lost lock: got %d %q, want the handler's own 201", first.status, first.body)
-	}
-	if recs := v.records(); len(recs) != 0 {
-		t.Errorf("lost lock: got records %q, want none", recs)
-	}
+	first.fresh(t, "lost lock", http.StatusCreated)
+	check(t, "lost lock: records", len(v.records()), 0)
 	if again := v.send(http.MethodPost, "/payments/1", "k", "a"); again.replayed() || again.payment(t).Run != 2 {
 		t.Errorf("retry after a lost lock: got %q (replayed %v), want a second run", again.body, again.replayed())
 	}
@@ -463,9 +425,7 @@ func idempotentChainWithFence(t *testing.T, m Major) {
 		t.Fatalf("after the account's release: got %d %q, want 201 with the account's next token %d", first.status, first.body, lock.Token()+1)
 	}
 	sameResponse(t, "retry", first, v.send(http.MethodPost, "/accounts/a1/payouts", "k", "100"))
-	if n := v.runs.Load(); n != 1 {
-		t.Errorf("handler ran %d times, want 1", n)
-	}
+	check(t, "handler runs", v.runs.Load(), 1)
 }
 
 // idempotentOddKeys sends keys with every printable ASCII and every non-ASCII byte (braces,
@@ -516,9 +476,7 @@ func idempotentSkipper(t *testing.T, m Major) {
 	}
 	first := v.send(http.MethodGet, "/all/1", "k", "")
 	sameResponse(t, "GET with no method skipped", first, v.send(http.MethodGet, "/all/1", "k", ""))
-	if n := v.runs.Load(); n != 3 {
-		t.Errorf("handler ran %d times, want 3", n)
-	}
+	check(t, "handler runs", v.runs.Load(), 3)
 	if len(v.records()) != 1 {
 		t.Fatalf("got records %q, want the one of /all", v.records())
 	}

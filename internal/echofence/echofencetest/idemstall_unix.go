@@ -21,7 +21,7 @@ import (
 )
 
 // stalledEnv carries the child's Redis to the test binary run again as the stalled server:
-// "<addr>,<db>,<prefix>".
+// "<addr> <db> <prefix>".
 const stalledEnv = "FENCEKIT_IDEMPOTENT_STALLED"
 
 // stalledLease is the child's lease: its lock lapses this long after it is stopped.
@@ -29,7 +29,7 @@ const stalledLease = time.Second
 
 // stalledCases returns the suite's cases that stop a process.
 func stalledCases() []testCase {
-	return []testCase{{"IdempotentStalledFirstAttempt", idempotentStalledFirstAttempt}}
+	return []testCase{idempotentStalledFirstAttempt}
 }
 
 // idempotentStalledFirstAttempt runs the first request with a key in a child process (this
@@ -53,7 +53,7 @@ func idempotentStalledFirstAttempt(t *testing.T, m Major) {
 		parts[i] = "^" + p + "$"
 	}
 	child := exec.Command(os.Args[0], "-test.run="+strings.Join(parts, "/"), "-test.count=1")
-	child.Env = append(os.Environ(), stalledEnv+"="+strings.Join([]string{v.r.Addr, strconv.Itoa(v.r.DB), v.r.Prefix}, ","))
+	child.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %s", stalledEnv, v.r.Addr, v.r.DB, v.r.Prefix))
 	child.Stderr = os.Stderr
 	stdin, err := child.StdinPipe()
 	if err != nil {
@@ -131,13 +131,13 @@ func idempotentStalledFirstAttempt(t *testing.T, m Major) {
 // idempotency middleware on the parent's Redis and prefix, a lease of stalledLease, and a
 // handler that says when it has entered and returns once told to on stdin. It never returns.
 func stalledChild(t *testing.T, m Major, spec string) {
-	parts := strings.Split(spec, ",")
-	if len(parts) != 3 {
-		t.Fatalf("%s=%q", stalledEnv, spec)
+	var addr, prefix string
+	var db int
+	if _, err := fmt.Sscan(spec, &addr, &db, &prefix); err != nil {
+		t.Fatalf("%s=%q: %v", stalledEnv, spec, err)
 	}
-	db, _ := strconv.Atoi(parts[1])
-	c := redis.NewClient(&redis.Options{Addr: parts[0], DB: db, DisableIdentity: true})
-	v := echoEnv(t, m, nil, fencing.New(c, fencing.WithPrefix(parts[2]), fencing.WithTTL(stalledLease)))
+	c := redis.NewClient(&redis.Options{Addr: addr, DB: db, DisableIdentity: true})
+	v := echoEnv(t, m, nil, fencing.New(c, fencing.WithPrefix(prefix), fencing.WithTTL(stalledLease)))
 	stdin := bufio.NewReader(os.Stdin)
 	v.e.Add(http.MethodPost, "/payments/:id", func(r Request) error {
 		tok, _ := r.Token()

@@ -2,7 +2,6 @@ package echofencetest
 
 import (
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/fencekit/fencekit/fencing"
@@ -12,11 +11,11 @@ import (
 // Major is one Echo major's adapter as the suite drives it, through types that do not
 // depend on the major.
 type Major interface {
-	// NewEcho returns an Echo whose error handler records every error in log and then
+	// NewEcho returns an Echo whose error handler passes every error to record and then
 	// answers as Echo's default handler does, set to show internal errors (v4: e.Debug; v5:
 	// DefaultHTTPErrorHandler(true)), so that a detail leaked into an error's text would
 	// show in the body.
-	NewEcho(log *ErrorLog) Echo
+	NewEcho(record func(err error)) Echo
 	// ToMiddleware and IdempotencyToMiddleware build the adapter's middleware from cfg,
 	// converted with Settings and IdemSettings; FenceWithConfig and IdempotentWithConfig
 	// are the adapter's, which panic on an invalid cfg; Fence and Idempotent take a Locker.
@@ -195,24 +194,4 @@ type Echo interface {
 	Router
 	Group(prefix string, mws ...Middleware) Router
 	Use(mws ...Middleware)
-}
-
-// ErrorLog records the errors that reach Echo's error handler. It is safe for concurrent use.
-type ErrorLog struct {
-	mu   sync.Mutex
-	last error
-}
-
-// Record records err.
-func (l *ErrorLog) Record(err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.last = err
-}
-
-// Last returns the last error recorded, or nil.
-func (l *ErrorLog) Last() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.last
 }

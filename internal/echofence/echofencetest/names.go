@@ -129,9 +129,7 @@ func resourceNameLimit(t *testing.T, m Major) {
 		t.Fatalf("name of %d bytes: got status %d and %d handler runs, want 204 and 1", fencing.MaxResourceLen, rec.Code, ran.Load())
 	}
 	// Its fence counter (and, for 10 s, the record of its release: docs/design.md).
-	if fences := v.keys("*:fence"); len(fences) != 1 {
-		t.Errorf("after the request at the limit: got %d fence counters, want 1", len(fences))
-	}
+	check(t, "fence counters after the request at the limit", len(v.keys("*:fence")), 1)
 	before := v.keys("*")
 	for _, tc := range []struct {
 		target string
@@ -149,9 +147,7 @@ func resourceNameLimit(t *testing.T, m Major) {
 	if ran.Load() != 1 {
 		t.Errorf("the handler ran %d times, want once (only at the limit)", ran.Load())
 	}
-	if after := v.keys("*"); len(after) != len(before) {
-		t.Errorf("names over the limit wrote to Redis: %d keys before, %d after", len(before), len(after))
-	}
+	check(t, "keys after the names over the limit", len(v.keys("*")), len(before))
 }
 
 // untrustedNamesExpire sends 10,000 requests with distinct ids through the middleware, on a
@@ -203,9 +199,7 @@ func untrustedNamesExpire(t *testing.T, m Major) {
 		if v.r.Mini != nil {
 			v.r.Mini.FastForward(recommend)
 		}
-		if n := len(v.keys("*:fence")); n != contrast {
-			t.Errorf("got %d counters left after %d names, want %d: without expiry every name leaves one", n, contrast, contrast)
-		}
+		check(t, "counters left without expiry (one a name)", len(v.keys("*:fence")), contrast)
 	})
 }
 

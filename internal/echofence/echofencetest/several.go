@@ -45,9 +45,7 @@ func severalResources(t *testing.T, m Major) {
 	if h := rec.Header().Values("Fencing-Token"); !slices.Equal(h, []string{"account:b=1", "account:a=1"}) {
 		t.Errorf("token header: got %q, want both name=token pairs", h)
 	}
-	if n := len(v.lockKeys()); n != 0 {
-		t.Errorf("%d locks left after the request", n)
-	}
+	check(t, "locks left after the request", len(v.lockKeys()), 0)
 
 	// The same account twice locks it once.
 	v.expect(http.MethodPost, "/transfer/c/c", http.StatusNoContent)
@@ -64,9 +62,7 @@ func severalResources(t *testing.T, m Major) {
 		t.Errorf("DenyHandler resources: got %v, want [account:b]", denied)
 	}
 	v.wantErr(t, 0, fencing.ErrNotAcquired)
-	if n := len(v.lockKeys()); n != 1 {
-		t.Errorf("%d locks held after the busy transfer, want the holder's alone", n)
-	}
+	check(t, "locks held after the busy transfer (the holder's alone)", len(v.lockKeys()), 1)
 
 	// No key: the ErrorHandler's 400.
 	v.e.Add(http.MethodPost, "/none", noContent, v.mw(Config{KeysExtractor: func(Request) ([]string, error) { return nil, nil }}))

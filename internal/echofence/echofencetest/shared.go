@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/echofence"
@@ -55,28 +54,18 @@ func sharedSafeMethods(t *testing.T, m Major) {
 	}
 	v.e.Add(http.MethodPut, "/accounts/:id", noContent, v.mw(cfg))
 
-	var wg sync.WaitGroup
 	codes := make(chan int, 2)
 	for _, method := range []string{http.MethodGet, http.MethodHead} {
-		wg.Go(func() { codes <- v.serve(method, "/accounts/7").Code })
+		go func() { codes <- v.serve(method, "/accounts/7").Code }()
 	}
-	for range 2 {
-		select {
-		case <-inside:
-		case <-time.After(10 * time.Second):
-			close(leave)
-			wg.Wait()
-			t.Fatal("the GET and the HEAD did not hold the resource together")
-		}
-	}
+	release := sync.OnceFunc(func() { close(leave) })
+	t.Cleanup(release) // should a wait below fail
+	recv(t, inside, "a reader inside")
+	recv(t, inside, "the other reader inside at the same time")
 	v.expect(http.MethodPut, "/accounts/7", http.StatusLocked) // beside two readers
-	close(leave)
-	wg.Wait()
-	for range 2 {
-		if c := <-codes; c != http.StatusOK {
-			t.Errorf("reader: got %d, want 200", c)
-		}
-	}
+	release()
+	check(t, "a reader's status", recv(t, codes, "a reader"), http.StatusOK)
+	check(t, "a reader's status", recv(t, codes, "a reader"), http.StatusOK)
 	v.expect(http.MethodPut, "/accounts/7", http.StatusNoContent) // once the readers left
 	v.hold("/accounts/:id", "7")                                  // a writer holds it
 	v.expect(http.MethodGet, "/accounts/7", http.StatusLocked)

@@ -1,81 +1,46 @@
 package echofencetest
 
 import (
+	"reflect"
+	"runtime"
 	"slices"
+	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/fencekit/fencekit/fencing"
 )
 
-// Run runs the whole suite against m, each case as a parallel subtest named after it.
+// Run runs the whole suite against m, each case as a parallel subtest named after its
+// function, capitalised: tokenInContextAndHeader runs as TokenInContextAndHeader.
 func Run(t *testing.T, m Major) {
-	for _, tc := range slices.Concat(cases(), stalledCases()) {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, run := range slices.Concat(cases(), stalledCases()) {
+		name := runtime.FuncForPC(reflect.ValueOf(run).Pointer()).Name()
+		name = name[strings.LastIndexByte(name, '.')+1:]
+		t.Run(string(unicode.ToUpper(rune(name[0])))+name[1:], func(t *testing.T) {
 			t.Parallel()
-			tc.run(t, m)
+			run(t, m)
 		})
 	}
 }
 
-type testCase struct {
-	name string
-	run  func(t *testing.T, m Major)
-}
+// testCase is a case of the suite.
+type testCase = func(t *testing.T, m Major)
 
 // cases returns the suite's cases but those that stop a process (stalledCases).
 func cases() []testCase {
 	return []testCase{
-		{"TokenInContextAndHeader", tokenInContextAndHeader},
-		{"BadKey", badKey},
-		{"ExtractorStatusErrorPassesThrough", extractorStatusErrorPassesThrough},
-		{"Busy", busy},
-		{"BusyRetryAfter", busyRetryAfter},
-		{"MaxWait", maxWait},
-		{"Limit", limit},
-		{"Unavailable", unavailable},
-		{"Releases", releases},
-		{"ReleasesOnDisconnect", releasesOnDisconnect},
-		{"LockLostCancelsContext", lockLostCancelsContext},
-		{"LostLock", lostLock},
-		{"LostLockForReal", lostLockForReal},
-		{"ConcurrentRequestsNeverOverlap", concurrentRequestsNeverOverlap},
-		{"DifferentResourcesRunInParallel", differentResourcesRunInParallel},
-		{"Namespaces", namespaces},
-		{"RouteNames", routeNames},
-		{"DefaultConfig", defaultConfig},
-		{"SkipSafeMethods", skipSafeMethods},
-		{"NestedOnSameResourceIsReentrant", nestedOnSameResourceIsReentrant},
-		{"ContextKeyKeptForLoggers", contextKeyKeptForLoggers},
-		{"GroupUnknownPath", groupUnknownPath},
-		{"ToMiddleware", toMiddleware},
-		{"Constants", constants},
-		{"FenceWithConfigPanicsOnInvalidConfig", fenceWithConfigPanics},
-		{"ResourceNameLimit", resourceNameLimit},
-		{"LockerRefusesOptions", lockerRefusesOptions},
-		{"UntrustedNamesExpire", untrustedNamesExpire},
-		{"SeveralResources", severalResources},
-		{"SeveralResourcesNoDeadlock", severalResourcesNoDeadlock},
-		{"SharedSafeMethods", sharedSafeMethods},
-		{"SharedConfig", sharedConfig},
+		tokenInContextAndHeader, badKey, extractorStatusErrorPassesThrough, busy, busyRetryAfter, maxWait, limit,
+		unavailable, releases, releasesOnDisconnect, lockLostCancelsContext, lostLock, lostLockForReal,
+		concurrentRequestsNeverOverlap, differentResourcesRunInParallel, namespaces, routeNames, defaultConfig,
+		skipSafeMethods, nestedOnSameResourceIsReentrant, contextKeyKeptForLoggers, groupUnknownPath,
+		toMiddleware, constants, fenceWithConfigPanicsOnInvalidConfig, resourceNameLimit, lockerRefusesOptions,
+		untrustedNamesExpire, severalResources, severalResourcesNoDeadlock, sharedSafeMethods, sharedConfig,
 
-		{"IdempotentRunsOnceAndReplays", idempotentRunsOnceAndReplays},
-		{"IdempotentKeys", idempotentKeys},
-		{"IdempotentKeyReused", idempotentKeyReused},
-		{"IdempotentBodies", idempotentBodies},
-		{"IdempotentNotKept", idempotentNotKept},
-		{"IdempotentConcurrentRetries", idempotentConcurrentRetries},
-		{"IdempotentRetention", idempotentRetention},
-		{"IdempotentLockTTL", idempotentLockTTL},
-		{"IdempotentLostLockNotKept", idempotentLostLockNotKept},
-		{"IdempotentScope", idempotentScope},
-		{"IdempotentLockLost", idempotentLockLost},
-		{"IdempotentChainWithFence", idempotentChainWithFence},
-		{"IdempotentOddKeys", idempotentOddKeys},
-		{"IdempotentSkipper", idempotentSkipper},
-		{"IdempotencyToMiddleware", idempotencyToMiddleware},
-		{"IdempotentLockerRefuses", idempotentLockerRefuses},
-		{"IdempotentLostCommitReply", idempotentLostCommitReply},
-		{"IdempotentCluster", idempotentCluster},
+		idempotentRunsOnceAndReplays, idempotentKeys, idempotentKeyReused, idempotentBodies, idempotentNotKept,
+		idempotentConcurrentRetries, idempotentRetention, idempotentLockTTL, idempotentLostLockNotKept,
+		idempotentScope, idempotentLockLost, idempotentChainWithFence, idempotentOddKeys, idempotentSkipper,
+		idempotencyToMiddleware, idempotentLockerRefuses, idempotentLostCommitReply, idempotentCluster,
 	}
 }
 
