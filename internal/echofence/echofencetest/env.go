@@ -174,6 +174,11 @@ func (v *env) secrets(keys ...string) []string {
 	return append([]string{v.r.Prefix, "fencing", "fencemw", ":idem", "}:"}, keys...)
 }
 
+// counted returns h, counting its runs in v.runs.
+func (v *env) counted(h Handler) Handler {
+	return func(r Request) error { v.runs.Add(1); return h(r) }
+}
+
 // noContent is a handler that answers 204.
 func noContent(r Request) error { return r.NoContent(http.StatusNoContent) }
 

@@ -46,8 +46,7 @@ func tokenInContextAndHeader(t *testing.T, m Major) {
 
 func badKey(t *testing.T, m Major) {
 	v := newEnv(t, m)
-	var calls atomic.Int32
-	h := func(r Request) error { calls.Add(1); return noContent(r) }
+	h := v.counted(noContent)
 	v.e.Add(http.MethodPut, "/p/:id", h, v.mw(Config{}))
 	v.e.Add(http.MethodPut, "/noparam", h, v.mw(Config{}))
 	v.e.Add(http.MethodPut, "/h", h, v.mw(Config{KeyLookup: "header:X-Resource"}))
@@ -80,7 +79,7 @@ func badKey(t *testing.T, m Major) {
 			v.wantErr(t, http.StatusBadRequest, fencing.ErrInvalid)
 		})
 	}
-	check(t, "handler runs", calls.Load(), 0)
+	check(t, "handler runs", v.runs.Load(), 0)
 	check(t, "keys in Redis", len(v.keys("*")), 0)
 	v.expect(http.MethodPut, "/q?r=", http.StatusNoContent, "X-Resource", "a") // the header, when the query has no value
 }
@@ -99,8 +98,7 @@ func extractorStatusErrorPassesThrough(t *testing.T, m Major) {
 
 func busy(t *testing.T, m Major) {
 	v := newEnv(t, m)
-	var calls atomic.Int32
-	h := func(r Request) error { calls.Add(1); return noContent(r) }
+	h := v.counted(noContent)
 	v.e.Add(http.MethodPut, "/items/:id", h, v.mw(Config{}))
 	v.e.Add(http.MethodDelete, "/items/:id", h, v.mw(Config{}))
 	v.e.Add(http.MethodPut, "/conflict/:id", h, v.mw(Config{DenyHandler: func(_ Request, _ string, err error) error {
@@ -133,7 +131,7 @@ func busy(t *testing.T, m Major) {
 		}
 		v.wantErr(t, tc.status, fencing.ErrNotAcquired)
 	}
-	check(t, "handler runs", calls.Load(), 0)
+	check(t, "handler runs", v.runs.Load(), 0)
 	v.expect(http.MethodPut, "/items/2", http.StatusNoContent) // another id is free
 }
 
@@ -335,43 +333,6 @@ func releasesOnDisconnect(t *testing.T, m Major) {
 		t.Errorf("handler: got cause %v, want context.Canceled", err)
 	}
 	v.waitNoLocks()
-}
-
-func lockLostCancelsContext(t *testing.T, m Major) {
-	run := func(t *testing.T, v *env, lose func()) {
-		teapot := m.StatusError(http.StatusTeapot)
-		entered := make(chan struct{})
-		cause := make(chan error, 1)
-		v.e.Add(http.MethodPut, "/items/:id", func(r Request) error {
-			awaitCancel(r.Request().Context(), entered, cause)
-			return teapot
-		}, v.mw(Config{TTL: 300 * time.Millisecond}))
-		done := make(chan int, 1)
-		go func() { done <- v.serve(http.MethodPut, "/items/1").Code }()
-		recv(t, entered, "the handler")
-		lose()
-		if err := recv(t, cause, "the handler's context"); !errors.Is(err, fencing.ErrNotHeld) {
-			t.Errorf("got cause %v, want one matching fencing.ErrNotHeld", err)
-		}
-		// The handler's error reaches Echo as it is, not joined with the loss.
-		check(t, "status (the handler's)", recv(t, done, "the response"), http.StatusTeapot)
-		if err := v.lastErr(); err != teapot { //nolint:errorlint // the very value must come through
-			t.Errorf("got error %v, want the handler's error itself", err)
-		}
-	}
-	parallel(t, m, "key deleted", func(t *testing.T, v *env) {
-		run(t, v, func() {
-			if err := v.r.Client.Del(t.Context(), v.lockKeys()...).Err(); err != nil {
-				t.Fatal(err)
-			}
-		})
-	})
-	parallel(t, m, "lease expired", func(t *testing.T, v *env) {
-		if v.r.Mini == nil {
-			t.Skip("needs miniredis FastForward: renewals keep a real lease alive")
-		}
-		run(t, v, func() { v.r.Mini.FastForward(time.Second) })
-	})
 }
 
 func concurrentRequestsNeverOverlap(t *testing.T, m Major) {

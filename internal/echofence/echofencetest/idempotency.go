@@ -172,15 +172,12 @@ func idempotentBodies(t *testing.T, m Major) {
 	v := newEnv(t, m)
 	_, tooLarge := m.IdempotencyErrors()
 	const limit = 64
-	v.e.Add(http.MethodPost, "/payments/:id", func(r Request) error {
-		v.runs.Add(1)
+	v.e.Add(http.MethodPost, "/payments/:id", v.counted(func(r Request) error {
 		return r.String(http.StatusCreated, "paid") // within the limit, unlike pay's answer
-	}, v.imw(IdemConfig{MaxBody: limit}))
+	}), v.imw(IdemConfig{MaxBody: limit}))
 	report := strings.Repeat("r", limit+1)
-	v.e.Add(http.MethodPost, "/reports/:id", func(r Request) error {
-		v.runs.Add(1)
-		return r.String(http.StatusOK, report)
-	}, v.imw(IdemConfig{MaxBody: limit}))
+	v.e.Add(http.MethodPost, "/reports/:id", v.counted(func(r Request) error { return r.String(http.StatusOK, report) }),
+		v.imw(IdemConfig{MaxBody: limit}))
 
 	if r := v.send(http.MethodPost, "/payments/1", "at", strings.Repeat("b", limit)); r.status != http.StatusCreated {
 		t.Fatalf("body of MaxBody bytes: got %d %q, want 201", r.status, r.body)
@@ -219,16 +216,13 @@ func idempotentBodies(t *testing.T, m Major) {
 // error below 500, answered by Echo's error handler, is, and is replayed as Echo wrote it.
 func idempotentNotKept(t *testing.T, m Major) {
 	v := newEnv(t, m)
-	count := func(h Handler) Handler {
-		return func(r Request) error { v.runs.Add(1); return h(r) }
-	}
 	teapot := m.StatusError(http.StatusTeapot)
-	v.e.Add(http.MethodPost, "/fail/:id", count(func(Request) error { return errors.New("boom") }), v.imw(IdemConfig{}))
-	v.e.Add(http.MethodPost, "/panic/:id", count(func(Request) error { panic("kaput") }), v.imw(IdemConfig{}))
-	v.e.Add(http.MethodPost, "/teapot/:id", count(func(Request) error { return teapot }), v.imw(IdemConfig{}))
-	v.e.Add(http.MethodPost, "/only-2xx/:id", count(func(Request) error { return teapot }),
+	v.e.Add(http.MethodPost, "/fail/:id", v.counted(func(Request) error { return errors.New("boom") }), v.imw(IdemConfig{}))
+	v.e.Add(http.MethodPost, "/panic/:id", v.counted(func(Request) error { panic("kaput") }), v.imw(IdemConfig{}))
+	v.e.Add(http.MethodPost, "/teapot/:id", v.counted(func(Request) error { return teapot }), v.imw(IdemConfig{}))
+	v.e.Add(http.MethodPost, "/only-2xx/:id", v.counted(func(Request) error { return teapot }),
 		v.imw(IdemConfig{Keep: func(status int) bool { return status < 300 }}))
-	v.e.Add(http.MethodPost, "/accepted/:id", count(func(r Request) error { return r.NoContent(http.StatusAccepted) }),
+	v.e.Add(http.MethodPost, "/accepted/:id", v.counted(func(r Request) error { return r.NoContent(http.StatusAccepted) }),
 		v.imw(IdemConfig{Keep: func(status int) bool { return status == http.StatusAccepted }}))
 
 	for _, tc := range []struct {

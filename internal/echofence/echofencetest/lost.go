@@ -84,24 +84,60 @@ func lostLock(t *testing.T, m Major) {
 // cause, and the client gets 503 with Retry-After.
 func lostLockForReal(t *testing.T, m Major) {
 	v := newEnv(t, m)
+	rec := v.loseWhileRunning(func(cause error) error { return fmt.Errorf("saving item: %w", cause) }, v.deleteLocks)
+	AssertMessage(t, rec, http.StatusServiceUnavailable, "the lock on /items/:id 1 was lost while the request ran")
+	check(t, "Retry-After", rec.Header().Get("Retry-After"), "1")
+	v.wantErr(t, http.StatusServiceUnavailable, fencing.ErrNotHeld)
+}
+
+// lockLostCancelsContext loses the lock while the handler runs, its key deleted or its
+// lease expired: the handler's context is cancelled with a cause matching
+// fencing.ErrNotHeld, and the handler's own error reaches Echo as it is, not joined with the
+// loss.
+func lockLostCancelsContext(t *testing.T, m Major) {
+	run := func(t *testing.T, v *env, lose func()) {
+		teapot := m.StatusError(http.StatusTeapot)
+		check(t, "status (the handler's)", v.loseWhileRunning(func(error) error { return teapot }, lose).Code, http.StatusTeapot)
+		if err := v.lastErr(); err != teapot { //nolint:errorlint // the very value must come through
+			t.Errorf("got error %v, want the handler's error itself", err)
+		}
+	}
+	parallel(t, m, "key deleted", func(t *testing.T, v *env) { run(t, v, v.deleteLocks) })
+	parallel(t, m, "lease expired", func(t *testing.T, v *env) {
+		if v.r.Mini == nil {
+			t.Skip("needs miniredis FastForward: renewals keep a real lease alive")
+		}
+		run(t, v, func() { v.r.Mini.FastForward(time.Second) })
+	})
+}
+
+// loseWhileRunning serves PUT /items/1, under a lease of 300ms, with a handler that waits
+// for its request's context to end and returns what ret makes of the context's cause; lose
+// loses the lock once the handler is in. It checks that the cause matches
+// fencing.ErrNotHeld and returns the response.
+func (v *env) loseWhileRunning(ret func(cause error) error, lose func()) *httptest.ResponseRecorder {
+	v.t.Helper()
 	entered := make(chan struct{})
 	cause := make(chan error, 1)
 	v.e.Add(http.MethodPut, "/items/:id", func(r Request) error {
 		ctx := r.Request().Context()
 		awaitCancel(ctx, entered, cause)
-		return fmt.Errorf("saving item: %w", context.Cause(ctx))
+		return ret(context.Cause(ctx))
 	}, v.mw(Config{TTL: 300 * time.Millisecond}))
 	done := make(chan *httptest.ResponseRecorder, 1)
 	go func() { done <- v.serve(http.MethodPut, "/items/1") }()
-	recv(t, entered, "the handler")
-	if err := v.r.Client.Del(t.Context(), v.lockKeys()...).Err(); err != nil {
-		t.Fatal(err)
+	recv(v.t, entered, "the handler")
+	lose()
+	if err := recv(v.t, cause, "the handler's context"); !errors.Is(err, fencing.ErrNotHeld) {
+		v.t.Errorf("got cause %v, want one matching fencing.ErrNotHeld", err)
 	}
-	if err := recv(t, cause, "the handler's context"); !errors.Is(err, fencing.ErrNotHeld) {
-		t.Fatalf("got cause %v, want one matching fencing.ErrNotHeld", err)
+	return recv(v.t, done, "the response")
+}
+
+// deleteLocks deletes the test's held locks' keys in Redis.
+func (v *env) deleteLocks() {
+	v.t.Helper()
+	if err := v.r.Client.Del(context.Background(), v.lockKeys()...).Err(); err != nil {
+		v.t.Fatal(err)
 	}
-	rec := recv(t, done, "the response")
-	AssertMessage(t, rec, http.StatusServiceUnavailable, "the lock on /items/:id 1 was lost while the request ran")
-	check(t, "Retry-After", rec.Header().Get("Retry-After"), "1")
-	v.wantErr(t, http.StatusServiceUnavailable, fencing.ErrNotHeld)
 }
