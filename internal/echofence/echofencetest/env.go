@@ -25,7 +25,7 @@ import (
 )
 
 // env is one test's Redis, Locker and Echo, which serve calls in the test's goroutine and
-// send reaches through a real HTTP server.
+// send reaches through a real HTTP server. An env on another Redis (echoEnv) has r nil.
 type env struct {
 	t      *testing.T
 	m      Major
@@ -34,9 +34,10 @@ type env struct {
 	e      Echo
 	last   atomic.Pointer[error] // the last error that reached Echo's error handler
 	srv    *httptest.Server
-	runs   atomic.Int32 // the runs of pay
+	runs   atomic.Int32 // the runs of pay and of the handlers counted
 }
 
+// newEnv returns an env on the test's Redis, with a Locker of opts and the test's prefix.
 func newEnv(t *testing.T, m Major, opts ...fencing.Option) *env {
 	t.Helper()
 	r := redistest.New(t)
@@ -57,6 +58,7 @@ func echoEnv(t *testing.T, m Major, r *redistest.Redis, l *fencing.Locker) *env 
 
 // mw builds the middleware from cfg with the env's Locker, failing the test on error.
 func (v *env) mw(cfg Config) Middleware {
+	v.t.Helper()
 	cfg.Locker = cmp.Or(cfg.Locker, v.locker)
 	return v.must(v.m.ToMiddleware(cfg))
 }
@@ -64,11 +66,14 @@ func (v *env) mw(cfg Config) Middleware {
 // imw builds the idempotency middleware from cfg with the env's Locker, failing the test on
 // error.
 func (v *env) imw(cfg IdemConfig) Middleware {
+	v.t.Helper()
 	cfg.Locker = cmp.Or(cfg.Locker, v.locker)
 	return v.must(v.m.IdempotencyToMiddleware(cfg))
 }
 
+// must returns mw, failing the test on err.
 func (v *env) must(mw Middleware, err error) Middleware {
+	v.t.Helper()
 	if err != nil {
 		v.t.Fatalf("building the middleware: %v", err)
 	}
@@ -372,6 +377,7 @@ func AssertMessage(t *testing.T, rec *httptest.ResponseRecorder, status int, mes
 	assertMessage(t, reply{rec.Code, rec.Header(), rec.Body.String()}, status, message, secrets...)
 }
 
+// assertMessage is AssertMessage for a reply.
 func assertMessage(t testing.TB, r reply, status int, message string, secrets ...string) {
 	t.Helper()
 	if r.status != status {
