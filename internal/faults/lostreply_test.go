@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
-	"net"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,52 +13,8 @@ import (
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/redisproc"
+	"github.com/fencekit/fencekit/internal/redistest"
 )
-
-// replyDropper dials connections that, once armed, lose the reply to the next request that
-// match accepts: the request reaches the server, which runs it; the first bytes of its reply
-// are read (so the server has answered at least its first command) and thrown away, and the
-// connection is closed, as when the network fails between the two. go-redis then retries the
-// request on a new connection.
-type replyDropper struct {
-	match   func(request []byte) bool
-	armed   atomic.Bool
-	dropped atomic.Int32
-}
-
-func (d *replyDropper) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &dropConn{Conn: c, d: d}, nil
-}
-
-// dropConn is one connection of a replyDropper. go-redis uses a connection from one
-// goroutine at a time.
-type dropConn struct {
-	net.Conn
-	d       *replyDropper
-	pending bool
-}
-
-func (c *dropConn) Write(p []byte) (int, error) {
-	if c.d.match(p) && c.d.armed.CompareAndSwap(true, false) {
-		c.pending = true
-	}
-	return c.Conn.Write(p)
-}
-
-func (c *dropConn) Read(p []byte) (int, error) {
-	if !c.pending {
-		return c.Conn.Read(p)
-	}
-	c.pending = false
-	_, _ = c.Conn.Read(p) // the server has run the request
-	_ = c.Conn.Close()
-	c.d.dropped.Add(1)
-	return 0, io.EOF
-}
 
 // evalPipeline matches the pipeline WithReplicas sends, EVAL of a script followed by WAIT,
 // when the script's source holds header: "-- Acquire a resource" for the acquire script,
@@ -86,10 +39,10 @@ func TestWithReplicasLostReply(t *testing.T) {
 	r := redisproc.Start(t, redisproc.ReplicaOf(p))
 	waitReplicated(t, p, r)
 	ctx := context.Background()
-	dropping := func(d *replyDropper) *redis.Client {
+	dropping := func(d *redistest.ReplyDropper) *redis.Client {
 		return p.Client(t, func(o *redis.Options) {
 			o.MaxRetries = 3
-			o.Dialer = d.dial
+			o.Dialer = d.Dial
 		})
 	}
 	onReplica := func(t *testing.T, resource string) string {
@@ -113,11 +66,11 @@ func TestWithReplicasLostReply(t *testing.T) {
 				r.Pause()
 				defer r.Resume()
 			}
-			d := &replyDropper{match: evalPipeline("-- Acquire a resource")}
+			d := &redistest.ReplyDropper{Match: evalPipeline("-- Acquire a resource")}
 			l := newLocker(t, dropping(d), fencing.WithReplicas(1, timeout))
-			d.armed.Store(true)
+			d.Armed.Store(true)
 			lock, err := l.TryAcquire(ctx, resource)
-			if d.dropped.Load() != 1 {
+			if d.Dropped.Load() != 1 {
 				t.Fatalf("the reply was not dropped (TryAcquire: %v)", err)
 			}
 			if v := p.Do(ctx, "GET", fenceKey(t, resource)).Val(); v != "1" {
@@ -150,7 +103,7 @@ func TestWithReplicasLostReply(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := &replyDropper{match: evalPipeline("-- Reset the lease")}
+			d := &redistest.ReplyDropper{Match: evalPipeline("-- Reset the lease")}
 			waiter := newLocker(t, dropping(d), fencing.WithReplicas(1, timeout))
 			type result struct {
 				lock *fencing.Lock
@@ -170,12 +123,12 @@ func TestWithReplicasLostReply(t *testing.T) {
 				r.Pause()
 				defer r.Resume()
 			}
-			d.armed.Store(true)
+			d.Armed.Store(true)
 			if err := held.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
 			a := <-got
-			if d.dropped.Load() != 1 {
+			if d.Dropped.Load() != 1 {
 				t.Fatalf("the reply was not dropped (Acquire: %v)", a.err)
 			}
 			if stopped {

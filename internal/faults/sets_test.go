@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/redisproc"
+	"github.com/fencekit/fencekit/internal/redistest"
 )
 
 // TestSetOnCluster takes sets of resources on a 3-primary Cluster: in the canonical order, by
@@ -170,9 +171,9 @@ func TestSetLostRepliesOnCluster(t *testing.T) {
 		{"release/not-retried", -1, nth(1, release), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := &replyDropper{match: tc.match}
+			d := &redistest.ReplyDropper{Match: tc.match}
 			// A ClusterClient also retries a failed command under MaxRedirects.
-			c := cl.Client(t, func(o *redis.ClusterOptions) { o.Dialer, o.MaxRetries, o.MaxRedirects = d.dial, tc.retries, tc.retries })
+			c := cl.Client(t, func(o *redis.ClusterOptions) { o.Dialer, o.MaxRetries, o.MaxRedirects = d.Dial, tc.retries, tc.retries })
 			l := newLocker(t, c, fencing.WithPrefix("lost:"))
 			before := map[string]int64{}
 			for _, res := range resources {
@@ -183,12 +184,12 @@ func TestSetLostRepliesOnCluster(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				d.armed.Store(true)
+				d.Armed.Store(true)
 				if err := set.Release(ctx); err != nil {
 					t.Fatalf("Release: %v, want nil: the first run released", err)
 				}
 			} else {
-				d.armed.Store(true)
+				d.Armed.Store(true)
 				set, err := l.TryAcquireAll(ctx, resources)
 				switch {
 				case tc.ok && err != nil:
@@ -207,8 +208,8 @@ func TestSetLostRepliesOnCluster(t *testing.T) {
 					}
 				}
 			}
-			if d.dropped.Load() != 1 {
-				t.Fatalf("%d replies dropped, want 1", d.dropped.Load())
+			if d.Dropped.Load() != 1 {
+				t.Fatalf("%d replies dropped, want 1", d.Dropped.Load())
 			}
 			noLocksLeft(t, admin, "lost:")
 		})

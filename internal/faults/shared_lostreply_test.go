@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/redisproc"
+	"github.com/fencekit/fencekit/internal/redistest"
 )
 
 // sharedScript matches a request, sent with EVALSHA or EVAL, of a shared call on the resource
@@ -38,7 +39,7 @@ func sharedScript(lock, op string) func([]byte) bool {
 }
 
 // TestSharedLostReply loses the reply of a shared acquisition and of a shared release on a
-// real server (replyDropper: the request runs, the connection breaks before its reply is
+// real server (redistest.ReplyDropper: the request runs, the connection breaks before its reply is
 // read), with go-redis retrying the request on a new connection (MaxRetries 3) and without
 // (MaxRetries -1), on a free resource and beside another shared holder, and once more for
 // a release that hands the resource to a writer queued behind:
@@ -67,9 +68,9 @@ func TestSharedLostReply(t *testing.T) {
 		// dropping returns a Locker whose client loses the reply of the first request that
 		// match accepts once armed; its scripts are loaded first, so that the request is the
 		// EVALSHA.
-		dropping := func(t *testing.T, match func([]byte) bool) (*fencing.Locker, *replyDropper) {
-			d := &replyDropper{match: match}
-			l := newLocker(t, s.Client(t, func(o *redis.Options) { o.MaxRetries, o.Dialer = retries, d.dial }))
+		dropping := func(t *testing.T, match func([]byte) bool) (*fencing.Locker, *redistest.ReplyDropper) {
+			d := &redistest.ReplyDropper{Match: match}
+			l := newLocker(t, s.Client(t, func(o *redis.Options) { o.MaxRetries, o.Dialer = retries, d.Dial }))
 			warm, err := l.TryAcquire(ctx, "warm", shared)
 			if err != nil {
 				t.Fatal(err)
@@ -91,9 +92,9 @@ func TestSharedLostReply(t *testing.T) {
 					other = mustTry(t, newLocker(t, admin), "res", shared)
 				}
 				before := fence(t, admin, "res")
-				d.armed.Store(true)
+				d.Armed.Store(true)
 				lock, err := l.TryAcquire(ctx, "res", shared)
-				if d.dropped.Load() != 1 {
+				if d.Dropped.Load() != 1 {
 					t.Fatalf("the reply was not dropped (TryAcquire: %v)", err)
 				}
 				if n := fence(t, admin, "res"); n != before+1 {
@@ -139,9 +140,9 @@ func TestSharedLostReply(t *testing.T) {
 					other = mustTry(t, newLocker(t, admin), "res", shared)
 				}
 				lock := mustTry(t, l, "res", shared)
-				d.armed.Store(true)
+				d.Armed.Store(true)
 				err := lock.Release(ctx)
-				if d.dropped.Load() != 1 {
+				if d.Dropped.Load() != 1 {
 					t.Fatalf("the reply was not dropped (Release: %v)", err)
 				}
 				if err != nil {
@@ -182,7 +183,7 @@ func TestSharedLostReply(t *testing.T) {
 			got := make(chan result, 1)
 			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 			defer cancel()
-			d.armed.Store(true)
+			d.Armed.Store(true)
 			go func() {
 				r, err := l.Acquire(wctx, "res", shared)
 				got <- result{r, err}
@@ -190,7 +191,7 @@ func TestSharedLostReply(t *testing.T) {
 			queue := keyBase(t, "res") + "queue"
 			var r result
 			if retries > 0 {
-				waitUntil(t, 10*time.Second, "the reply dropped", func() bool { return d.dropped.Load() == 1 })
+				waitUntil(t, 10*time.Second, "the reply dropped", func() bool { return d.Dropped.Load() == 1 })
 				waitUntil(t, 10*time.Second, "the element queued", func() bool { return admin.LLen(ctx, queue).Val() == 1 })
 			} else {
 				r = <-got
@@ -201,8 +202,8 @@ func TestSharedLostReply(t *testing.T) {
 					t.Fatalf("queue length %d after the failed Acquire, want 0: it took its element out", n)
 				}
 			}
-			if d.dropped.Load() != 1 {
-				t.Fatalf("%d replies dropped, want 1", d.dropped.Load())
+			if d.Dropped.Load() != 1 {
+				t.Fatalf("%d replies dropped, want 1", d.Dropped.Load())
 			}
 			if n := admin.LLen(ctx, queue).Val(); retries > 0 && n != 1 {
 				t.Fatalf("queue length %d after the retried join, want 1: the element once", n)
@@ -263,9 +264,9 @@ func TestSharedLostReply(t *testing.T) {
 			waitUntil(t, 10*time.Second, "the writer in the queue", func() bool {
 				return admin.LLen(ctx, keyBase(t, "res")+"queue").Val() == 1
 			})
-			d.armed.Store(true)
+			d.Armed.Store(true)
 			err := lock.Release(ctx)
-			if d.dropped.Load() != 1 {
+			if d.Dropped.Load() != 1 {
 				t.Fatalf("the reply was not dropped (Release: %v)", err)
 			}
 			if err != nil {

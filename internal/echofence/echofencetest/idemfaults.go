@@ -1,10 +1,10 @@
 package echofencetest
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,21 +22,22 @@ import (
 // once: go-redis sends it again, and the retry finds the release's own outcome in its record
 // (docs/design.md), so the client gets its answer, the record is the one of that request's
 // token, written once, and no lock is left.
-func idempotentLostCommitReply(t *testing.T, d Driver) {
-	v := newIdemEnv(t, d)
-	proxy := newDropProxy(t, v.r.Addr)
+func idempotentLostCommitReply(t *testing.T, m Major) {
+	v := newEnv(t, m)
+	// The stored Location: only the release that commits the record sends it.
+	drop := &redistest.ReplyDropper{Match: func(request []byte) bool { return bytes.Contains(request, []byte("/payments/1")) }}
 	opts := v.r.Options()
-	opts.Addr = proxy.Addr()
+	opts.Dialer = drop.Dial
 	c := redis.NewClient(opts)
 	t.Cleanup(func() { _ = c.Close() })
 	l := fencing.New(c, fencing.WithPrefix(v.r.Prefix))
 	t.Cleanup(func() { _ = l.Close() })
 	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{Locker: l}))
 
-	proxy.Arm("/payments/1") // the stored Location: only the release that commits the record sends it
+	drop.Armed.Store(true)
 	first := v.send(http.MethodPost, "/payments/1", "k", "a")
-	if n := proxy.dropped.Load(); n != 1 {
-		t.Fatalf("the proxy dropped %d replies, want 1", n)
+	if n := drop.Dropped.Load(); n != 1 {
+		t.Fatalf("%d replies dropped, want 1", n)
 	}
 	p := first.payment(t)
 	if first.status != http.StatusCreated || first.replayed() || p.Run != 1 {
@@ -50,19 +51,15 @@ func idempotentLostCommitReply(t *testing.T, d Driver) {
 	if want := "1:" + strconv.FormatInt(p.Token, 10) + ":201:"; !strings.HasPrefix(stored, want) {
 		t.Errorf("record %.40q, want it to start %q: the request's own token", stored, want)
 	}
-	if keys := v.lockKeys(); len(keys) != 0 {
-		t.Errorf("lock keys left: %q", keys)
-	}
+	check(t, "lock keys left", len(v.lockKeys()), 0)
 	sameResponse(t, "retry", first, v.send(http.MethodPost, "/payments/1", "k", "a"))
-	if n := v.runs.Load(); n != 1 {
-		t.Errorf("handler ran %d times, want 1", n)
-	}
+	check(t, "handler runs", v.runs.Load(), 1)
 }
 
 // idempotentCluster runs the middleware on a real three-primary Redis Cluster: keys whose
 // names need the core's brace encoding, a replay in one round trip without a lock, the
 // record on the node of the key's lock, and concurrent retries that wait.
-func idempotentCluster(t *testing.T, d Driver) {
+func idempotentCluster(t *testing.T, m Major) {
 	redisproc.Require(t)
 	cl := redisproc.StartCluster(t, 3)
 	var trips redistest.Trips
@@ -71,11 +68,8 @@ func idempotentCluster(t *testing.T, d Driver) {
 	const prefix = "idem:"
 	l := fencing.New(cc, fencing.WithPrefix(prefix), fencing.WithRetryBackoff(time.Millisecond, 20*time.Millisecond))
 	t.Cleanup(func() { _ = l.Close() })
-	e := d.NewEcho(&ErrorLog{})
-	v := &idemEnv{env: &env{t: t, d: d, e: e}}
-	e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{Locker: l, MaxWait: 20 * time.Second}))
-	v.srv = httptest.NewServer(e)
-	t.Cleanup(v.srv.Close)
+	v := echoEnv(t, m, nil, l)
+	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{MaxWait: 20 * time.Second}))
 	ctx := context.Background()
 	if err := cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }); err != nil {
 		t.Fatal(err)
@@ -100,15 +94,13 @@ func idempotentCluster(t *testing.T, d Driver) {
 
 	const n = 30
 	before := v.runs.Load()
-	replies := sendMany(t, n, func(int) reply { return v.send(http.MethodPost, "/payments/2", "together", "b") })
+	replies := sendMany(n, func(int) reply { return v.send(http.MethodPost, "/payments/2", "together", "b") })
 	for _, r := range replies {
 		if r.status != http.StatusCreated || r.body != replies[0].body {
 			t.Fatalf("concurrent retries: got %d %q, want every reply 201 %q", r.status, r.body, replies[0].body)
 		}
 	}
-	if runs := v.runs.Load() - before; runs != 1 {
-		t.Errorf("concurrent retries: handler ran %d times, want 1", runs)
-	}
+	check(t, "concurrent retries: handler runs", v.runs.Load()-before, 1)
 }
 
 // keyBase returns "<prefix>{R}:" for a resource R as fencing names its keys: R inside the

@@ -2,14 +2,11 @@ package echofencetest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,41 +16,12 @@ import (
 	"github.com/fencekit/fencekit/store"
 )
 
-// idempotencyCases are the suite's cases of the idempotency middleware.
-func idempotencyCases() []testCase {
-	return []testCase{
-		{"IdempotentRunsOnceAndReplays", idempotentRunsOnceAndReplays},
-		{"IdempotentKeys", idempotentKeys},
-		{"IdempotentKeyReused", idempotentKeyReused},
-		{"IdempotentBodies", idempotentBodies},
-		{"IdempotentNotKept", idempotentNotKept},
-		{"IdempotentConcurrentRetries", idempotentConcurrentRetries},
-		{"IdempotentRetention", idempotentRetention},
-		{"IdempotentLockTTL", idempotentLockTTL},
-		{"IdempotentLostLockNotKept", idempotentLostLockNotKept},
-		{"IdempotentScope", idempotentScope},
-		{"IdempotentLockLost", idempotentLockLost},
-		{"IdempotentChainWithFence", idempotentChainWithFence},
-		{"IdempotentOddKeys", idempotentOddKeys},
-		{"IdempotentSkipper", idempotentSkipper},
-		{"IdempotencyToMiddleware", idempotencyToMiddleware},
-		{"IdempotentLockerRefuses", idempotentLockerRefuses},
-		{"IdempotentLostCommitReply", idempotentLostCommitReply},
-		{"IdempotentCluster", idempotentCluster},
-	}
-}
-
-// idempotencySecrets are what no error body of the idempotency middleware may show.
-func (v *idemEnv) secrets(keys ...string) []string {
-	return append([]string{v.r.Prefix, "fencing", "fencemw", ":idem", "}:"}, keys...)
-}
-
 // idempotentRunsOnceAndReplays sends a request with a key, then the same again: the handler
 // runs once, with a token; the first request costs the round trips of the Fence middleware
 // (the acquire, then the commit in the release's round trip); the retry gets the stored
 // response byte for byte, marked, in one round trip without a lock or a token.
-func idempotentRunsOnceAndReplays(t *testing.T, d Driver) {
-	v := newIdemEnv(t, d)
+func idempotentRunsOnceAndReplays(t *testing.T, m Major) {
+	v := newEnv(t, m)
 	var trips redistest.Trips
 	var taken Acquisitions
 	c := v.r.NewClient(t)
@@ -68,9 +36,7 @@ func idempotentRunsOnceAndReplays(t *testing.T, d Driver) {
 
 	before := trips.Load()
 	first := v.send(http.MethodPost, "/payments/7", "k-1", `{"amount":5}`)
-	if n := trips.Load() - before; n != 2 {
-		t.Errorf("first request: %d round trips, want 2 (acquire; commit with the release)", n)
-	}
+	check(t, "first request: round trips (acquire; commit with the release)", trips.Load()-before, 2)
 	p := first.payment(t)
 	if first.status != http.StatusCreated || p.Run != 2 || p.Token < 1 || p.Body != `{"amount":5}` || first.replayed() {
 		t.Fatalf("first request: got %d %q (replayed %v), want 201 from run 2 with a token and the body", first.status, first.body, first.replayed())
@@ -93,28 +59,18 @@ func idempotentRunsOnceAndReplays(t *testing.T, d Driver) {
 		if again.header.Get("X-Run") != "" {
 			t.Errorf("retry: X-Run %q replayed, want only ReplayHeaders", again.header.Get("X-Run"))
 		}
-		if n := trips.Load() - before; n != 1 {
-			t.Errorf("retry with %s: %d round trips, want 1", key, n)
-		}
-		if n := taken.Load() - acquired; n != 0 {
-			t.Errorf("retry with %s: %d locks taken, want 0", key, n)
-		}
+		check(t, "retry with "+key+": round trips", trips.Load()-before, 1)
+		check(t, "retry with "+key+": locks taken", taken.Load()-acquired, 0)
 	}
-	if n := v.runs.Load(); n != 2 {
-		t.Errorf("handler ran %d times, want 2 (the warm-up's key, and k-1's once)", n)
-	}
-	if got := v.r.Client.Get(t.Context(), fence).Val(); got != issued {
-		t.Errorf("fence counter %s after the retries, want %s: no token issued", got, issued)
-	}
-	if keys := v.lockKeys(); len(keys) != 0 {
-		t.Errorf("lock keys left: %q", keys)
-	}
+	check(t, "handler runs (the warm-up's key, and k-1's once)", v.runs.Load(), 2)
+	check(t, "fence counter after the retries (no token issued)", v.r.Client.Get(t.Context(), fence).Val(), issued)
+	check(t, "lock keys left", len(v.lockKeys()), 0)
 }
 
 // idempotentKeys checks the key: optional (the request runs, nothing stored) or required
 // (400), one header of 1 to 255 bytes without control characters, bare or an sf-string.
-func idempotentKeys(t *testing.T, d Driver) {
-	v := newIdemEnv(t, d)
+func idempotentKeys(t *testing.T, m Major) {
+	v := newEnv(t, m)
 	v.e.Add(http.MethodPost, "/optional/:id", v.pay, v.imw(IdemConfig{}))
 	v.e.Add(http.MethodPost, "/required/:id", v.pay, v.imw(IdemConfig{Required: true}))
 	v.e.Add(http.MethodPost, "/custom/:id", v.pay, v.imw(IdemConfig{Header: "x-request-key"}))
@@ -144,28 +100,12 @@ func idempotentKeys(t *testing.T, d Driver) {
 		{"non-ASCII in a string", "/optional/1", []string{"Idempotency-Key", "\"\xc3\xa9\""}, "not a valid string"},
 		{"custom header empty", "/custom/1", []string{"X-Request-Key", ""}, "X-Request-Key header must"},
 	} {
-		r := v.send(http.MethodPost, tc.path, "", "b", tc.header...)
-		if r.status != http.StatusBadRequest || r.header.Get("Content-Type") != echofence.ContentTypeProblem {
-			t.Errorf("%s: got %d %s %q, want a 400 problem", tc.name, r.status, r.header.Get("Content-Type"), r.body)
-			continue
-		}
-		if detail, _ := r.problem(t)["detail"].(string); !strings.Contains(detail, tc.detail) {
-			t.Errorf("%s: got detail %q, want it to say %q", tc.name, detail, tc.detail)
-		}
-		AssertNoSecrets(t, r.body, v.secrets(long, "abc")...)
-		if err := v.lastErr(); !v.isHTTPError(err, http.StatusBadRequest) || !errors.Is(err, fencing.ErrInvalid) {
-			t.Errorf("%s: got error %v, want a 400 matching fencing.ErrInvalid", tc.name, err)
-		}
+		wantProblem(t, tc.name, v.send(http.MethodPost, tc.path, "", "b", tc.header...), http.StatusBadRequest, tc.detail, v.secrets(long, "abc")...)
+		v.wantErr(t, http.StatusBadRequest, fencing.ErrInvalid)
 	}
 	// Control characters cannot cross net/http's client: straight into Echo.
 	for _, key := range []string{"a\x00b", "a\x1fb", "a\tb", "a\x7fb"} {
-		req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/optional/1", strings.NewReader("b"))
-		req.Header.Set("Idempotency-Key", key)
-		rec := httptest.NewRecorder()
-		v.e.ServeHTTP(rec, req)
-		if rec.Code != http.StatusBadRequest {
-			t.Errorf("key %q: got status %d, want 400", key, rec.Code)
-		}
+		v.expect(http.MethodPost, "/optional/1", http.StatusBadRequest, "Idempotency-Key", key)
 	}
 	if n, recs := v.runs.Load(), v.records(); n != 2 || len(recs) != 0 {
 		t.Fatalf("after the refused keys: %d runs and records %q, want 2 runs and no record", n, recs)
@@ -186,21 +126,17 @@ func idempotentKeys(t *testing.T, d Driver) {
 	}
 	// Idempotency-Key means nothing to the route with another header.
 	for range 2 {
-		if r := v.send(http.MethodPost, "/custom/2", "k", "b"); r.status != http.StatusCreated || r.replayed() {
-			t.Errorf("custom route with Idempotency-Key only: got %d (replayed %v), want 201 not replayed", r.status, r.replayed())
-		}
+		v.send(http.MethodPost, "/custom/2", "k", "b").fresh(t, "custom route with Idempotency-Key only", http.StatusCreated)
 	}
-	if n := v.runs.Load(); n != 7 {
-		t.Errorf("handler ran %d times, want 7", n)
-	}
+	check(t, "handler runs", v.runs.Load(), 7)
 }
 
 // idempotentKeyReused sends a key with another request: 422, whatever differs (the body, a
 // path value), while the first request's result stays replayable; another route has its
 // own keys; a Fingerprint decides what counts.
-func idempotentKeyReused(t *testing.T, d Driver) {
-	v := newIdemEnv(t, d)
-	keyReused, _ := d.IdempotencyErrors()
+func idempotentKeyReused(t *testing.T, m Major) {
+	v := newEnv(t, m)
+	keyReused, _ := m.IdempotencyErrors()
 	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{}))
 	v.e.Add(http.MethodPost, "/refunds/:id", v.pay, v.imw(IdemConfig{}))
 	v.e.Add(http.MethodPost, "/lenient/:id", v.pay, v.imw(IdemConfig{Fingerprint: func(r Request) (string, error) {
@@ -213,23 +149,12 @@ func idempotentKeyReused(t *testing.T, d Driver) {
 
 	first := v.send(http.MethodPost, "/payments/1", "k", "a")
 	for _, tc := range []struct{ path, body string }{{"/payments/1", "b"}, {"/payments/2", "a"}, {"/payments/1", ""}} {
-		r := v.send(http.MethodPost, tc.path, "k", tc.body)
-		if r.status != http.StatusUnprocessableEntity {
-			t.Errorf("%s %q with the key of another request: got %d %q, want 422", tc.path, tc.body, r.status, r.body)
-			continue
-		}
-		if detail, _ := r.problem(t)["detail"].(string); !strings.Contains(detail, "another request") {
-			t.Errorf("422 detail %q, want it to say the key was used with another request", detail)
-		}
-		AssertNoSecrets(t, r.body, v.secrets("\"k\"")...)
-		if err := v.lastErr(); !v.isHTTPError(err, http.StatusUnprocessableEntity) || !errors.Is(err, keyReused) {
-			t.Errorf("got error %v, want a 422 matching ErrKeyReused", err)
-		}
+		wantProblem(t, tc.path+" "+tc.body+" with the key of another request", v.send(http.MethodPost, tc.path, "k", tc.body),
+			http.StatusUnprocessableEntity, "another request", v.secrets(`"k"`)...)
+		v.wantErr(t, http.StatusUnprocessableEntity, keyReused)
 	}
 	sameResponse(t, "the first request again", first, v.send(http.MethodPost, "/payments/1", "k", "a"))
-	if r := v.send(http.MethodPost, "/refunds/1", "k", "a"); r.status != http.StatusCreated || r.replayed() {
-		t.Errorf("another route, same key: got %d (replayed %v), want its own 201", r.status, r.replayed())
-	}
+	v.send(http.MethodPost, "/refunds/1", "k", "a").fresh(t, "another route, same key", http.StatusCreated)
 	lenient := v.send(http.MethodPost, "/lenient/1", "k", "a")
 	sameResponse(t, "lenient fingerprint, another body", lenient, v.send(http.MethodPost, "/lenient/1", "k", "b"))
 	q := v.send(http.MethodPost, "/query/1?x=1", "k", "a")
@@ -237,27 +162,22 @@ func idempotentKeyReused(t *testing.T, d Driver) {
 	if r := v.send(http.MethodPost, "/query/1?x=2", "k", "a"); r.status != http.StatusUnprocessableEntity {
 		t.Errorf("query fingerprint, another query: got %d, want 422", r.status)
 	}
-	if n := v.runs.Load(); n != 4 {
-		t.Errorf("handler ran %d times, want 4", n)
-	}
+	check(t, "handler runs", v.runs.Load(), 4)
 }
 
 // idempotentBodies checks MaxBody: a request body over it is 413 before anything runs, also
 // when its length is not announced; a response body over it reaches the client whole and is
 // not stored.
-func idempotentBodies(t *testing.T, d Driver) {
-	v := newIdemEnv(t, d)
-	_, tooLarge := d.IdempotencyErrors()
+func idempotentBodies(t *testing.T, m Major) {
+	v := newEnv(t, m)
+	_, tooLarge := m.IdempotencyErrors()
 	const limit = 64
-	v.e.Add(http.MethodPost, "/payments/:id", func(r Request) error {
-		v.runs.Add(1)
+	v.e.Add(http.MethodPost, "/payments/:id", v.counted(func(r Request) error {
 		return r.String(http.StatusCreated, "paid") // within the limit, unlike pay's answer
-	}, v.imw(IdemConfig{MaxBody: limit}))
+	}), v.imw(IdemConfig{MaxBody: limit}))
 	report := strings.Repeat("r", limit+1)
-	v.e.Add(http.MethodPost, "/reports/:id", func(r Request) error {
-		v.runs.Add(1)
-		return r.String(http.StatusOK, report)
-	}, v.imw(IdemConfig{MaxBody: limit}))
+	v.e.Add(http.MethodPost, "/reports/:id", v.counted(func(r Request) error { return r.String(http.StatusOK, report) }),
+		v.imw(IdemConfig{MaxBody: limit}))
 
 	if r := v.send(http.MethodPost, "/payments/1", "at", strings.Repeat("b", limit)); r.status != http.StatusCreated {
 		t.Fatalf("body of MaxBody bytes: got %d %q, want 201", r.status, r.body)
@@ -275,16 +195,10 @@ func idempotentBodies(t *testing.T, d Driver) {
 		return reply{status: resp.StatusCode, header: resp.Header}
 	}
 	for what, r := range map[string]reply{"announced": v.send(http.MethodPost, "/payments/1", "over", over), "chunked": chunked()} {
-		if r.status != http.StatusRequestEntityTooLarge || r.header.Get("Content-Type") != echofence.ContentTypeProblem {
-			t.Errorf("body over MaxBody, %s: got %d %s, want a 413 problem", what, r.status, r.header.Get("Content-Type"))
-		}
-		if err := v.lastErr(); !v.isHTTPError(err, http.StatusRequestEntityTooLarge) || !errors.Is(err, tooLarge) {
-			t.Errorf("body over MaxBody, %s: got error %v, want a 413 matching ErrBodyTooLarge", what, err)
-		}
+		wantProblem(t, "body over MaxBody, "+what, r, http.StatusRequestEntityTooLarge, "")
+		v.wantErr(t, http.StatusRequestEntityTooLarge, tooLarge)
 	}
-	if n := v.runs.Load(); n != 1 {
-		t.Errorf("handler ran %d times, want 1", n)
-	}
+	check(t, "handler runs", v.runs.Load(), 1)
 
 	for i := range 2 {
 		r := v.send(http.MethodPost, "/reports/1", "big", "")
@@ -293,29 +207,22 @@ func idempotentBodies(t *testing.T, d Driver) {
 				i, r.status, len(r.body), r.replayed(), len(report))
 		}
 	}
-	if n := v.runs.Load(); n != 3 {
-		t.Errorf("handler ran %d times, want 3: a response over MaxBody is not stored", n)
-	}
-	if recs := v.records(); len(recs) != 1 {
-		t.Errorf("got records %q, want the one of the first payment", recs)
-	}
+	check(t, "handler runs (a response over MaxBody is not stored)", v.runs.Load(), 3)
+	check(t, "records (the first payment's)", len(v.records()), 1)
 }
 
 // idempotentNotKept checks which results are stored: a 5xx, a panic and what Keep refuses
 // are not (a retry runs again, and nothing is left in Redis but counters); a handler's
 // error below 500, answered by Echo's error handler, is, and is replayed as Echo wrote it.
-func idempotentNotKept(t *testing.T, d Driver) {
-	v := newIdemEnv(t, d)
-	count := func(h Handler) Handler {
-		return func(r Request) error { v.runs.Add(1); return h(r) }
-	}
-	teapot := d.StatusError(http.StatusTeapot)
-	v.e.Add(http.MethodPost, "/fail/:id", count(func(Request) error { return errors.New("boom") }), v.imw(IdemConfig{}))
-	v.e.Add(http.MethodPost, "/panic/:id", count(func(Request) error { panic("kaput") }), v.imw(IdemConfig{}))
-	v.e.Add(http.MethodPost, "/teapot/:id", count(func(Request) error { return teapot }), v.imw(IdemConfig{}))
-	v.e.Add(http.MethodPost, "/only-2xx/:id", count(func(Request) error { return teapot }),
+func idempotentNotKept(t *testing.T, m Major) {
+	v := newEnv(t, m)
+	teapot := m.StatusError(http.StatusTeapot)
+	v.e.Add(http.MethodPost, "/fail/:id", v.counted(func(Request) error { return errors.New("boom") }), v.imw(IdemConfig{}))
+	v.e.Add(http.MethodPost, "/panic/:id", v.counted(func(Request) error { panic("kaput") }), v.imw(IdemConfig{}))
+	v.e.Add(http.MethodPost, "/teapot/:id", v.counted(func(Request) error { return teapot }), v.imw(IdemConfig{}))
+	v.e.Add(http.MethodPost, "/only-2xx/:id", v.counted(func(Request) error { return teapot }),
 		v.imw(IdemConfig{Keep: func(status int) bool { return status < 300 }}))
-	v.e.Add(http.MethodPost, "/accepted/:id", count(func(r Request) error { return r.NoContent(http.StatusAccepted) }),
+	v.e.Add(http.MethodPost, "/accepted/:id", v.counted(func(r Request) error { return r.NoContent(http.StatusAccepted) }),
 		v.imw(IdemConfig{Keep: func(status int) bool { return status == http.StatusAccepted }}))
 
 	for _, tc := range []struct {
@@ -345,34 +252,28 @@ func idempotentNotKept(t *testing.T, d Driver) {
 			t.Errorf("%s, not kept: retry got %d (replayed %v) after %d runs, want %d from a second run", tc.path, again.status, again.replayed(), runs, tc.status)
 		}
 	}
-	if recs := v.records(); len(recs) != 2 {
-		t.Errorf("got records %q, want those of /teapot and /accepted", recs)
-	}
-	if keys := v.lockKeys(); len(keys) != 0 {
-		t.Errorf("lock keys left: %q", keys)
-	}
+	check(t, "records (/teapot's and /accepted's)", len(v.records()), 2)
+	check(t, "lock keys left", len(v.lockKeys()), 0)
 }
 
 // idempotentConcurrentRetries sends many requests with one key at once: with MaxWait long
 // enough, the handler runs once and every client gets the same response; with MaxWait 0,
 // those that arrive while it runs get 409 with Retry-After, and those after it the replay.
-func idempotentConcurrentRetries(t *testing.T, d Driver) {
+func idempotentConcurrentRetries(t *testing.T, m Major) {
 	const key = "pay-once"
 	// queued returns the length of the key's lock queue.
-	queued := func(v *idemEnv) int64 {
+	queued := func(v *env) int64 {
 		name := echofence.IdempotencyName("", "/payments/:id", key)
 		return v.r.Client.LLen(context.Background(), v.r.Prefix+"{"+name+"}:queue").Val()
 	}
-	t.Run("MaxWait", func(t *testing.T) {
-		t.Parallel()
+	parallel(t, m, "MaxWait", func(t *testing.T, v *env) {
 		const n = 100
-		v := newIdemEnv(t, d, fencing.WithRetryBackoff(time.Millisecond, 20*time.Millisecond))
 		v.e.Add(http.MethodPost, "/payments/:id", func(r Request) error {
 			// Every other request waits in the key's queue before this one ends.
 			eventually(t, 20*time.Second, "the other requests waiting", func() bool { return queued(v) == n-1 })
 			return v.pay(r)
 		}, v.imw(IdemConfig{MaxWait: 30 * time.Second}))
-		replies := sendMany(t, n, func(int) reply { return v.send(http.MethodPost, "/payments/1", key, "a") })
+		replies := sendMany(n, func(int) reply { return v.send(http.MethodPost, "/payments/1", key, "a") })
 		replayed := 0
 		for _, r := range replies {
 			if r.status != http.StatusCreated || r.body != replies[0].body {
@@ -386,11 +287,9 @@ func idempotentConcurrentRetries(t *testing.T, d Driver) {
 			t.Errorf("handler ran %d times, %d replies replayed; want 1 and %d", runs, replayed, n-1)
 		}
 		v.waitNoLocks()
-	})
-	t.Run("no wait", func(t *testing.T) {
-		t.Parallel()
+	}, fencing.WithRetryBackoff(time.Millisecond, 20*time.Millisecond))
+	parallel(t, m, "no wait", func(t *testing.T, v *env) {
 		const n = 20
-		v := newIdemEnv(t, d)
 		entered, release := make(chan struct{}), make(chan struct{})
 		v.e.Add(http.MethodPost, "/payments/:id", func(r Request) error {
 			close(entered)
@@ -400,46 +299,28 @@ func idempotentConcurrentRetries(t *testing.T, d Driver) {
 		done := make(chan reply, 1)
 		go func() { done <- v.send(http.MethodPost, "/payments/1", key, "a") }()
 		recv(t, entered, "the first request's handler")
-		for _, r := range sendMany(t, n, func(int) reply { return v.send(http.MethodPost, "/payments/1", key, "a") }) {
-			if r.status != http.StatusConflict || r.header.Get("Retry-After") != "1" {
-				t.Fatalf("while the first runs: got %d (Retry-After %q) %q, want 409 with Retry-After 1", r.status, r.header.Get("Retry-After"), r.body)
+		for _, r := range sendMany(n, func(int) reply { return v.send(http.MethodPost, "/payments/1", key, "a") }) {
+			if r.header.Get("Retry-After") != "1" {
+				t.Errorf("while the first runs: got Retry-After %q, want 1", r.header.Get("Retry-After"))
 			}
-			if detail, _ := r.problem(t)["detail"].(string); !strings.Contains(detail, "being processed") {
-				t.Errorf("409 detail %q, want it to say the key's request is being processed", detail)
-			}
+			wantProblem(t, "while the first runs", r, http.StatusConflict, "being processed")
 		}
-		if err := v.lastErr(); !v.isHTTPError(err, http.StatusConflict) || !errors.Is(err, fencing.ErrNotAcquired) {
-			t.Errorf("got error %v, want a 409 matching fencing.ErrNotAcquired", err)
-		}
+		v.wantErr(t, http.StatusConflict, fencing.ErrNotAcquired)
 		close(release)
 		first := recv(t, done, "the first request")
 		if first.status != http.StatusCreated {
 			t.Fatalf("first request: got %d %q, want 201", first.status, first.body)
 		}
-		for _, r := range sendMany(t, n, func(int) reply { return v.send(http.MethodPost, "/payments/1", key, "a") }) {
+		for _, r := range sendMany(n, func(int) reply { return v.send(http.MethodPost, "/payments/1", key, "a") }) {
 			sameResponse(t, "after the first", first, r)
 		}
-		if runs := v.runs.Load(); runs != 1 {
-			t.Errorf("handler ran %d times, want 1", runs)
-		}
+		check(t, "handler runs", v.runs.Load(), 1)
 	})
 }
 
-// sendMany runs send(i) for i in [0, n) at once and returns the replies.
-func sendMany(t testing.TB, n int, send func(i int) reply) []reply {
-	t.Helper()
-	replies := make([]reply, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { replies[i] = send(i) })
-	}
-	wg.Wait()
-	return replies
-}
-
 // idempotentRetention stores a result for a second: once it has expired, the key runs again.
-func idempotentRetention(t *testing.T, d Driver) {
-	v := newIdemEnv(t, d)
+func idempotentRetention(t *testing.T, m Major) {
+	v := newEnv(t, m)
 	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{Retention: time.Second}))
 	first := v.send(http.MethodPost, "/payments/1", "k", "a")
 	recs := v.records()
@@ -462,12 +343,12 @@ func idempotentRetention(t *testing.T, d Driver) {
 
 // idempotentScope gives each client its own key space: the same key from two clients runs
 // twice; Scope's errors answer the request (an HTTP status error as it is).
-func idempotentScope(t *testing.T, d Driver) {
-	v := newIdemEnv(t, d)
+func idempotentScope(t *testing.T, m Major) {
+	v := newEnv(t, m)
 	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{Scope: func(r Request) (string, error) {
 		switch id := r.Request().Header.Get("X-Client"); id {
 		case "":
-			return "", d.StatusError(http.StatusUnauthorized)
+			return "", m.StatusError(http.StatusUnauthorized)
 		case "ghost":
 			return "", errors.New("no such client")
 		default:
@@ -488,15 +369,13 @@ func idempotentScope(t *testing.T, d Driver) {
 	} else {
 		AssertNoSecrets(t, r.body, "no such client")
 	}
-	if n := v.runs.Load(); n != 2 {
-		t.Errorf("handler ran %d times, want 2", n)
-	}
+	check(t, "handler runs", v.runs.Load(), 2)
 }
 
 // idempotentLockLost loses the key's lock while the handler runs: its context is cancelled,
 // its client gets its answer, and nothing is stored, so a retry runs again.
-func idempotentLockLost(t *testing.T, d Driver) {
-	v := newIdemEnv(t, d, fencing.WithTTL(300*time.Millisecond)) // renewed every 100ms
+func idempotentLockLost(t *testing.T, m Major) {
+	v := newEnv(t, m, fencing.WithTTL(300*time.Millisecond)) // renewed every 100ms
 	causes := make(chan error, 1)
 	v.e.Add(http.MethodPost, "/payments/:id", func(r Request) error {
 		if v.runs.Load() == 0 {
@@ -510,12 +389,8 @@ func idempotentLockLost(t *testing.T, d Driver) {
 	if cause := recv(t, causes, "the handler's context"); !errors.Is(cause, fencing.ErrNotHeld) {
 		t.Fatalf("handler's context: got cause %v, want fencing.ErrNotHeld", cause)
 	}
-	if first.status != http.StatusCreated || first.replayed() {
-		t.Errorf("lost lock: got %d %q, want the handler's own 201", first.status, first.body)
-	}
-	if recs := v.records(); len(recs) != 0 {
-		t.Errorf("lost lock: got records %q, want none", recs)
-	}
+	first.fresh(t, "lost lock", http.StatusCreated)
+	check(t, "lost lock: records", len(v.records()), 0)
 	if again := v.send(http.MethodPost, "/payments/1", "k", "a"); again.replayed() || again.payment(t).Run != 2 {
 		t.Errorf("retry after a lost lock: got %q (replayed %v), want a second run", again.body, again.replayed())
 	}
@@ -524,16 +399,14 @@ func idempotentLockLost(t *testing.T, d Driver) {
 // idempotentChainWithFence runs the pattern docs/echo.md shows: the idempotency middleware
 // outside, the Fence middleware on the account inside. A busy account answers 423, which is
 // not stored; the retry runs under both locks, with the account's token, and is stored.
-func idempotentChainWithFence(t *testing.T, d Driver) {
-	v := newIdemEnv(t, d)
+func idempotentChainWithFence(t *testing.T, m Major) {
+	v := newEnv(t, m)
 	v.e.Add(http.MethodPost, "/accounts/:id/payouts", v.pay,
 		v.imw(IdemConfig{}), v.mw(Config{Namespace: "account", DefaultHandlers: true}))
-	lock := v.hold("account", "a1", 10*time.Second)
+	lock := v.hold("account", "a1")
 	busy := v.send(http.MethodPost, "/accounts/a1/payouts", "k", "100")
-	var msg map[string]string
-	_ = json.Unmarshal([]byte(busy.body), &msg)
-	if busy.status != http.StatusLocked || busy.header.Get("Retry-After") == "" || msg["message"] != "account:a1 is busy" {
-		t.Fatalf("busy account: got %d %q (Retry-After %q), want 423 naming the account", busy.status, busy.body, busy.header.Get("Retry-After"))
+	if assertMessage(t, busy, http.StatusLocked, "account:a1 is busy"); busy.header.Get("Retry-After") == "" {
+		t.Errorf("busy account: got no Retry-After, want one")
 	}
 	if recs := v.records(); len(recs) != 0 {
 		t.Fatalf("busy account: got records %q, want none", recs)
@@ -546,15 +419,13 @@ func idempotentChainWithFence(t *testing.T, d Driver) {
 		t.Fatalf("after the account's release: got %d %q, want 201 with the account's next token %d", first.status, first.body, lock.Token()+1)
 	}
 	sameResponse(t, "retry", first, v.send(http.MethodPost, "/accounts/a1/payouts", "k", "100"))
-	if n := v.runs.Load(); n != 1 {
-		t.Errorf("handler ran %d times, want 1", n)
-	}
+	check(t, "handler runs", v.runs.Load(), 1)
 }
 
 // idempotentOddKeys sends keys with every printable ASCII and every non-ASCII byte (braces,
 // quotes, spaces, '%', invalid UTF-8): each is a key of its own, stored and replayed.
-func idempotentOddKeys(t *testing.T, d Driver) {
-	v := newIdemEnv(t, d)
+func idempotentOddKeys(t *testing.T, m Major) {
+	v := newEnv(t, m)
 	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{}))
 	var keys []string
 	for b := 0x20; b <= 0xff; b++ {
@@ -564,7 +435,7 @@ func idempotentOddKeys(t *testing.T, d Driver) {
 	}
 	keys = append(keys, "{", "}", "{x}", "}{", "%20", "a b", "\xff\xfe", `\"`, "ünï", strings.Repeat("{", 255))
 	first := make([]reply, len(keys))
-	sendMany(t, len(keys), func(i int) reply { first[i] = v.send(http.MethodPost, "/payments/1", keys[i], "a"); return first[i] })
+	sendMany(len(keys), func(i int) reply { first[i] = v.send(http.MethodPost, "/payments/1", keys[i], "a"); return first[i] })
 	runs := map[int32]string{}
 	for i, key := range keys {
 		if first[i].status != http.StatusCreated || first[i].replayed() {
@@ -576,7 +447,7 @@ func idempotentOddKeys(t *testing.T, d Driver) {
 		}
 		runs[run] = key
 	}
-	again := sendMany(t, len(keys), func(i int) reply { return v.send(http.MethodPost, "/payments/1", keys[i], "a") })
+	again := sendMany(len(keys), func(i int) reply { return v.send(http.MethodPost, "/payments/1", keys[i], "a") })
 	for i, key := range keys {
 		sameResponse(t, "key "+strconv.Quote(key), first[i], again[i])
 	}
@@ -588,8 +459,8 @@ func idempotentOddKeys(t *testing.T, d Driver) {
 // idempotentSkipper checks the default Skipper: a GET runs every time and stores nothing,
 // unless no method is skipped; so does a QUERY (RFC 10008) where the major knows it as safe
 // (Echo v5), while Echo v4, which does not, stores and replays it as any unsafe method.
-func idempotentSkipper(t *testing.T, d Driver) {
-	v := newIdemEnv(t, d)
+func idempotentSkipper(t *testing.T, m Major) {
+	v := newEnv(t, m)
 	v.e.Add(http.MethodGet, "/default/:id", v.pay, v.imw(IdemConfig{}))
 	v.e.Add(http.MethodGet, "/all/:id", v.pay, v.imw(IdemConfig{SkipNone: true}))
 	for range 2 {
@@ -599,9 +470,7 @@ func idempotentSkipper(t *testing.T, d Driver) {
 	}
 	first := v.send(http.MethodGet, "/all/1", "k", "")
 	sameResponse(t, "GET with no method skipped", first, v.send(http.MethodGet, "/all/1", "k", ""))
-	if n := v.runs.Load(); n != 3 {
-		t.Errorf("handler ran %d times, want 3", n)
-	}
+	check(t, "handler runs", v.runs.Load(), 3)
 	if len(v.records()) != 1 {
 		t.Fatalf("got records %q, want the one of /all", v.records())
 	}
@@ -612,7 +481,7 @@ func idempotentSkipper(t *testing.T, d Driver) {
 	if query.status != http.StatusCreated || query.payment(t).Body != `{"q":"x"}` {
 		t.Fatalf("QUERY: got %d %q, want 201 with the body", query.status, query.body)
 	}
-	if d.Query() {
+	if m.Query() {
 		if again.replayed() || again.payment(t).Run != 5 || len(v.records()) != 1 {
 			t.Errorf("QUERY again: got %q (replayed %v) and records %q, want a second run and nothing stored",
 				again.body, again.replayed(), v.records())
@@ -624,8 +493,8 @@ func idempotentSkipper(t *testing.T, d Driver) {
 
 // idempotentLockTTL checks the lease of the key's lock while the handler runs: by default
 // 10s on a Locker of 30s, the Locker's own when that is shorter, and LockTTL when set.
-func idempotentLockTTL(t *testing.T, d Driver) {
-	v := newIdemEnv(t, d) // the Locker's TTL: fencing.DefaultTTL, 30s
+func idempotentLockTTL(t *testing.T, m Major) {
+	v := newEnv(t, m) // the Locker's TTL: fencing.DefaultTTL, 30s
 	short := fencing.New(v.r.Client, fencing.WithPrefix(v.r.Prefix), fencing.WithTTL(3*time.Second))
 	t.Cleanup(func() { _ = short.Close() })
 	leases := make(chan time.Duration, 1)
@@ -669,8 +538,8 @@ func idempotentLockTTL(t *testing.T, d Driver) {
 // middleware, with a handler whose write is refused as stale the first time: the Fence
 // answers 503 with Retry-After, a 5xx, which is not kept, so the retry with the same key runs
 // again and its 201 is stored.
-func idempotentLostLockNotKept(t *testing.T, d Driver) {
-	v := newIdemEnv(t, d)
+func idempotentLostLockNotKept(t *testing.T, m Major) {
+	v := newEnv(t, m)
 	v.e.Add(http.MethodPost, "/accounts/:id/payouts", func(r Request) error {
 		if v.runs.Load() == 0 {
 			v.runs.Add(1)
@@ -679,17 +548,11 @@ func idempotentLostLockNotKept(t *testing.T, d Driver) {
 		return v.pay(r)
 	}, v.imw(IdemConfig{}), v.mw(Config{Namespace: "account"}))
 	lost := v.send(http.MethodPost, "/accounts/a1/payouts", "k", "100")
-	var msg map[string]string
-	_ = json.Unmarshal([]byte(lost.body), &msg)
-	if lost.status != http.StatusServiceUnavailable || lost.header.Get("Retry-After") != "1" ||
-		msg["message"] != "the lock on account:a1 was lost while the request ran" || lost.replayed() {
-		t.Fatalf("stale write: got %d %q (Retry-After %q), want 503 with Retry-After 1 naming the account",
-			lost.status, lost.body, lost.header.Get("Retry-After"))
+	assertMessage(t, lost, http.StatusServiceUnavailable, "the lock on account:a1 was lost while the request ran", v.secrets("stale", "mark")...)
+	if lost.header.Get("Retry-After") != "1" || lost.replayed() {
+		t.Errorf("stale write: got Retry-After %q (replayed %v), want 1, not replayed", lost.header.Get("Retry-After"), lost.replayed())
 	}
-	AssertNoSecrets(t, lost.body, v.secrets("stale", "mark")...)
-	if err := v.lastErr(); !errors.Is(err, store.ErrStaleToken) || !v.isHTTPError(err, http.StatusServiceUnavailable) {
-		t.Errorf("stale write: got error %v, want the middleware's 503 wrapping store.ErrStaleToken", err)
-	}
+	v.wantErr(t, http.StatusServiceUnavailable, store.ErrStaleToken)
 	if recs := v.records(); len(recs) != 0 {
 		t.Fatalf("stale write: got records %q, want none (a 5xx is not kept)", recs)
 	}
@@ -700,78 +563,31 @@ func idempotentLostLockNotKept(t *testing.T, d Driver) {
 	sameResponse(t, "second retry", again, v.send(http.MethodPost, "/accounts/a1/payouts", "k", "100"))
 }
 
-// idempotencyToMiddleware checks the configurations refused where the middleware is built,
-// and that the constructors panic on them.
-func idempotencyToMiddleware(t *testing.T, d Driver) {
-	r, good, badOpts, closed := configLockers(t)
-	shortLease := fencing.New(r.Client, fencing.WithTTL(time.Second), fencing.WithCounterExpiry(2*time.Second))
-	defer shortLease.Close()
-	for _, tc := range []struct {
-		name string
-		cfg  IdemConfig
-		want error // nil: valid
-	}{
-		{"defaults", IdemConfig{Locker: good}, nil},
-		{"every field", IdemConfig{Locker: good, SkipNone: true, Header: "X-Key", Required: true,
-			Scope:       func(Request) (string, error) { return "", nil },
-			Fingerprint: func(Request) (string, error) { return "", nil }, MaxBody: 10, Retention: fencing.MaxTTL, LockTTL: fencing.MaxTTL,
-			MaxWait: time.Second, Keep: func(int) bool { return true }, ReplayHeaders: []string{"etag"},
-			ErrorHandler: func(Request, error) error { return nil }}, nil},
-		{"nil Locker", IdemConfig{}, fencing.ErrInvalid},
-		{"Locker with invalid options", IdemConfig{Locker: badOpts}, fencing.ErrInvalid},
-		{"closed Locker", IdemConfig{Locker: closed}, fencing.ErrClosed},
-		{"negative MaxWait", IdemConfig{Locker: good, MaxWait: -1}, fencing.ErrInvalid},
-		{"negative MaxBody", IdemConfig{Locker: good, MaxBody: -1}, fencing.ErrInvalid},
-		{"negative Retention", IdemConfig{Locker: good, Retention: -time.Second}, fencing.ErrInvalid},
-		{"Retention too long", IdemConfig{Locker: good, Retention: fencing.MaxTTL + time.Millisecond}, fencing.ErrInvalid},
-		{"Retention too short", IdemConfig{Locker: good, Retention: time.Microsecond}, fencing.ErrInvalid},
-		{"negative LockTTL", IdemConfig{Locker: good, LockTTL: -time.Second}, fencing.ErrInvalid},
-		{"LockTTL too long", IdemConfig{Locker: good, LockTTL: fencing.MaxTTL + time.Millisecond}, fencing.ErrInvalid},
-		{"LockTTL too short", IdemConfig{Locker: good, LockTTL: time.Microsecond}, fencing.ErrInvalid},
-		// The default lease is the Locker's 1s, under its 2s counter expiry; 5s is above it.
-		{"short Locker, default LockTTL", IdemConfig{Locker: shortLease}, nil},
-		{"LockTTL above the counter expiry", IdemConfig{Locker: shortLease, LockTTL: 5 * time.Second}, fencing.ErrInvalid},
-		{"header not a token", IdemConfig{Locker: good, Header: "Idempotency Key"}, fencing.ErrInvalid},
-		{"replay header not a token", IdemConfig{Locker: good, ReplayHeaders: []string{"Location:"}}, fencing.ErrInvalid},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			mw, err := d.IdempotencyToMiddleware(tc.cfg)
-			checkBuilt(t, mw, err, tc.want)
-		})
-	}
-	for name, f := range map[string]func(){
-		"Idempotent(nil)":                        func() { d.Idempotent(nil) },
-		"IdempotentWithConfig(closed)":           func() { d.IdempotentWithConfig(IdemConfig{Locker: closed}) },
-		"IdempotentWithConfig(negative MaxWait)": func() { d.IdempotentWithConfig(IdemConfig{Locker: good, MaxWait: -1}) },
-	} {
-		t.Run(name, func(t *testing.T) {
-			defer func() {
-				if err, _ := recover().(error); err == nil || !strings.HasPrefix(err.Error(), "fencemw: ") {
-					t.Errorf("got panic %v, want the configuration's error", err)
-				}
-			}()
-			f()
-		})
-	}
-}
-
 // idempotentLockerRefuses uses a Locker built with WithReplicas on a server without replicas:
 // every acquisition fails with fencing.ErrNotReplicated, so every request is answered 503,
 // without running, and leaves no lock and no record (its token is used up).
-func idempotentLockerRefuses(t *testing.T, d Driver) {
-	v := newIdemEnv(t, d)
+func idempotentLockerRefuses(t *testing.T, m Major) {
+	v := newEnv(t, m)
 	l := fencing.New(v.r.Client, fencing.WithPrefix(v.r.Prefix), fencing.WithReplicas(1, 200*time.Millisecond))
 	t.Cleanup(func() { _ = l.Close() })
 	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{Locker: l}))
-	r := v.send(http.MethodPost, "/payments/1", "k", "a")
-	if r.status != http.StatusServiceUnavailable || r.header.Get("Content-Type") != echofence.ContentTypeProblem {
-		t.Errorf("got %d %s %q, want a 503 problem", r.status, r.header.Get("Content-Type"), r.body)
-	}
-	AssertNoSecrets(t, r.body, v.secrets("replica", "guard")...)
-	if err := v.lastErr(); !errors.Is(err, fencing.ErrNotReplicated) {
-		t.Errorf("got error %v, want one matching fencing.ErrNotReplicated", err)
-	}
+	wantProblem(t, "refused", v.send(http.MethodPost, "/payments/1", "k", "a"), http.StatusServiceUnavailable, "", v.secrets("replica", "guard")...)
+	v.wantErr(t, 0, fencing.ErrNotReplicated)
 	if n := v.runs.Load(); n != 0 || len(v.lockKeys()) != 0 || len(v.records()) != 0 {
 		t.Errorf("handler ran %d times, locks %q and records %q are left, want none", n, v.lockKeys(), v.records())
 	}
+}
+
+// wantProblem checks that r is an RFC 9457 problem document of status, whose detail says
+// detail unless it is "", and that its body holds none of the secrets.
+func wantProblem(t testing.TB, what string, r reply, status int, detail string, secrets ...string) {
+	t.Helper()
+	if r.status != status || r.header.Get("Content-Type") != echofence.ContentTypeProblem {
+		t.Errorf("%s: got %d %s %q, want a %d problem", what, r.status, r.header.Get("Content-Type"), r.body, status)
+		return
+	}
+	if detail != "" && !strings.Contains(r.problem(t), detail) {
+		t.Errorf("%s: got body %q, want a detail that says %q", what, r.body, detail)
+	}
+	AssertNoSecrets(t, r.body, secrets...)
 }

@@ -2,5 +2,5 @@
 
 package echofencetest
 
-// stalledCases are the suite's cases that stop a process: none without SIGSTOP.
+// stalledCases returns the suite's cases that stop a process: none without SIGSTOP.
 func stalledCases() []testCase { return nil }

@@ -4,10 +4,8 @@ package echofencetest
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,15 +21,15 @@ import (
 )
 
 // stalledEnv carries the child's Redis to the test binary run again as the stalled server:
-// "<addr>,<db>,<prefix>".
+// "<addr> <db> <prefix>".
 const stalledEnv = "FENCEKIT_IDEMPOTENT_STALLED"
 
 // stalledLease is the child's lease: its lock lapses this long after it is stopped.
 const stalledLease = time.Second
 
-// stalledCases are the suite's cases that stop a process.
+// stalledCases returns the suite's cases that stop a process.
 func stalledCases() []testCase {
-	return []testCase{{"IdempotentStalledFirstAttempt", idempotentStalledFirstAttempt}}
+	return []testCase{idempotentStalledFirstAttempt}
 }
 
 // idempotentStalledFirstAttempt runs the first request with a key in a child process (this
@@ -41,12 +39,12 @@ func stalledCases() []testCase {
 // commit is refused by the token check, and its client gets the retry's stored response, so
 // both clients of the key see one response. (The handler ran twice: at least once under a
 // stall, as with any lease.)
-func idempotentStalledFirstAttempt(t *testing.T, d Driver) {
+func idempotentStalledFirstAttempt(t *testing.T, m Major) {
 	if spec := os.Getenv(stalledEnv); spec != "" {
-		stalledChild(t, d, spec)
+		stalledChild(t, m, spec)
 		return
 	}
-	v := newIdemEnv(t, d)
+	v := newEnv(t, m)
 	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{}))
 
 	// -test.run for this very subtest: "^TestBehaviour$/^IdempotentStalledFirstAttempt$".
@@ -55,7 +53,8 @@ func idempotentStalledFirstAttempt(t *testing.T, d Driver) {
 		parts[i] = "^" + p + "$"
 	}
 	child := exec.Command(os.Args[0], "-test.run="+strings.Join(parts, "/"), "-test.count=1")
-	child.Env = append(os.Environ(), stalledEnv+"="+strings.Join([]string{v.r.Addr, strconv.Itoa(v.r.DB), v.r.Prefix}, ","))
+	child.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %s", stalledEnv, v.r.Addr, v.r.DB, v.r.Prefix))
+	child.Stderr = os.Stderr
 	stdin, err := child.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +63,6 @@ func idempotentStalledFirstAttempt(t *testing.T, d Driver) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	child.Stderr = os.Stderr
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -73,10 +71,9 @@ func idempotentStalledFirstAttempt(t *testing.T, d Driver) {
 		_ = child.Process.Kill()
 		_ = child.Wait()
 	}()
-	lines := make(chan string, 10)
+	lines := make(chan string, 10) // what the child says: "serving <url>", "entered <token>"
 	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
+		for sc := bufio.NewScanner(stdout); sc.Scan(); {
 			if line, ok := strings.CutPrefix(sc.Text(), "stalled: "); ok {
 				lines <- line
 			}
@@ -110,8 +107,9 @@ func idempotentStalledFirstAttempt(t *testing.T, d Driver) {
 	if retry.status != http.StatusCreated || retry.replayed() {
 		t.Fatalf("retry while the first attempt is stopped: got %d %q, want its own 201", retry.status, retry.body)
 	}
-	if p := retry.payment(t); "entered "+strconv.FormatInt(p.Token-1, 10) != entered {
-		t.Errorf("retry's token %d, child %q: want the token after the child's", p.Token, entered)
+	token := retry.payment(t).Token
+	if "entered "+strconv.FormatInt(token-1, 10) != entered {
+		t.Errorf("retry's token %d, child %q: want the token after the child's", token, entered)
 	}
 
 	// The first attempt goes on: its handler returns, its commit is refused.
@@ -121,40 +119,32 @@ func idempotentStalledFirstAttempt(t *testing.T, d Driver) {
 	if _, err := io.WriteString(stdin, "go\n"); err != nil {
 		t.Fatal(err)
 	}
-	first := recv(t, childReply, "the first attempt's reply")
-	sameResponse(t, "the stalled first attempt's client", retry, first)
-	if recs := v.records(); len(recs) != 1 || !strings.HasPrefix(v.r.Client.Get(t.Context(), recs[0]).Val(), "1:"+strconv.FormatInt(retry.payment(t).Token, 10)+":") {
+	sameResponse(t, "the stalled first attempt's client", retry, recv(t, childReply, "the first attempt's reply"))
+	if recs := v.records(); len(recs) != 1 || !strings.HasPrefix(v.r.Client.Get(t.Context(), recs[0]).Val(), "1:"+strconv.FormatInt(token, 10)+":") {
 		t.Errorf("record: want the retry's, with its token")
 	}
 	t.Logf("FIGURE stalled first attempt: child %s stopped past its %v lease; the retry ran with token %d and committed; the child's commit was refused and its client got the retry's response",
-		entered, stalledLease, retry.payment(t).Token)
+		entered, stalledLease, token)
 }
 
 // stalledChild is the child of idempotentStalledFirstAttempt: it serves the route with the
 // idempotency middleware on the parent's Redis and prefix, a lease of stalledLease, and a
 // handler that says when it has entered and returns once told to on stdin. It never returns.
-func stalledChild(t *testing.T, d Driver, spec string) {
-	parts := strings.Split(spec, ",")
-	if len(parts) != 3 {
-		t.Fatalf("%s=%q", stalledEnv, spec)
+func stalledChild(t *testing.T, m Major, spec string) {
+	var addr, prefix string
+	var db int
+	if _, err := fmt.Sscan(spec, &addr, &db, &prefix); err != nil {
+		t.Fatalf("%s=%q: %v", stalledEnv, spec, err)
 	}
-	db, _ := strconv.Atoi(parts[1])
-	c := redis.NewClient(&redis.Options{Addr: parts[0], DB: db, DisableIdentity: true})
-	l := fencing.New(c, fencing.WithPrefix(parts[2]), fencing.WithTTL(stalledLease))
-	e := d.NewEcho(&ErrorLog{})
+	c := redis.NewClient(&redis.Options{Addr: addr, DB: db, DisableIdentity: true})
+	v := echoEnv(t, m, nil, fencing.New(c, fencing.WithPrefix(prefix), fencing.WithTTL(stalledLease)))
 	stdin := bufio.NewReader(os.Stdin)
-	v := &idemEnv{env: &env{t: t, d: d, e: e}}
-	e.Add(http.MethodPost, "/payments/:id", func(r Request) error {
+	v.e.Add(http.MethodPost, "/payments/:id", func(r Request) error {
 		tok, _ := r.Token()
 		fmt.Printf("stalled: entered %d\n", tok)
 		_, _ = stdin.ReadString('\n') // the handler does not look at its context
 		return r.JSON(http.StatusCreated, payment{Run: -1, Token: tok, Body: "the child's"})
-	}, v.imw(IdemConfig{Locker: l}))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Printf("stalled: serving http://%s\n", ln.Addr())
-	_ = http.Serve(ln, e)
-	<-context.Background().Done()
+	}, v.imw(IdemConfig{}))
+	fmt.Printf("stalled: serving %s\n", v.srv.URL)
+	select {}
 }

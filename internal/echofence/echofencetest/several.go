@@ -2,7 +2,6 @@ package echofencetest
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"slices"
 	"sync"
@@ -17,97 +16,63 @@ func transferKeys(r Request) ([]string, error) {
 	return []string{r.Param("from"), r.Param("to")}, nil
 }
 
-func severalResources(t *testing.T, d Driver) {
-	v := newEnv(t, d)
-	type seen struct {
-		get              any
-		from, to         int64
-		fromOK, toOK     bool
-		single, singleOK bool
-	}
-	got := make(chan seen, 1)
+func severalResources(t *testing.T, m Major) {
+	v := newEnv(t, m)
 	var denied []string
-	var mu sync.Mutex
-	mw := v.mw(Config{KeysExtractor: transferKeys, Namespace: "account", ContextKey: "tokens", TokenHeader: "Fencing-Token",
-		DenyHandler: func(r Request, resource string, err error) error {
-			mu.Lock()
-			denied = append(denied, resource)
-			mu.Unlock()
-			return d.NewHTTPError(http.StatusLocked, err)
-		}})
+	var tokens any // c.Get(ContextKey), seen by the handler in the test's goroutine (serve)
 	v.e.Add(http.MethodPost, "/transfer/:from/:to", func(r Request) error {
-		var s seen
 		ctx := r.Request().Context()
-		s.get = r.Get("tokens")
-		s.from, s.fromOK = fencing.TokenFor(ctx, "account:"+r.Param("from"))
-		s.to, s.toOK = fencing.TokenFor(ctx, "account:"+r.Param("to"))
-		_, s.singleOK = fencing.TokenFromContext(ctx)
-		got <- s
-		return r.NoContent(http.StatusNoContent)
-	}, mw)
+		tokens = r.Get("tokens")
+		from, fromOK := fencing.TokenFor(ctx, "account:"+r.Param("from"))
+		to, toOK := fencing.TokenFor(ctx, "account:"+r.Param("to"))
+		if !fromOK || !toOK || from != 1 || to != 1 {
+			t.Errorf("TokenFor: got %d %v, %d %v; want 1 for both", from, fromOK, to, toOK)
+		}
+		if _, ok := fencing.TokenFromContext(ctx); ok && r.Param("from") != r.Param("to") {
+			t.Error("TokenFromContext with two resources: got a token, want none")
+		}
+		return noContent(r)
+	}, v.mw(Config{KeysExtractor: transferKeys, Namespace: "account", ContextKey: "tokens", TokenHeader: "Fencing-Token",
+		DenyHandler: func(r Request, resource string, err error) error {
+			denied = append(denied, resource)
+			return m.NewHTTPError(http.StatusLocked, err)
+		}}))
 
-	rec := v.serve(http.MethodPost, "/transfer/b/a")
-	if rec.Code != http.StatusNoContent {
-		t.Fatalf("transfer: got %d %q, want 204", rec.Code, rec.Body.String())
-	}
-	s := <-got
-	want := map[string]int64{"account:a": 1, "account:b": 1}
-	if m, ok := s.get.(map[string]int64); !ok || len(m) != 2 || m["account:a"] != 1 || m["account:b"] != 1 {
-		t.Fatalf("c.Get(ContextKey): got %#v, want %v", s.get, want)
-	}
-	if !s.fromOK || !s.toOK || s.from != 1 || s.to != 1 {
-		t.Fatalf("TokenFor: got %d %v, %d %v; want 1 for both", s.from, s.fromOK, s.to, s.toOK)
-	}
-	if s.singleOK {
-		t.Fatal("TokenFromContext with two resources: got a token, want none")
+	rec := v.expect(http.MethodPost, "/transfer/b/a", http.StatusNoContent)
+	if got, ok := tokens.(map[string]int64); !ok || len(got) != 2 || got["account:a"] != 1 || got["account:b"] != 1 {
+		t.Errorf("c.Get(ContextKey): got %#v, want account:a and account:b at 1", tokens)
 	}
 	if h := rec.Header().Values("Fencing-Token"); !slices.Equal(h, []string{"account:b=1", "account:a=1"}) {
-		t.Fatalf("token header: got %q, want both name=token pairs", h)
+		t.Errorf("token header: got %q, want both name=token pairs", h)
 	}
-	if n := len(v.lockKeys()); n != 0 {
-		t.Fatalf("%d locks left after the request", n)
-	}
+	check(t, "locks left after the request", len(v.lockKeys()), 0)
 
 	// The same account twice locks it once.
-	if rec := v.serve(http.MethodPost, "/transfer/c/c"); rec.Code != http.StatusNoContent {
-		t.Fatalf("transfer c→c: got %d, want 204", rec.Code)
-	}
-	if m, _ := (<-got).get.(map[string]int64); len(m) != 1 || m["account:c"] != 1 {
-		t.Fatalf("c→c tokens: got %v, want account:c alone", m)
+	v.expect(http.MethodPost, "/transfer/c/c", http.StatusNoContent)
+	if got, _ := tokens.(map[string]int64); len(got) != 1 || got["account:c"] != 1 {
+		t.Errorf("c→c tokens: got %v, want account:c alone", got)
 	}
 
 	// A busy account: denied, naming it, nothing left held.
-	holder, err := v.locker.TryAcquire(t.Context(), "account:b", fencing.WithTTL(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Release(t.Context())
-	rec = v.serve(http.MethodPost, "/transfer/a/b")
-	if rec.Code != http.StatusLocked || rec.Header().Get("Retry-After") == "" {
-		t.Fatalf("busy transfer: got %d (Retry-After %q), want 423 with Retry-After", rec.Code, rec.Header().Get("Retry-After"))
+	v.hold("account", "b")
+	if rec := v.expect(http.MethodPost, "/transfer/a/b", http.StatusLocked); rec.Header().Get("Retry-After") == "" {
+		t.Errorf("busy transfer: got no Retry-After, want one")
 	}
 	if !slices.Equal(denied, []string{"account:b"}) {
-		t.Fatalf("DenyHandler resources: got %v, want [account:b]", denied)
+		t.Errorf("DenyHandler resources: got %v, want [account:b]", denied)
 	}
-	if err := v.lastErr(); !errors.Is(err, fencing.ErrNotAcquired) {
-		t.Fatalf("busy transfer: got error %v, want ErrNotAcquired", err)
-	}
-	if n := len(v.lockKeys()); n != 1 {
-		t.Fatalf("%d locks held after the busy transfer, want the holder's alone", n)
-	}
+	v.wantErr(t, 0, fencing.ErrNotAcquired)
+	check(t, "locks held after the busy transfer (the holder's alone)", len(v.lockKeys()), 1)
 
 	// No key: the ErrorHandler's 400.
-	v.e.Add(http.MethodPost, "/none", func(r Request) error { return r.NoContent(http.StatusNoContent) },
-		v.mw(Config{KeysExtractor: func(Request) ([]string, error) { return nil, nil }}))
-	if rec := v.serve(http.MethodPost, "/none"); rec.Code != http.StatusBadRequest {
-		t.Fatalf("no keys: got %d, want 400", rec.Code)
-	}
+	v.e.Add(http.MethodPost, "/none", noContent, v.mw(Config{KeysExtractor: func(Request) ([]string, error) { return nil, nil }}))
+	v.expect(http.MethodPost, "/none", http.StatusBadRequest)
 }
 
 // severalResourcesNoDeadlock sends transfers between two accounts in both directions at once:
 // all go through, one at a time per account.
-func severalResourcesNoDeadlock(t *testing.T, d Driver) {
-	v := newEnv(t, d)
+func severalResourcesNoDeadlock(t *testing.T, m Major) {
+	v := newEnv(t, m)
 	var mu sync.Mutex
 	inUse := map[string]bool{}
 	v.e.Add(http.MethodPost, "/transfer/:from/:to", func(r Request) error {
@@ -115,27 +80,20 @@ func severalResourcesNoDeadlock(t *testing.T, d Driver) {
 		mu.Lock()
 		if inUse[from] || inUse[to] {
 			mu.Unlock()
-			return fmt.Errorf("account held twice")
+			return errors.New("account held twice")
 		}
 		inUse[from], inUse[to] = true, true
 		mu.Unlock()
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // widens the window for an overlap, not a synchronisation
 		mu.Lock()
 		inUse[from], inUse[to] = false, false
 		mu.Unlock()
-		return r.NoContent(http.StatusNoContent)
+		return noContent(r)
 	}, v.mw(Config{KeysExtractor: transferKeys, Namespace: "account", MaxWait: 20 * time.Second}))
 	var wg sync.WaitGroup
 	for i := range 40 {
-		target := "/transfer/x/y"
-		if i%2 == 1 {
-			target = "/transfer/y/x"
-		}
-		wg.Go(func() {
-			if rec := v.serve(http.MethodPost, target); rec.Code != http.StatusNoContent {
-				t.Errorf("%s: got %d %q, want 204", target, rec.Code, rec.Body.String())
-			}
-		})
+		target := []string{"/transfer/x/y", "/transfer/y/x"}[i%2]
+		wg.Go(func() { v.expect(http.MethodPost, target, http.StatusNoContent) })
 	}
 	wg.Wait()
 }
