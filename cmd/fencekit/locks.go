@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/scan"
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
@@ -32,9 +32,6 @@ Example:
   fencekit locks -u redis://localhost:6379/0 --match 'order-*'
   fencekit locks --cluster -u 'redis://10.0.0.1:7000?addr=10.0.0.2:7000' --json
 `
-
-// inspectors bounds how many Inspect calls locks has in flight at once.
-const inspectors = 16
 
 // lockInfo is one held lock, as locks --json prints it.
 type lockInfo struct {
@@ -149,34 +146,21 @@ func (c *cli) locks(ctx context.Context, args []string) int {
 	return exitOK
 }
 
-// lockPattern returns the SCAN pattern of the lock keys under prefix: the keys that start
-// with the prefix and a hash tag and end as package wire names a lock key. wire.ResourceOf
-// tells which of them are lock keys.
-func lockPattern(prefix string) string {
-	k := wire.For("", "r")
-	return escapeGlob(prefix) + "{*" + escapeGlob(strings.TrimPrefix(k.Lock, k.Base()))
-}
-
 // findLocks scans every node for lock keys under prefix whose resource matches match, and
 // reads each resource with locker.
 func (c *cli) findLocks(ctx context.Context, client redis.UniversalClient, locker *fencing.Locker, prefix, match string, count int64) ([]lockInfo, error) {
-	pattern := lockPattern(prefix)
+	pattern := scan.LockPattern(prefix)
 	prog := c.newProgress("lock keys")
 	var (
 		mu  sync.Mutex
 		all []lockInfo
 	)
-	err := forEachNode(ctx, client, func(ctx context.Context, node *redis.Client) error {
+	err := scan.Each(ctx, client, func(ctx context.Context, node *redis.Client) error {
 		if n, err := node.DBSize(ctx).Result(); err == nil {
 			prog.addTotal(n)
 		}
-		return scanNode(ctx, node, pattern, count, func(keys []string) error {
-			var names []string
-			for _, key := range keys {
-				if name, ok := wire.ResourceOf(prefix, key); ok && globMatch(match, name) {
-					names = append(names, name)
-				}
-			}
+		return scan.Keys(ctx, node, pattern, count, func(keys []string) error {
+			names := scan.Names(prefix, match, keys)
 			prog.add(len(names))
 			if len(names) == 0 {
 				return nil
@@ -195,35 +179,23 @@ func (c *cli) findLocks(ctx context.Context, client redis.UniversalClient, locke
 	return all, err
 }
 
-// readLocks reads each resource of names with locker.Inspect, up to inspectors at once.
-// Resources that neither a holder nor a waiter has are left out: released since the scan,
-// or a shared or limited lock's hash outliving its last holder. A resource that Redis cannot
-// read (a key of an unexpected type) is reported on stderr and left out; other errors end
-// the scan.
+// readLocks reads each resource of names with locker.Inspect, up to scan.Inspectors at
+// once. Resources that neither a holder nor a waiter has are left out: released since the
+// scan, or a shared or limited lock's hash outliving its last holder. A resource that Redis
+// cannot read (a key of an unexpected type) is reported on stderr and left out; other errors
+// end the scan.
 func (c *cli) readLocks(ctx context.Context, locker *fencing.Locker, prefix string, names []string) ([]lockInfo, error) {
-	statuses := make([]*fencing.Status, len(names))
-	errs := make([]error, len(names))
-	sem := make(chan struct{}, inspectors)
-	var wg sync.WaitGroup
-	for i, name := range names {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			statuses[i], errs[i] = locker.Inspect(ctx, name)
-		})
-	}
-	wg.Wait()
+	statuses, errs := scan.Inspect(ctx, locker, names)
 	var out []lockInfo
 	for i, st := range statuses {
 		if err := errs[i]; err != nil {
-			var reply redis.Error
-			if !errors.As(err, &reply) && !errors.Is(err, fencing.ErrInvalid) {
+			if !scan.OneResource(err) {
 				return nil, err
 			}
 			fmt.Fprintf(c.stderr, "fencekit locks: skipped: %v\n", err)
 			continue
 		}
-		if len(st.Holders) == 0 && len(st.Waiters) == 0 {
+		if scan.Empty(st) {
 			continue
 		}
 		out = append(out, lockOf(prefix, st))
