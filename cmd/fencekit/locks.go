@@ -18,9 +18,10 @@ import (
 const locksHelp = `Lists the locks held: every lock key under the prefix found with SCAN (never KEYS), on
 every primary with --cluster, each read with the Locker's Inspect. For each: the resource
 (decoded, also names with braces), its mode (exclusive, shared or limit n), its token, the
-lease left, the waiters queued and how long the oldest live waiter has waited. A shared
+holder's label (fencing.WithLabel), the lease left, the waiters queued, how long the oldest
+live waiter has waited and the waiters' labels (the first three, in queue order). A shared
 resource (fencing.Shared) and a limited one (fencing.WithLimit) have one row per holder, each
-with its own token and lease left; a limited resource's name is followed by (holders/limit).
+with its own token, label and lease left; a limited resource's name is followed by (holders/limit).
 A resource nobody holds but with waiters queued (dead ones, or live ones about to be granted
 it) has one row of mode free. Sorted by lease left (for several holders, the latest), soonest
 to expire first. Progress is printed on stderr when the scan takes longer than a second.
@@ -44,11 +45,16 @@ type lockInfo struct {
 	// Value is the exclusive holder's lock value, "<owner>:<token>"; empty for the others.
 	Value string `json:"value"`
 	Owner string `json:"owner"`
+	// Label is the exclusive holder's label (fencing.WithLabel); "" without one, and for
+	// the others (see Holders).
+	Label string `json:"label"`
 	Token int64  `json:"token"`
 	// TTLMs is the lease left in milliseconds; -1 if the lock has no expiry, -2 when free.
 	TTLMs int64 `json:"ttl_ms"`
-	// Waiters is the number of waiters queued.
-	Waiters int64 `json:"waiters"`
+	// Waiters is the number of waiters queued; WaiterLabels are their labels in queue order,
+	// "" for a waiter without one (left out without waiters).
+	Waiters      int64    `json:"waiters"`
+	WaiterLabels []string `json:"waiter_labels,omitempty"`
 	// OldestWaitMs is how long the oldest live waiter has waited; null without one.
 	OldestWaitMs *int64 `json:"oldest_wait_ms"`
 	// Limit is a limited resource's limit, left out otherwise. Holders are the live holders
@@ -108,20 +114,20 @@ func (c *cli) locks(ctx context.Context, args []string) int {
 		return exitOK
 	}
 	tw := newTable(c.stdout)
-	fmt.Fprintln(tw, "RESOURCE\tMODE\tTOKEN\tLEASE LEFT\tWAITERS\tOLDEST WAIT")
+	fmt.Fprintln(tw, "RESOURCE\tMODE\tTOKEN\tLABEL\tLEASE LEFT\tWAITERS\tOLDEST WAIT\tWAITER LABELS")
 	held := 0
 	for _, l := range found {
 		wait := "-"
 		if l.OldestWaitMs != nil {
 			wait = c.age(*l.OldestWaitMs)
 		}
-		mode := modeText(l.Mode, l.Limit)
+		mode, waiting := modeText(l.Mode, l.Limit), labelsCell(l.WaiterLabels)
 		switch l.Mode {
 		case modeExclusive:
 			held++
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", displayName(l.Resource), mode, l.Token, c.ttl(l.TTLMs), l.Waiters, wait)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\n", displayName(l.Resource), mode, l.Token, labelCell(l.Label), c.ttl(l.TTLMs), l.Waiters, wait, waiting)
 		case modeFree:
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t%d\t%s\n", displayName(l.Resource), mode, l.Waiters, wait)
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t%d\t%s\t%s\n", displayName(l.Resource), mode, l.Waiters, wait, waiting)
 		default:
 			// A shared or limited resource: one row per holder; a limited resource's name is
 			// followed by holders/limit.
@@ -131,7 +137,7 @@ func (c *cli) locks(ctx context.Context, args []string) int {
 				name = fmt.Sprintf("%s (%d/%d)", name, len(l.Holders), l.Limit)
 			}
 			for _, h := range l.Holders {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", name, mode, h.Token, c.ttl(h.TTLMs), l.Waiters, wait)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\n", name, mode, h.Token, labelCell(h.Label), c.ttl(h.TTLMs), l.Waiters, wait, waiting)
 			}
 		}
 	}
@@ -210,13 +216,14 @@ func lockOf(prefix string, st *fencing.Status) lockInfo {
 		Key:          wire.For(prefix, st.Resource).Lock,
 		TTLMs:        latestLease(st),
 		Waiters:      int64(len(st.Waiters)),
+		WaiterLabels: waiterLabels(st),
 		OldestWaitMs: oldestWait(st),
 	}
 	info.Mode, info.Limit = holdersMode(st)
 	switch info.Mode {
 	case modeExclusive:
 		h := st.Holders[0]
-		info.Value, info.Owner, info.Token = wire.Value(h.Owner, h.Token), h.Owner, h.Token
+		info.Value, info.Owner, info.Label, info.Token = wire.Value(h.Owner, h.Token), h.Owner, h.Label, h.Token
 	case modeFree:
 	default:
 		info.Holders = holdersOf(st)
