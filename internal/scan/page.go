@@ -41,8 +41,8 @@ type Page struct {
 }
 
 // ReadPage returns the next page of the resources whose lock keys are under prefix and whose
-// names match the glob match: from the start for cursor "", else from where the page that
-// returned cursor as its Next stopped. It scans the servers of Nodes one after the other,
+// names match every glob of match (Match): from the start for cursor "", else from where the
+// page that returned cursor as its Next stopped. It scans the servers of Nodes one after the other,
 // each with SCAN until it ends, and makes SCAN calls until the page holds at least want
 // names (it can hold more: a SCAN reply is not split), the scan ends, or the calls' COUNT
 // hints add up to 100,000 (a page can then hold fewer than want, even none, and have a Next).
@@ -53,7 +53,7 @@ type Page struct {
 // may or may not be. A cursor that ReadPage did not make is an error wrapping ErrCursor;
 // one made when other servers held the keys, ErrServersChanged: the listing must start
 // again. Other errors come from Redis and name the server.
-func ReadPage(ctx context.Context, client redis.UniversalClient, prefix, match, cursor string, want int) (Page, error) {
+func ReadPage(ctx context.Context, client redis.UniversalClient, prefix, cursor string, want int, match ...string) (Page, error) {
 	nodes, err := Nodes(ctx, client)
 	if err != nil {
 		return Page{}, err
@@ -81,8 +81,8 @@ func ReadPage(ctx context.Context, client redis.UniversalClient, prefix, match, 
 			return Page{}, fmt.Errorf("SCAN on %s: %w", node.Options().Addr, err)
 		}
 		found := 0
-		for _, name := range Names(prefix, match, keys) {
-			if !seen[name] {
+		for _, name := range Names(prefix, "*", keys) {
+			if !seen[name] && matchAll(match, name) {
 				seen[name] = true
 				page.Names = append(page.Names, name)
 				found++
@@ -99,6 +99,16 @@ func ReadPage(ctx context.Context, client redis.UniversalClient, prefix, match, 
 	}
 	page.Next = pos.format(fingerprint(addrs))
 	return page, nil
+}
+
+// matchAll reports whether name matches every glob of globs.
+func matchAll(globs []string, name string) bool {
+	for _, g := range globs {
+		if !Match(g, name) {
+			return false
+		}
+	}
+	return true
 }
 
 // position is where a listing stands: SCAN's cursor on the node-th server of Nodes, the

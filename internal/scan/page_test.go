@@ -63,7 +63,7 @@ func listAll(t *testing.T, client redis.UniversalClient, match string, want int)
 	got := map[string]int{}
 	cursor, pages := "", 0
 	for {
-		page, err := ReadPage(t.Context(), client, prefix, match, cursor, want)
+		page, err := ReadPage(t.Context(), client, prefix, cursor, want, match)
 		if err != nil {
 			t.Fatalf("page %d: %v", pages+1, err)
 		}
@@ -134,21 +134,21 @@ func TestReadPageCursor(t *testing.T) {
 	client := redisproc.Start(t).Client(t)
 	fill(t, client, 50)
 	ctx := t.Context()
-	page, err := ReadPage(ctx, client, prefix, "*", "", 10)
+	page, err := ReadPage(ctx, client, prefix, "", 10)
 	if err != nil || page.Next == "" {
 		t.Fatalf("first page: %+v, %v; want a next page", page, err)
 	}
 	other := redisproc.Start(t).Client(t)
-	if _, err := ReadPage(ctx, other, prefix, "*", page.Next, 10); !errors.Is(err, ErrServersChanged) {
+	if _, err := ReadPage(ctx, other, prefix, page.Next, 10); !errors.Is(err, ErrServersChanged) {
 		t.Errorf("a cursor of another server: got %v, want ErrServersChanged", err)
 	}
 	fp := fingerprint([]string{client.Options().Addr})
 	for _, cursor := range []string{"x", "!!", position{node: 1}.format(fp), "MTpiYWQ", page.Next + "A"} {
-		if _, err := ReadPage(ctx, client, prefix, "*", cursor, 10); !errors.Is(err, ErrCursor) {
+		if _, err := ReadPage(ctx, client, prefix, cursor, 10); !errors.Is(err, ErrCursor) {
 			t.Errorf("cursor %q: got %v, want ErrCursor", cursor, err)
 		}
 	}
-	if _, err := ReadPage(ctx, wrapped{client}, prefix, "*", "", 10); err == nil || !strings.Contains(err.Error(), "scan.wrapped") {
+	if _, err := ReadPage(ctx, wrapped{client}, prefix, "", 10); err == nil || !strings.Contains(err.Error(), "scan.wrapped") {
 		t.Errorf("a client of another type: got %v, want an error naming its type", err)
 	}
 }
