@@ -14,10 +14,13 @@
 // with Echo v4 or v5, through echo.WrapHandler, behind the group's own middleware:
 //
 //	admin := e.Group("/admin", adminAuth) // the service's own access control
-//	admin.Any("/locks/*", echo.WrapHandler(http.StripPrefix("/admin/locks", dashboard.New(locker))))
+//	page := echo.WrapHandler(http.StripPrefix("/admin/locks", dashboard.New(locker)))
+//	admin.Any("/locks", page)
+//	admin.Any("/locks/*", page)
 //
 // A request for the mount point without its slash ("/admin/locks") is redirected to it
-// ("/admin/locks/"), so that the pages' relative links resolve. The Handler has no access
+// ("/admin/locks/"), so that the pages' relative links resolve (a ServeMux does it itself;
+// Echo's route "/locks/*" does not match "/admin/locks", hence the route "/locks"). The Handler has no access
 // control of its own: the service's middleware guards it, as it guards any admin route.
 //
 // # Routes
