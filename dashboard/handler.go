@@ -41,9 +41,6 @@ func New(locker *fencing.Locker, opts ...Option) *Handler {
 	for _, o := range h.cfg.origins {
 		_ = h.origin.AddTrustedOrigin(o) // checked by WithTrustedOrigins
 	}
-	h.origin.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.fail(w, r, http.StatusForbidden, errors.New("dashboard: force release refused: cross-origin request"))
-	}))
 	var err error
 	h.pages, err = parsePages()
 	switch {
