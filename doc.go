@@ -5,5 +5,6 @@
 // [github.com/fencekit/fencekit/middleware] (Echo v4),
 // [github.com/fencekit/fencekit/asynqfence] (Asynq),
 // [github.com/fencekit/fencekit/cronfence] (robfig/cron v3) and
-// [github.com/fencekit/fencekit/tracing] (OpenTelemetry).
+// [github.com/fencekit/fencekit/tracing] (OpenTelemetry); and the operators' page,
+// [github.com/fencekit/fencekit/dashboard].
 package fencekit

@@ -30,15 +30,17 @@ type fixtureLock struct {
 	fenceMinutes int
 	waiters      int64
 	oldestMs     int64 // the oldest live waiter's wait; -1 without a live waiter
-	// kind is the holders' kind: exclusive (the zero Kind), held by ownerID; or shared or
-	// limited, whose holders are listed by token.
+	// kind is the holders' kind: exclusive (the zero Kind), held by ownerID with label; or
+	// shared or limited, whose holders are listed by token.
 	kind    wire.Kind
+	label   string
 	holders []fixtureHolder
 }
 
 // fixtureHolder is one holder of a shared or limited resource of the fixture.
 type fixtureHolder struct {
-	owner   string
+	owner   string // without its label
+	label   string
 	token   int64
 	minutes int // lease, plus margin
 }
@@ -61,9 +63,10 @@ var (
 // fixtureLocks are the locks prepare writes, awkward names included: braces (base64
 // keys), spaces, unicode, colons, a name ending in ":lock", a newline, a token from the
 // server-time floor; a shared resource of two holders (one granted from the queue, whose
-// owner is its queue element) and a limited one.
+// owner is its queue element) and a limited one. Some holders and waiters have labels
+// (fencing.WithLabel), one with a space.
 var fixtureLocks = []fixtureLock{
-	{name: "order-42", token: 7, minutes: 10, fence: 7, waiters: 4, oldestMs: 180_000},
+	{name: "order-42", token: 7, minutes: 10, fence: 7, waiters: 4, oldestMs: 180_000, label: "export-42"},
 	{name: "{braced}", token: 3, minutes: 5, fence: 3, fenceMinutes: 30, oldestMs: -1},
 	{name: "with space", token: 1, minutes: 20, fence: 1, oldestMs: -1},
 	{name: "ünïcode-ключ", token: 12, minutes: 1, fence: 12, oldestMs: -1},
@@ -73,11 +76,11 @@ var fixtureLocks = []fixtureLock{
 	{name: "floor-token", token: 1_800_000_000_000_123, minutes: 6, fence: 1_800_000_000_000_123, oldestMs: -1},
 	{name: "report-7", token: 11, minutes: 9, fence: 11, waiters: 2, oldestMs: 120_000, kind: shared, holders: []fixtureHolder{
 		{owner: ownerID, token: 10, minutes: 8},
-		{owner: element(liveB, 5, 3000, false, 0, shared), token: 11, minutes: 9},
+		{owner: element(liveB, 5, 3000, false, 0, shared), label: "report job 11", token: 11, minutes: 9},
 	}},
 	{name: "pool", token: 5, minutes: 15, fence: 5, oldestMs: -1, kind: wire.Kind{Limit: 3}, holders: []fixtureHolder{
 		{owner: ownerID, token: 4, minutes: 11},
-		{owner: otherID, token: 5, minutes: 15},
+		{owner: otherID, label: "worker-2", token: 5, minutes: 15},
 	}},
 }
 
@@ -96,12 +99,12 @@ var (
 	order42Queue = []string{
 		element(deadID, 1, 3000, false, 0, exclusive),
 		element(liveB, 1, 3000, false, 0, shared),
-		element(liveC, 4, 2000, true, time.Hour, exclusive),
+		wire.Labeled(element(liveC, 4, 2000, true, time.Hour, exclusive), "retry-7"),
 		element(liveB, 2, 3000, true, 0, shared),
 	}
 	// report-7, held shared: a writer waits, and a dead reader behind it.
 	report7Queue = []string{
-		element(liveC, 9, 3000, true, time.Hour, exclusive),
+		wire.Labeled(element(liveC, 9, 3000, true, time.Hour, exclusive), "writer-1"),
 		element(deadID, 3, 3000, true, 0, shared),
 	}
 	// x}:lock: only a dead waiter.
@@ -128,7 +131,7 @@ func prepare(t testing.TB, client redis.UniversalClient, prefix string) {
 	for _, l := range fixtureLocks {
 		k := wire.For(prefix, l.name)
 		if l.kind.Exclusive() {
-			v := wire.Value(ownerID, l.token)
+			v := wire.Value(wire.Labeled(ownerID, l.label), l.token)
 			if l.waiters > 0 {
 				v += "+" // the mark of a holder with waiters queued behind it
 			}
@@ -147,7 +150,7 @@ func prepare(t testing.TB, client redis.UniversalClient, prefix string) {
 			}
 			fields := []any{"k", l.kind.Arg(), "q", q, "e", ms(first), "x", ms(last), "t", ms(2 * last)}
 			for _, h := range l.holders {
-				fields = append(fields, h.owner, ms(minutes(h.minutes))+":"+strconv.FormatInt(h.token, 10))
+				fields = append(fields, wire.Labeled(h.owner, h.label), ms(minutes(h.minutes))+":"+strconv.FormatInt(h.token, 10))
 			}
 			pipe.HSet(ctx, k.Lock, fields...)
 			pipe.PExpire(ctx, k.Lock, 2*last)

@@ -26,13 +26,20 @@ type common struct {
 // newFlags returns a FlagSet for a command with the common flags registered. usage is the
 // command's help text after the flag list: a description and an example.
 func (c *cli) newFlags(name, synopsis, usage string) (*flag.FlagSet, *common) {
+	fs, o := c.newServerFlags(name, synopsis, usage)
+	fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
+	return fs, o
+}
+
+// newServerFlags is newFlags without --json: the flags that choose the server and the
+// prefix.
+func (c *cli) newServerFlags(name, synopsis, usage string) (*flag.FlagSet, *common) {
 	fs := flag.NewFlagSet("fencekit "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // parse errors and help are printed by parse
 	o := &common{}
 	fs.StringVar(&o.url, "u", "", "Redis `URL` (default: $REDIS_URL, else "+defaultURL+")")
 	fs.BoolVar(&o.cluster, "cluster", false, "connect to a Redis Cluster and scan every primary")
 	fs.StringVar(&o.prefix, "prefix", fencing.DefaultPrefix, "key prefix `P` of the Locker (fencing.WithPrefix)")
-	fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
 	fs.Usage = func() {
 		w := fs.Output()
 		fmt.Fprintf(w, "Usage: fencekit %s %s\n\n", name, synopsis)

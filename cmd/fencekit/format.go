@@ -38,6 +38,46 @@ func displayName(s string) string {
 	return s
 }
 
+// labelText formats a label at the end of a line: ", label L", or nothing without one.
+func labelText(label string) string {
+	if label == "" {
+		return ""
+	}
+	return ", label " + displayName(label)
+}
+
+// labelCell formats a label for a table: "-" without one.
+func labelCell(label string) string {
+	if label == "" {
+		return "-"
+	}
+	return displayName(label)
+}
+
+// labelsCell formats the labels of a resource's waiters for a table: those it has, in queue
+// order, the first three and a count of the others; "-" when none has one.
+func labelsCell(labels []string) string {
+	var shown []string
+	more := 0
+	for _, l := range labels {
+		switch {
+		case l == "":
+		case len(shown) < 3:
+			shown = append(shown, displayName(l))
+		default:
+			more++
+		}
+	}
+	if len(shown) == 0 {
+		return "-"
+	}
+	s := strings.Join(shown, ", ")
+	if more > 0 {
+		s += fmt.Sprintf(" +%d", more)
+	}
+	return s
+}
+
 // ttl formats a remaining time in milliseconds: -1 (no expiry) as "never", -2 (no key, no
 // holder) as "-".
 func (c *cli) ttl(ms int64) string {

@@ -71,8 +71,11 @@ func checkLocksJSON(t *testing.T, tg target) {
 		if l.Token != want.token || l.Waiters != want.waiters || l.Key != wire.For(tg.prefix, want.name).Lock {
 			t.Errorf("%q: got %+v, want token %d, waiters %d", want.name, l, want.token, want.waiters)
 		}
-		if want.kind.Exclusive() && l.Value != wire.Value(ownerID, want.token) {
-			t.Errorf("%q: value %q, want %q", want.name, l.Value, wire.Value(ownerID, want.token))
+		if v := wire.Value(wire.Labeled(ownerID, want.label), want.token); want.kind.Exclusive() && (l.Value != v || l.Label != want.label) {
+			t.Errorf("%q: value %q, label %q; want %q, %q", want.name, l.Value, l.Label, v, want.label)
+		}
+		if !equalLabels(l.WaiterLabels, wantWaiterLabels[want.name]) {
+			t.Errorf("%q: waiter_labels %q, want %q", want.name, l.WaiterLabels, wantWaiterLabels[want.name])
 		}
 		checkMode(t, want, l.Mode, l.Limit, l.Owner, l.Holders)
 		if l.TTLMs <= 0 || l.TTLMs > lease {
@@ -104,7 +107,7 @@ func deref[T any](p *T) any {
 // checkMode checks a lock's mode, limit, owner and holders in JSON against the fixture.
 func checkMode(t *testing.T, want fixtureLock, mode string, limit int, owner string, holders []holderInfo) {
 	t.Helper()
-	wantMode, wantLimit, wantOwner := modeExclusive, 0, ownerID
+	wantMode, wantLimit, wantOwner := modeExclusive, 0, wire.Labeled(ownerID, want.label)
 	switch {
 	case want.kind.Shared:
 		wantMode, wantOwner = modeShared, ""
@@ -120,8 +123,8 @@ func checkMode(t *testing.T, want fixtureLock, mode string, limit int, owner str
 	for i, h := range holders {
 		w := want.holders[i]
 		lease := int64(w.minutes)*60_000 + margin.Milliseconds()
-		if h.Owner != w.owner || h.Token != w.token || h.TTLMs <= lease-60_000 || h.TTLMs > lease {
-			t.Errorf("%q: holder %d: got %+v, want owner %s, token %d, ttl_ms in (%d, %d]", want.name, i, h, w.owner, w.token, lease-60_000, lease)
+		if h.Owner != wire.Labeled(w.owner, w.label) || h.Label != w.label || h.Token != w.token || h.TTLMs <= lease-60_000 || h.TTLMs > lease {
+			t.Errorf("%q: holder %d: got %+v, want owner %s, label %q, token %d, ttl_ms in (%d, %d]", want.name, i, h, w.owner, w.label, w.token, lease-60_000, lease)
 		}
 	}
 }
@@ -144,7 +147,8 @@ func checkShowJSON(t *testing.T, tg target) {
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
 		t.Fatalf("%v in\n%s", err, r.stdout)
 	}
-	if got.Lock == nil || got.Lock.Mode != modeExclusive || got.Lock.Token != 7 || got.Lock.Owner != ownerID || got.Lock.Value != wire.Value(ownerID, 7) || got.Lock.Holders != nil ||
+	owner := wire.Labeled(ownerID, "export-42")
+	if got.Lock == nil || got.Lock.Mode != modeExclusive || got.Lock.Token != 7 || got.Lock.Owner != owner || got.Lock.Label != "export-42" || got.Lock.Value != wire.Value(owner, 7) || got.Lock.Holders != nil ||
 		got.Fence.LastToken == nil || *got.Fence.LastToken != 7 || got.Fence.NextToken != 8 || got.Fence.TTLMs != -1 {
 		t.Errorf("lock and fence: got %+v, %+v", got.Lock, got.Fence)
 	}
@@ -155,7 +159,7 @@ func checkShowJSON(t *testing.T, tg target) {
 	checkQueue(t, got.Queue, []entry{
 		{id: deadID, mode: modeExclusive},
 		{id: liveB, mode: modeShared, live: true, waitingMs: ptr(180_000)},
-		{id: liveC, mode: modeExclusive, live: true, floor: true, expiry: ptr(3_600_000), waitingMs: ptr(60_000)},
+		{id: liveC, label: "retry-7", mode: modeExclusive, live: true, floor: true, expiry: ptr(3_600_000), waitingMs: ptr(60_000)},
 		{id: liveB, mode: modeShared, live: true, floor: true, waitingMs: ptr(180_000)},
 	})
 
@@ -179,7 +183,7 @@ func checkShowJSON(t *testing.T, tg target) {
 			continue
 		}
 		checkQueue(t, got.Queue, []entry{
-			{id: liveC, mode: modeExclusive, live: true, floor: true, expiry: ptr(3_600_000), waitingMs: ptr(120_000)},
+			{id: liveC, label: "writer-1", mode: modeExclusive, live: true, floor: true, expiry: ptr(3_600_000), waitingMs: ptr(120_000)},
 			{id: deadID, mode: modeShared, floor: true},
 		})
 	}
@@ -204,7 +208,7 @@ func checkShowJSON(t *testing.T, tg target) {
 
 // entry is a queue entry wanted: waitingMs is the fixture's wait, nil for a dead waiter.
 type entry struct {
-	id, mode          string
+	id, label, mode   string
 	limit             int
 	live, floor       bool
 	expiry, waitingMs *int64
@@ -218,12 +222,24 @@ func checkQueue(t *testing.T, q queueState, want []entry) {
 	}
 	for i, e := range q.Entries {
 		w := want[i]
-		ok := e.Position == i && e.ID == w.id && e.Mode == w.mode && e.Limit == w.limit && e.Live == w.live && e.Floor == w.floor &&
+		ok := e.Position == i && e.ID == w.id && e.Label == w.label && e.Mode == w.mode && e.Limit == w.limit && e.Live == w.live && e.Floor == w.floor &&
 			equalPtr(e.CounterExpiryMs, w.expiry) && (w.waitingMs == nil) == (e.WaitingMs == nil)
 		if !ok || (w.waitingMs != nil && !waited(e.WaitingMs, *w.waitingMs)) {
 			t.Errorf("entry %d: got %+v (waiting %v), want %+v (waiting %v)", i, e, deref(e.WaitingMs), w, deref(w.waitingMs))
 		}
 	}
+}
+
+// wantWaiterLabels are the labels of the fixture's waiters, by resource, as locks --json
+// prints them.
+var wantWaiterLabels = map[string][]string{
+	"order-42": {"", "", "retry-7", ""},
+	"report-7": {"writer-1", ""},
+	"x}:lock":  {""},
+}
+
+func equalLabels(a, b []string) bool {
+	return len(a) == len(b) && (len(a) == 0 || strings.Join(a, "\x00") == strings.Join(b, "\x00"))
 }
 
 func equalPtr[T comparable](a, b *T) bool {

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,15 +11,17 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
+	"github.com/fencekit/fencekit/internal/scan"
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
 const locksHelp = `Lists the locks held: every lock key under the prefix found with SCAN (never KEYS), on
 every primary with --cluster, each read with the Locker's Inspect. For each: the resource
 (decoded, also names with braces), its mode (exclusive, shared or limit n), its token, the
-lease left, the waiters queued and how long the oldest live waiter has waited. A shared
+holder's label (fencing.WithLabel), the lease left, the waiters queued, how long the oldest
+live waiter has waited and the waiters' labels (the first three, in queue order). A shared
 resource (fencing.Shared) and a limited one (fencing.WithLimit) have one row per holder, each
-with its own token and lease left; a limited resource's name is followed by (holders/limit).
+with its own token, label and lease left; a limited resource's name is followed by (holders/limit).
 A resource nobody holds but with waiters queued (dead ones, or live ones about to be granted
 it) has one row of mode free. Sorted by lease left (for several holders, the latest), soonest
 to expire first. Progress is printed on stderr when the scan takes longer than a second.
@@ -33,9 +34,6 @@ Example:
   fencekit locks --cluster -u 'redis://10.0.0.1:7000?addr=10.0.0.2:7000' --json
 `
 
-// inspectors bounds how many Inspect calls locks has in flight at once.
-const inspectors = 16
-
 // lockInfo is one held lock, as locks --json prints it.
 type lockInfo struct {
 	Resource string `json:"resource"`
@@ -47,11 +45,16 @@ type lockInfo struct {
 	// Value is the exclusive holder's lock value, "<owner>:<token>"; empty for the others.
 	Value string `json:"value"`
 	Owner string `json:"owner"`
+	// Label is the exclusive holder's label (fencing.WithLabel); "" without one, and for
+	// the others (see Holders).
+	Label string `json:"label"`
 	Token int64  `json:"token"`
 	// TTLMs is the lease left in milliseconds; -1 if the lock has no expiry, -2 when free.
 	TTLMs int64 `json:"ttl_ms"`
-	// Waiters is the number of waiters queued.
-	Waiters int64 `json:"waiters"`
+	// Waiters is the number of waiters queued; WaiterLabels are their labels in queue order,
+	// "" for a waiter without one (left out without waiters).
+	Waiters      int64    `json:"waiters"`
+	WaiterLabels []string `json:"waiter_labels,omitempty"`
 	// OldestWaitMs is how long the oldest live waiter has waited; null without one.
 	OldestWaitMs *int64 `json:"oldest_wait_ms"`
 	// Limit is a limited resource's limit, left out otherwise. Holders are the live holders
@@ -111,20 +114,20 @@ func (c *cli) locks(ctx context.Context, args []string) int {
 		return exitOK
 	}
 	tw := newTable(c.stdout)
-	fmt.Fprintln(tw, "RESOURCE\tMODE\tTOKEN\tLEASE LEFT\tWAITERS\tOLDEST WAIT")
+	fmt.Fprintln(tw, "RESOURCE\tMODE\tTOKEN\tLABEL\tLEASE LEFT\tWAITERS\tOLDEST WAIT\tWAITER LABELS")
 	held := 0
 	for _, l := range found {
 		wait := "-"
 		if l.OldestWaitMs != nil {
 			wait = c.age(*l.OldestWaitMs)
 		}
-		mode := modeText(l.Mode, l.Limit)
+		mode, waiting := modeText(l.Mode, l.Limit), labelsCell(l.WaiterLabels)
 		switch l.Mode {
 		case modeExclusive:
 			held++
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", displayName(l.Resource), mode, l.Token, c.ttl(l.TTLMs), l.Waiters, wait)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\n", displayName(l.Resource), mode, l.Token, labelCell(l.Label), c.ttl(l.TTLMs), l.Waiters, wait, waiting)
 		case modeFree:
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t%d\t%s\n", displayName(l.Resource), mode, l.Waiters, wait)
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t%d\t%s\t%s\n", displayName(l.Resource), mode, l.Waiters, wait, waiting)
 		default:
 			// A shared or limited resource: one row per holder; a limited resource's name is
 			// followed by holders/limit.
@@ -134,7 +137,7 @@ func (c *cli) locks(ctx context.Context, args []string) int {
 				name = fmt.Sprintf("%s (%d/%d)", name, len(l.Holders), l.Limit)
 			}
 			for _, h := range l.Holders {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", name, mode, h.Token, c.ttl(h.TTLMs), l.Waiters, wait)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\n", name, mode, h.Token, labelCell(h.Label), c.ttl(h.TTLMs), l.Waiters, wait, waiting)
 			}
 		}
 	}
@@ -149,34 +152,21 @@ func (c *cli) locks(ctx context.Context, args []string) int {
 	return exitOK
 }
 
-// lockPattern returns the SCAN pattern of the lock keys under prefix: the keys that start
-// with the prefix and a hash tag and end as package wire names a lock key. wire.ResourceOf
-// tells which of them are lock keys.
-func lockPattern(prefix string) string {
-	k := wire.For("", "r")
-	return escapeGlob(prefix) + "{*" + escapeGlob(strings.TrimPrefix(k.Lock, k.Base()))
-}
-
 // findLocks scans every node for lock keys under prefix whose resource matches match, and
 // reads each resource with locker.
 func (c *cli) findLocks(ctx context.Context, client redis.UniversalClient, locker *fencing.Locker, prefix, match string, count int64) ([]lockInfo, error) {
-	pattern := lockPattern(prefix)
+	pattern := scan.LockPattern(prefix)
 	prog := c.newProgress("lock keys")
 	var (
 		mu  sync.Mutex
 		all []lockInfo
 	)
-	err := forEachNode(ctx, client, func(ctx context.Context, node *redis.Client) error {
+	err := scan.Each(ctx, client, func(ctx context.Context, node *redis.Client) error {
 		if n, err := node.DBSize(ctx).Result(); err == nil {
 			prog.addTotal(n)
 		}
-		return scanNode(ctx, node, pattern, count, func(keys []string) error {
-			var names []string
-			for _, key := range keys {
-				if name, ok := wire.ResourceOf(prefix, key); ok && globMatch(match, name) {
-					names = append(names, name)
-				}
-			}
+		return scan.Keys(ctx, node, pattern, count, func(keys []string) error {
+			names := scan.Names(prefix, match, keys)
 			prog.add(len(names))
 			if len(names) == 0 {
 				return nil
@@ -195,35 +185,23 @@ func (c *cli) findLocks(ctx context.Context, client redis.UniversalClient, locke
 	return all, err
 }
 
-// readLocks reads each resource of names with locker.Inspect, up to inspectors at once.
-// Resources that neither a holder nor a waiter has are left out: released since the scan,
-// or a shared or limited lock's hash outliving its last holder. A resource that Redis cannot
-// read (a key of an unexpected type) is reported on stderr and left out; other errors end
-// the scan.
+// readLocks reads each resource of names with locker.Inspect, up to scan.Inspectors at
+// once. Resources that neither a holder nor a waiter has are left out: released since the
+// scan, or a shared or limited lock's hash outliving its last holder. A resource that Redis
+// cannot read (a key of an unexpected type) is reported on stderr and left out; other errors
+// end the scan.
 func (c *cli) readLocks(ctx context.Context, locker *fencing.Locker, prefix string, names []string) ([]lockInfo, error) {
-	statuses := make([]*fencing.Status, len(names))
-	errs := make([]error, len(names))
-	sem := make(chan struct{}, inspectors)
-	var wg sync.WaitGroup
-	for i, name := range names {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			statuses[i], errs[i] = locker.Inspect(ctx, name)
-		})
-	}
-	wg.Wait()
+	statuses, errs := scan.Inspect(ctx, locker, names)
 	var out []lockInfo
 	for i, st := range statuses {
 		if err := errs[i]; err != nil {
-			var reply redis.Error
-			if !errors.As(err, &reply) && !errors.Is(err, fencing.ErrInvalid) {
+			if !scan.OneResource(err) {
 				return nil, err
 			}
 			fmt.Fprintf(c.stderr, "fencekit locks: skipped: %v\n", err)
 			continue
 		}
-		if len(st.Holders) == 0 && len(st.Waiters) == 0 {
+		if scan.Empty(st) {
 			continue
 		}
 		out = append(out, lockOf(prefix, st))
@@ -238,13 +216,14 @@ func lockOf(prefix string, st *fencing.Status) lockInfo {
 		Key:          wire.For(prefix, st.Resource).Lock,
 		TTLMs:        latestLease(st),
 		Waiters:      int64(len(st.Waiters)),
+		WaiterLabels: waiterLabels(st),
 		OldestWaitMs: oldestWait(st),
 	}
 	info.Mode, info.Limit = holdersMode(st)
 	switch info.Mode {
 	case modeExclusive:
 		h := st.Holders[0]
-		info.Value, info.Owner, info.Token = wire.Value(h.Owner, h.Token), h.Owner, h.Token
+		info.Value, info.Owner, info.Label, info.Token = wire.Value(h.Owner, h.Token), h.Owner, h.Label, h.Token
 	case modeFree:
 	default:
 		info.Holders = holdersOf(st)

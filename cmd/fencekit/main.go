@@ -1,6 +1,7 @@
 // Command fencekit shows and operates the fenced locks that package fencing keeps in Redis:
 // the locks held, one resource's lock, counter and queue, the server audit, a forced release
-// of a stuck lock, and statistics of the keys left behind.
+// of a stuck lock, statistics of the keys left behind, and the operators' page (package
+// dashboard) served on its own.
 //
 // Run "fencekit --help" for the commands and exit codes, and "fencekit COMMAND --help" for
 // each command's flags and an example. docs/cli.md has a sample session.
@@ -74,11 +75,13 @@ var commands = []command{
 	{"check", "audit the server settings (servercheck.Check); exit 3 when unsafe", (*cli).check},
 	{"release", "free a stuck lock and hand it to its waiters (needs --force)", (*cli).release},
 	{"stats", "count locks, fence counters, queues and their memory", (*cli).stats},
+	{"serve", "serve the operators' page of the locks (package dashboard) over HTTP", (*cli).serve},
 }
 
 const exitCodesHelp = `Exit codes:
   0  success
-  1  error: Redis unreachable or failing; release declined or the lock changed meanwhile
+  1  error: Redis unreachable or failing; release declined or the lock changed meanwhile;
+     serve cannot listen
   2  usage error: unknown command, bad flag or argument
   3  check found an unsafe server setting (maxmemory-policy allkeys-*)
   4  show or release: no lock is held on the resource
@@ -103,7 +106,7 @@ Flags every command takes:
   --cluster     connect to a Redis Cluster (redis://host:port?addr=host2:port2)
                 and scan every primary
   --prefix P    key prefix given to fencing.WithPrefix (default "fencing:")
-  --json        print JSON instead of a table
+  --json        print JSON instead of a table (all but serve)
 
 Run "fencekit COMMAND --help" for a command's flags and an example.
 

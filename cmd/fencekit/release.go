@@ -47,6 +47,8 @@ type releaseOutput struct {
 	// Value is the holder's lock value, "<owner>:<token>".
 	Value string `json:"value"`
 	Owner string `json:"owner"`
+	// Label is the holder's label (fencing.WithLabel), "" without one.
+	Label string `json:"label"`
 	Token int64  `json:"token"`
 	// Reason says why the lock was not released: "not found", "declined", "changed" or
 	// "several holders" (a shared or limited resource, without --token).
@@ -99,12 +101,12 @@ func (c *cli) release(ctx context.Context, args []string) int {
 	if !ok {
 		return code
 	}
-	out.Owner, out.Token, out.Value = h.Owner, h.Token, wire.Value(h.Owner, h.Token)
+	out.Owner, out.Label, out.Token, out.Value = h.Owner, h.Label, h.Token, wire.Value(h.Owner, h.Token)
 	if !o.json {
 		if mode == modeExclusive {
-			fmt.Fprintf(c.stdout, "Lock on %s: token %d, owner %s, lease left %s.\n", strconv.Quote(name), h.Token, h.Owner, c.ttl(leaseMs(h.TTL)))
+			fmt.Fprintf(c.stdout, "Lock on %s: token %d, owner %s%s, lease left %s.\n", strconv.Quote(name), h.Token, h.Owner, labelText(h.Label), c.ttl(leaseMs(h.TTL)))
 		} else {
-			fmt.Fprintf(c.stdout, "Holder of %s, %s: token %d, owner %s, lease left %s.\n", strconv.Quote(name), what, h.Token, h.Owner, c.ttl(leaseMs(h.TTL)))
+			fmt.Fprintf(c.stdout, "Holder of %s, %s: token %d, owner %s%s, lease left %s.\n", strconv.Quote(name), what, h.Token, h.Owner, labelText(h.Label), c.ttl(leaseMs(h.TTL)))
 		}
 	}
 	if !*yes {

@@ -324,7 +324,7 @@ func TestOddKeys(t *testing.T) {
 		t.Errorf("free-waiters: got %+v", l)
 	}
 	r = tg.run(t, exitOK, "locks")
-	if !strings.Contains(r.stdout, "free-waiters  free    -      -           1        -\n") || !strings.HasSuffix(r.stdout, "2 lock(s) held; 1 resource free with waiters queued\n") {
+	if !strings.Contains(r.stdout, "free-waiters  free    -      -      -           1        -            -\n") || !strings.HasSuffix(r.stdout, "2 lock(s) held; 1 resource free with waiters queued\n") {
 		t.Errorf("locks: got\n%s", r.stdout)
 	}
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,36 +12,6 @@ import (
 
 // defaultScanCount is the COUNT hint of every SCAN call.
 const defaultScanCount = 1000
-
-// forEachNode calls fn with every server that holds keys: the client itself, or each
-// primary of a Cluster, concurrently. fn must be safe for concurrent use.
-func forEachNode(ctx context.Context, client redis.UniversalClient, fn func(ctx context.Context, node *redis.Client) error) error {
-	switch c := client.(type) {
-	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, fn)
-	case *redis.Client:
-		return fn(ctx, c)
-	}
-	return fmt.Errorf("unsupported client %T", client)
-}
-
-// scanNode runs SCAN MATCH pattern COUNT count over node and calls batch with the keys of
-// each reply that returned some.
-func scanNode(ctx context.Context, node *redis.Client, pattern string, count int64, batch func(keys []string) error) error {
-	var cursor uint64
-	for {
-		keys, next, err := node.Scan(ctx, cursor, pattern, count).Result()
-		if err != nil {
-			return fmt.Errorf("SCAN on %s: %w", node.Options().Addr, err)
-		}
-		if err := batch(keys); err != nil {
-			return err
-		}
-		if cursor = next; cursor == 0 {
-			return nil
-		}
-	}
-}
 
 // progress reports a scan's progress on stderr: nothing before the scan has run for
 // every, then a line at most every interval, and a last line when it ends. It is safe for

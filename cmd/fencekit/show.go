@@ -15,6 +15,7 @@ The lock is shown with its mode: exclusive (its owner, token and lease left), sh
 (fencing.Shared: every shared holder with its token, lease left and owner) or limit n
 (fencing.WithLimit: the limit and every holder likewise).
 
+Each holder and each waiter is shown with its label (fencing.WithLabel), if it has one.
 Each waiter is shown in queue order with the kind of acquisition it waits for (exclusive,
 shared or limit n), whether its tokens are floored at the server clock (WithServerTimeFloor;
 "yes, expiry D" with WithCounterExpiry(D), which implies the floor), whether its Locker still
@@ -50,6 +51,9 @@ type lockState struct {
 	// Value is the exclusive holder's lock value, "<owner>:<token>"; empty for the others.
 	Value string `json:"value"`
 	Owner string `json:"owner"`
+	// Label is the exclusive holder's label (fencing.WithLabel); "" without one, and for
+	// the others (see Holders).
+	Label string `json:"label"`
 	Token int64  `json:"token"`
 	TTLMs int64  `json:"ttl_ms"`
 	// Limit and Holders describe a shared or limited resource: the limit (left out for
@@ -76,8 +80,10 @@ type queueState struct {
 
 type queueEntry struct {
 	Position int `json:"position"`
-	// ID is the waiting Locker's id.
-	ID string `json:"id"`
+	// ID is the waiting Locker's id; Label is the waiting call's label (fencing.WithLabel),
+	// "" without one.
+	ID    string `json:"id"`
+	Label string `json:"label"`
 	// Mode, Limit, Floor and CounterExpiryMs are what its grant will be: its mode
 	// ("exclusive", "shared", or "limit" with Limit n), whether its tokens are floored at the
 	// server clock (WithServerTimeFloor, or WithCounterExpiry), and the counter's expiry
@@ -143,7 +149,7 @@ func showStatus(prefix string, st *fencing.Status, limit int64) showOutput {
 
 	if mode, limit := holdersMode(st); mode == modeExclusive {
 		h := st.Holders[0]
-		out.Lock = &lockState{Mode: mode, Value: wire.Value(h.Owner, h.Token), Owner: h.Owner, Token: h.Token, TTLMs: leaseMs(h.TTL)}
+		out.Lock = &lockState{Mode: mode, Value: wire.Value(h.Owner, h.Token), Owner: h.Owner, Label: h.Label, Token: h.Token, TTLMs: leaseMs(h.TTL)}
 	} else if mode != modeFree {
 		top := st.Holders[len(st.Holders)-1]
 		out.Lock = &lockState{Mode: mode, Token: top.Token, TTLMs: latestLease(st), Limit: limit, Holders: holdersOf(st)}
@@ -164,7 +170,7 @@ func showStatus(prefix string, st *fencing.Status, limit int64) showOutput {
 		if int64(i) >= limit {
 			break
 		}
-		e := queueEntry{Position: i, ID: w.Locker, Floor: w.TimeFloor, Live: w.Alive}
+		e := queueEntry{Position: i, ID: w.Locker, Label: w.Label, Floor: w.TimeFloor, Live: w.Alive}
 		e.Mode, e.Limit = waiterMode(w)
 		if w.CounterExpiry > 0 {
 			ms := w.CounterExpiry.Milliseconds()
@@ -188,7 +194,7 @@ func (c *cli) printShow(out showOutput, base string) {
 	case l == nil:
 		fmt.Fprintln(w, "Lock:        not held")
 	case l.Mode == modeExclusive:
-		fmt.Fprintf(w, "Lock:        exclusive, token %d, lease left %s, owner %s\n", l.Token, c.ttl(l.TTLMs), l.Owner)
+		fmt.Fprintf(w, "Lock:        exclusive, token %d, lease left %s, owner %s%s\n", l.Token, c.ttl(l.TTLMs), l.Owner, labelText(l.Label))
 	default:
 		switch l.Mode {
 		case modeShared:
@@ -199,7 +205,7 @@ func (c *cli) printShow(out showOutput, base string) {
 			fmt.Fprintf(w, "Lock:        unknown mode (a hash of an earlier key layout, whose limit is neither shared nor a limit), %s\n", plural(len(l.Holders), "holder"))
 		}
 		for _, h := range l.Holders {
-			fmt.Fprintf(w, "  holder:    token %d, lease left %s, owner %s\n", h.Token, c.ttl(h.TTLMs), h.Owner)
+			fmt.Fprintf(w, "  holder:    token %d, lease left %s, owner %s%s\n", h.Token, c.ttl(h.TTLMs), h.Owner, labelText(h.Label))
 		}
 	}
 	switch f := out.Fence; {
@@ -227,7 +233,7 @@ func (c *cli) printShow(out showOutput, base string) {
 	}
 	fmt.Fprintf(w, "Queue:       %d waiter(s) queued, %d%s alive\n", q.Length, live, shown)
 	tw := newTable(w)
-	fmt.Fprintln(tw, "  POS\tLOCKER\tMODE\tLIVE\tFLOOR\tWAITING")
+	fmt.Fprintln(tw, "  POS\tLOCKER\tLABEL\tMODE\tLIVE\tFLOOR\tWAITING")
 	for _, e := range q.Entries {
 		floor, wait := yesNo(e.Floor), "-"
 		if e.CounterExpiryMs != nil {
@@ -236,7 +242,7 @@ func (c *cli) printShow(out showOutput, base string) {
 		if e.WaitingMs != nil {
 			wait = c.age(*e.WaitingMs)
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", e.Position, displayName(e.ID), modeText(e.Mode, e.Limit), yesNo(e.Live), floor, wait)
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Position, displayName(e.ID), labelCell(e.Label), modeText(e.Mode, e.Limit), yesNo(e.Live), floor, wait)
 	}
 	_ = tw.Flush()
 }

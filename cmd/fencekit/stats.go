@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/internal/echofence"
+	"github.com/fencekit/fencekit/internal/scan"
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
@@ -196,11 +197,11 @@ func (c *cli) collectStats(ctx context.Context, client redis.UniversalClient, pr
 	prog := c.newProgress("keys")
 	cl := newClassifier(prefix)
 	var mu sync.Mutex
-	err := forEachNode(ctx, client, func(ctx context.Context, node *redis.Client) error {
+	err := scan.Each(ctx, client, func(ctx context.Context, node *redis.Client) error {
 		if n, err := node.DBSize(ctx).Result(); err == nil {
 			prog.addTotal(n)
 		}
-		return scanNode(ctx, node, escapeGlob(prefix)+"*", count, func(keys []string) error {
+		return scan.Keys(ctx, node, scan.EscapeGlob(prefix)+"*", count, func(keys []string) error {
 			prog.add(len(keys))
 			if len(keys) == 0 {
 				return nil

@@ -14,6 +14,8 @@ import (
 // (fencing.WithLimit), in JSON.
 type holderInfo struct {
 	Owner string `json:"owner"`
+	// Label is the holder's label (fencing.WithLabel), "" without one.
+	Label string `json:"label"`
 	Token int64  `json:"token"`
 	// TTLMs is the holder's lease left in milliseconds, by the server's clock.
 	TTLMs int64 `json:"ttl_ms"`
@@ -23,7 +25,7 @@ type holderInfo struct {
 func holdersOf(st *fencing.Status) []holderInfo {
 	hs := make([]holderInfo, len(st.Holders))
 	for i, h := range st.Holders {
-		hs[i] = holderInfo{Owner: h.Owner, Token: h.Token, TTLMs: leaseMs(h.TTL)}
+		hs[i] = holderInfo{Owner: h.Owner, Label: h.Label, Token: h.Token, TTLMs: leaseMs(h.TTL)}
 	}
 	return hs
 }
@@ -61,6 +63,16 @@ func oldestWait(st *fencing.Status) *int64 {
 		}
 	}
 	return oldest
+}
+
+// waiterLabels returns the labels of st's waiters in queue order, "" for a waiter without
+// one; nil without waiters.
+func waiterLabels(st *fencing.Status) []string {
+	var labels []string
+	for _, w := range st.Waiters {
+		labels = append(labels, w.Label)
+	}
+	return labels
 }
 
 // msDuration converts milliseconds to a Duration.

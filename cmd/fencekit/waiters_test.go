@@ -21,13 +21,13 @@ func TestWaiters(t *testing.T) {
 	forTargets(t, func(t *testing.T, tg target) {
 		ctx := context.Background()
 		l := tg.locker(t)
-		lock, err := l.TryAcquire(ctx, "batch", fencing.WithTTL(time.Hour))
+		lock, err := l.TryAcquire(ctx, "batch", fencing.WithTTL(time.Hour), fencing.WithLabel("nightly batch"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Released after the waiters' Acquire calls end (cleanups run last first).
 		t.Cleanup(func() { _ = lock.Release(ctx) })
-		wait(t, l, "writer", tg.locker(t, fencing.WithCounterExpiry(time.Hour)), "batch", 1)
+		wait(t, l, "writer", tg.locker(t, fencing.WithCounterExpiry(time.Hour)), "batch", 1, fencing.WithLabel("writer-9"))
 		wait(t, l, "reader", tg.locker(t, fencing.WithServerTimeFloor()), "batch", 2, fencing.Shared())
 		if err := tg.client.RPush(ctx, wire.For(tg.prefix, "batch").Queue, element(deadID, 1, 3000, false, 0, exclusive)).Err(); err != nil {
 			t.Fatal(err)
@@ -39,7 +39,7 @@ func TestWaiters(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = slot.Release(ctx) })
 		}
-		wait(t, l, "slot waiter", tg.locker(t), "slots", 1, fencing.WithLimit(2))
+		wait(t, l, "slot waiter", tg.locker(t), "slots", 1, fencing.WithLimit(2), fencing.WithLabel("slot-job"))
 
 		// Waits are read at once: well under a minute, which the tables round them to.
 		waiting := func(ms int64) *int64 { return &ms }
@@ -55,7 +55,7 @@ func TestWaiters(t *testing.T) {
 		}
 		if len(e) == 3 {
 			checkQueue(t, show.Queue, []entry{
-				{id: e[0].ID, mode: modeExclusive, live: true, floor: true, expiry: &hour, waitingMs: waiting(0)},
+				{id: e[0].ID, label: "writer-9", mode: modeExclusive, live: true, floor: true, expiry: &hour, waitingMs: waiting(0)},
 				{id: e[1].ID, mode: modeShared, live: true, floor: true, waitingMs: waiting(0)},
 				{id: deadID, mode: modeExclusive},
 			})
@@ -65,10 +65,11 @@ func TestWaiters(t *testing.T) {
 		r = tg.run(t, exitOK, "show", "batch")
 		for _, want := range []string{
 			"Queue:       3 waiter(s) queued, 2 alive\n",
-			"  POS  LOCKER                  MODE       LIVE  FLOOR           WAITING\n",
-			"  0    " + e[0].ID + "  exclusive  yes   yes, expiry 1h  0s\n",
-			"  1    " + e[1].ID + "  shared     yes   yes             0s\n",
-			"  2    " + deadID + "  exclusive  no    no              -\n",
+			", label nightly batch\n",
+			"  POS  LOCKER                  LABEL     MODE       LIVE  FLOOR           WAITING\n",
+			"  0    " + e[0].ID + "  writer-9  exclusive  yes   yes, expiry 1h  0s\n",
+			"  1    " + e[1].ID + "  -         shared     yes   yes             0s\n",
+			"  2    " + deadID + "  -         exclusive  no    no              -\n",
 		} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("show: no line %q in\n%s", want, r.stdout)
@@ -81,12 +82,12 @@ func TestWaiters(t *testing.T) {
 			t.Fatalf("%v in\n%s", err, r.stdout)
 		}
 		if len(show.Queue.Entries) == 1 {
-			checkQueue(t, show.Queue, []entry{{id: show.Queue.Entries[0].ID, mode: modeLimit, limit: 2, live: true, waitingMs: waiting(0)}})
+			checkQueue(t, show.Queue, []entry{{id: show.Queue.Entries[0].ID, label: "slot-job", mode: modeLimit, limit: 2, live: true, waitingMs: waiting(0)}})
 		} else {
 			t.Fatalf("show --json slots: got %+v, want 1 waiter", show.Queue)
 		}
 		r = tg.run(t, exitOK, "show", "slots")
-		if !strings.Contains(r.stdout, "  0    "+show.Queue.Entries[0].ID+"  limit 2  yes   no     0s\n") {
+		if !strings.Contains(r.stdout, "  0    "+show.Queue.Entries[0].ID+"  slot-job  limit 2  yes   no     0s\n") {
 			t.Errorf("show slots: got\n%s", r.stdout)
 		}
 
@@ -99,14 +100,14 @@ func TestWaiters(t *testing.T) {
 		for _, l := range locks.Locks {
 			got[l.Resource] = l
 		}
-		if b := got["batch"]; b.Waiters != 3 || !waited(b.OldestWaitMs, 0) || b.Token != lock.Token() || b.Mode != modeExclusive {
+		if b := got["batch"]; b.Waiters != 3 || !waited(b.OldestWaitMs, 0) || b.Token != lock.Token() || b.Mode != modeExclusive || b.Label != "nightly batch" || !equalLabels(b.WaiterLabels, []string{"writer-9", "", ""}) {
 			t.Errorf("locks --json: batch: got %+v, want 3 waiters and the oldest wait", b)
 		}
 		if s := got["slots"]; s.Waiters != 1 || !waited(s.OldestWaitMs, 0) || s.Mode != modeLimit || len(s.Holders) != 2 {
 			t.Errorf("locks --json: slots: got %+v, want 1 waiter and the oldest wait", s)
 		}
 		r = tg.run(t, exitOK, "locks")
-		for row, want := range map[string]int{`batch +exclusive +1 +1h +3 +0s`: 1, `slots \(2/2\) +limit 2 +[12] +1h +1 +0s`: 2} {
+		for row, want := range map[string]int{`batch +exclusive +1 +nightly batch +1h +3 +0s +writer-9`: 1, `slots \(2/2\) +limit 2 +[12] +- +1h +1 +0s +slot-job`: 2} {
 			if n := len(regexp.MustCompile(`(?m)^`+row+`$`).FindAllString(r.stdout, -1)); n != want {
 				t.Errorf("locks: %d rows %s, want %d, in\n%s", n, row, want, r.stdout)
 			}

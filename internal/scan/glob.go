@@ -1,9 +1,10 @@
-package main
+package scan
 
 import "strings"
 
-// escapeGlob escapes the characters that SCAN MATCH treats as special.
-func escapeGlob(s string) string {
+// EscapeGlob escapes the characters that SCAN MATCH treats as special, so that s matches
+// itself alone.
+func EscapeGlob(s string) string {
 	var b strings.Builder
 	for _, r := range s {
 		switch r {
@@ -15,11 +16,11 @@ func escapeGlob(s string) string {
 	return b.String()
 }
 
-// globMatch reports whether name matches pattern with the rules of Redis's SCAN MATCH and
+// Match reports whether name matches pattern with the rules of Redis's SCAN MATCH and
 // KEYS: '*' matches any run of bytes (also '/'), '?' one byte, [abc], [^a-z] and [!a-z] a
 // class, and '\' escapes the next character. A malformed pattern matches what it can, as
 // in Redis.
-func globMatch(pattern, name string) bool {
+func Match(pattern, name string) bool {
 	p, s := 0, 0
 	starP, starS := -1, 0
 	for s < len(name) {

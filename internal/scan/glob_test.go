@@ -1,4 +1,4 @@
-package main
+package scan
 
 import "testing"
 
@@ -24,11 +24,11 @@ func TestGlob(t *testing.T) {
 		{"a*b*c", "aXbYbZ", false},
 	}
 	for _, tt := range tests {
-		if got := globMatch(tt.pattern, tt.name); got != tt.want {
-			t.Errorf("globMatch(%q, %q) = %v, want %v", tt.pattern, tt.name, got, tt.want)
+		if got := Match(tt.pattern, tt.name); got != tt.want {
+			t.Errorf("Match(%q, %q) = %v, want %v", tt.pattern, tt.name, got, tt.want)
 		}
 	}
-	if got := escapeGlob(`a*b?[c]\`); got != `a\*b\?\[c\]\\` {
-		t.Errorf("escapeGlob: got %q", got)
+	if got := EscapeGlob(`a*b?[c]\`); got != `a\*b\?\[c\]\\` {
+		t.Errorf("EscapeGlob: got %q", got)
 	}
 }
