@@ -7,7 +7,6 @@ import (
 	"strconv"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/errtext"
 )
 
 // HeaderRetryAfter is the response header the middleware sets on a busy resource.
@@ -188,7 +187,7 @@ func (f *Fence[C]) Serve(c C, next func(c C) error) error {
 	case errors.Is(err, fencing.ErrInvalid):
 		// The name passed the checks above, so the Locker refused its own settings with
 		// the call's options (a TTL above its counter expiry, say): the server's fault.
-		err = errtext.New(Prefix, "Locker call", errSetup, err)
+		err = setupErr(err)
 	}
 	return f.errorHandler(c, err)
 }
