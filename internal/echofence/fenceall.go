@@ -85,7 +85,7 @@ func (f *Fence[C]) serveAll(c C, next func(c C) error) error {
 		defer c.SetRequest(req)
 		result = next(c)
 		return result
-	}, f.opts...)
+	}, labelled(RequestLabel(c, f.label, f.header), f.opts)...)
 	switch {
 	case ran:
 		// Neither error says which lock was lost: the LostHandler gets the first resource.

@@ -69,16 +69,17 @@ type attempt struct {
 func (m *Idempotency[C]) serve(c C, next func(c C) error, name, fp string) error {
 	req := c.Request()
 	begin := time.Now()
+	label := RequestLabel(c, m.label, m.glue.Header)
 	var a attempt
 	err := m.locker.Do(req.Context(), name, func(work context.Context) error {
 		return m.run(work, c, next, name, fp, false, &a)
-	}, m.try...)
+	}, labelled(label, m.try)...)
 	var memo *fencing.MemoError
 	if errors.Is(err, fencing.ErrNotAcquired) && !errors.As(err, &memo) && m.maxWait > 0 {
 		wait := m.maxWait - time.Since(begin)
 		err = m.locker.Do(req.Context(), name, func(work context.Context) error {
 			return m.run(work, c, next, name, fp, true, &a)
-		}, fencing.WithTTL(m.lockTTL), fencing.WithMaxWait(max(wait, 0)), fencing.WithLimit(1), fencing.UnlessMemo(RecordName))
+		}, labelled(label, []fencing.CallOption{fencing.WithTTL(m.lockTTL), fencing.WithMaxWait(max(wait, 0)), fencing.WithLimit(1), fencing.UnlessMemo(RecordName)})...)
 	}
 	a.committed = a.committing && err == nil
 	switch {
