@@ -110,6 +110,7 @@ func ExampleSchedule() {
 	locker := fencing.New(rdb, fencing.WithTTL(10*time.Second))
 	defer locker.Close()
 	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
 	done := make(chan error, 1)
 	c := cron.New(cron.WithSeconds(), cron.WithLocation(time.UTC))
 
