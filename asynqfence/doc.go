@@ -119,11 +119,11 @@
 //
 // The Locker's errors come back as they are, their text starting "fencing: " and naming the
 // resource, joined with [asynq.SkipRetry] or [asynq.RevokeTask] where the adapter adds one,
-// by fmt.Errorf("%w: %w") ("fencing: ...: skip retry for the task"). The errors the adapter makes itself start with "asynqfence: ", once
-// (`asynqfence: resource of task "invoice:send": bad payload`), and never carry another
-// fencekit package's text: they match the sentinels they stand for with errors.Is instead.
-// No text carries two packages' prefixes or a segment twice. Match errors with errors.Is
-// and [IsBusy], not by their text.
+// by fmt.Errorf("%w: %w") ("fencing: ...: skip retry for the task"). The errors the adapter
+// makes itself start with "asynqfence: ", once (`asynqfence: resource of task
+// "invoice:send": bad payload`), and never carry another fencekit package's text: they
+// match the sentinels they stand for with errors.Is instead. No text carries two packages'
+// prefixes or a segment twice. Match errors with errors.Is and [IsBusy], not by their text.
 //
 // # Scheduling in every replica
 //
