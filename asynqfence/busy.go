@@ -1,21 +1,14 @@
 package asynqfence
 
-import (
-	"errors"
-	"fmt"
+import "errors"
 
-	"github.com/fencekit/fencekit/internal/errtext"
-)
-
-// busyError is the error of a task whose resource another owner holds.
+// busyError is the error of a task whose resource another owner holds: the core's, its text
+// as it is, marked so that IsBusy tells it from a handler's own.
 type busyError struct {
-	taskType string
-	err      error // the core's: matches fencing.ErrNotAcquired, carries fencing.RetryAfter
+	err error // the core's: matches fencing.ErrNotAcquired, carries fencing.RetryAfter
 }
 
-func (e *busyError) Error() string {
-	return errtext.New("asynqfence: ", fmt.Sprintf("task %q not run", e.taskType), e.err).Error()
-}
+func (e *busyError) Error() string { return e.err.Error() }
 
 func (e *busyError) Unwrap() error { return e.err }
 

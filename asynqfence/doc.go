@@ -37,6 +37,17 @@
 // of a transfer, and runs the handler under [fencing.Locker.DoAll] of all of them:
 // deadlock-free whatever their order, each with its own token ([fencing.TokenFor]).
 //
+// # An entity beside a limit
+//
+// [WithEntity] names, beside the resource, an entity of the task's own to lock exclusively
+// (the export a task writes, while the tenant allows two exports at once with [WithLimit]):
+// one middleware takes the entity's lock and a slot of the resource as one step, tried
+// once; if either is busy neither is held and the task is busy. The handler's
+// [fencing.TokenFromContext] is then the entity's token, the one that fences the entity's
+// writes; the slot's token only orders the slot's holders ([fencing.TokenFor] gives each).
+//
+//	mux.Use(asynqfence.Middleware(locker, tenantOf, asynqfence.WithLimit(2), asynqfence.WithEntity(exportOf)))
+//
 // # When the resource is busy
 //
 // Each attempt tries the lock once (per-call [fencing.WithMaxWait](0)). When another owner
@@ -97,9 +108,22 @@
 //
 // Every acquisition gets a random owner value, so each attempt of a task is a different
 // owner even though Asynq keeps the task ID across retries: a second delivery of the same
-// task can neither release nor extend the first one's lock. The lock is released when the
+// task can neither release nor extend the first one's lock. It is labelled with the task's
+// ID ([fencing.WithLabel]; fitted to [fencing.MaxLabelLen] bytes, keeping its start and its
+// end, when a custom ID is longer), which [fencing.Locker.Inspect] and the fencekit tool
+// show beside the holder; a fencing.WithLabel in [WithLockOptions] labels it instead. The lock is released when the
 // handler returns, with a fresh context (the handler's may be done), as Asynq itself does for
 // its own bookkeeping after a task.
+//
+// # Errors
+//
+// The Locker's errors come back as they are, their text starting "fencing: " and naming the
+// resource, joined with [asynq.SkipRetry] or [asynq.RevokeTask] where the adapter adds one,
+// by fmt.Errorf("%w: %w") ("fencing: ...: skip retry for the task"). The errors the adapter
+// makes itself start with "asynqfence: ", once (`asynqfence: resource of task
+// "invoice:send": bad payload`), and never carry another fencekit package's text: they
+// match the sentinels they stand for with errors.Is instead. No text carries two packages'
+// prefixes or a segment twice. Match errors with errors.Is and [IsBusy], not by their text.
 //
 // # Scheduling in every replica
 //

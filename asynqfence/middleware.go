@@ -8,7 +8,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/errtext"
+	"github.com/fencekit/fencekit/internal/label"
 	"github.com/fencekit/fencekit/store"
 )
 
@@ -30,8 +30,14 @@ func Middleware(l *fencing.Locker, resource ResourceFunc, opts ...Option) asynq.
 }
 
 // Wrap returns a handler that runs h while holding the lock on the task's resource, named
-// by resource, with the fencing token in h's context ([fencing.TokenFromContext]). The
-// returned handler is safe for concurrent use. Its ProcessTask returns:
+// by resource, with the fencing token in h's context ([fencing.TokenFromContext]); with
+// [WithEntity], also the task's entity's own lock, whose token it is then. Every acquisition
+// is labelled with the task's ID ([fencing.WithLabel], shown by [fencing.Locker.Inspect]):
+// asynq.GetTaskID of the handler's context, fitted to a label when it is longer than
+// [fencing.MaxLabelLen] bytes (a custom [asynq.TaskID]: its start and its end, joined by
+// "…") or has control characters, never failing the task; a fencing.WithLabel in
+// [WithLockOptions] labels them instead. The returned handler is safe for concurrent use.
+// Its ProcessTask returns:
 //   - nil when h ran and returned nil, even if the lease lapsed meanwhile or could not be
 //     released (it then runs out by itself): the task is done, and the fenced store has
 //     accepted or rejected each of its writes, so running it again would only repeat them;
@@ -54,8 +60,11 @@ func Middleware(l *fencing.Locker, resource ResourceFunc, opts ...Option) asynq.
 //   - otherwise an error from the Locker, such as an unreachable Redis or a closed Locker
 //     (an ordinary failure, retried).
 //
-// Errors read on one line with one "asynqfence: " prefix. When resource returns "", h runs
-// without a lock. Wrap never panics.
+// The Locker's errors come back as they are, their text starting "fencing: ", with
+// [asynq.SkipRetry] or [asynq.RevokeTask] joined after them where the adapter adds it
+// ("fencing: ...: skip retry for the task"); the errors the adapter makes itself start with
+// "asynqfence: ", once, and never carry another fencekit package's text. When resource
+// returns "", h runs without a lock. Wrap never panics.
 func Wrap(h asynq.Handler, l *fencing.Locker, resource ResourceFunc, opts ...Option) asynq.Handler {
 	return &handler{next: h, cfg: newConfig(l, resource, nil, opts)}
 }
@@ -77,16 +86,21 @@ func newConfig(l *fencing.Locker, resource ResourceFunc, all ResourcesFunc, opts
 		cfg.err = invalid(fmt.Sprintf("WithShared with WithLimit(%d): a resource is shared or limited, not both", cfg.limit))
 	case cfg.shared != nil && all != nil:
 		cfg.err = invalid("WithShared with MiddlewareAll: several resources are locked exclusively")
+	case cfg.entity != nil && all != nil:
+		cfg.err = invalid("WithEntity with MiddlewareAll: name the entity among the task's resources")
 	default:
 		// A Locker built with options that can never work, or already closed, is refused
 		// here, where the adapter is built: every task fails the same way, without retries.
 		if err := l.Err(); err != nil {
-			cfg.err = errtext.New("asynqfence: ", "Locker", err, asynq.SkipRetry)
+			cfg.err = fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 		}
 	}
 	cfg.opts = cfg.lockOptions()
 	if cfg.shared != nil {
 		cfg.sharedOpts = append(cfg.opts[:len(cfg.opts):len(cfg.opts)], fencing.Shared())
+	}
+	if cfg.entity != nil {
+		cfg.entityOpts = append(cfg.opts[:len(cfg.opts):len(cfg.opts)], exclusive)
 	}
 	return cfg
 }
@@ -109,59 +123,102 @@ func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return h.processAll(ctx, t)
 	}
 	resource, err := h.cfg.resource(t)
-	switch {
-	case err != nil:
-		return errtext.New("asynqfence: ", fmt.Sprintf("resource of task %q", t.Type()), err, asynq.SkipRetry)
-	case resource == "":
+	if err != nil {
+		return &ownError{msg: fmt.Sprintf("resource of task %q", t.Type()), cause: err, is: []error{asynq.SkipRetry}}
+	}
+	entity := ""
+	if h.cfg.entity != nil {
+		if entity, err = h.cfg.entity(t); err != nil {
+			return &ownError{msg: fmt.Sprintf("entity of task %q", t.Type()), cause: err, is: []error{asynq.SkipRetry}}
+		}
+		if entity != "" && entity == resource {
+			return invalid(fmt.Sprintf("task %q names %q as its resource and its entity", t.Type(), resource))
+		}
+	}
+	if resource == "" && entity == "" {
 		return h.next.ProcessTask(ctx, t)
 	}
 	opts := h.cfg.opts
 	if h.cfg.shared != nil && h.cfg.shared(t) {
 		opts = h.cfg.sharedOpts
 	}
+	label := taskLabel(ctx, t)
 	ran, succeeded := false, false
-	err = h.cfg.locker.Do(ctx, resource, func(ctx context.Context) error {
+	run := func(ctx context.Context) error {
 		ran = true
 		err := h.next.ProcessTask(ctx, t)
 		succeeded = err == nil
 		return err
-	}, opts...)
+	}
+	switch {
+	case entity == "":
+		err = h.cfg.locker.Do(ctx, resource, run, labelled(label, opts)...)
+	case resource == "":
+		err = h.cfg.locker.Do(ctx, entity, run, labelled(label, h.cfg.entityOpts)...)
+	default:
+		err = h.both(ctx, resource, entity, labelled(label, opts), labelled(label, h.cfg.entityOpts), run)
+	}
+	return h.outcome(err, ran, succeeded)
+}
+
+// outcome returns the result of a task given the Locker call's error, whether the handler
+// ran and whether it succeeded.
+func (h *handler) outcome(err error, ran, succeeded bool) error {
 	switch {
 	case succeeded:
 		// A lease that lapsed after the handler's last write, or a failed release, must not
 		// make Asynq run a finished task again: the store has ruled on every write.
 		return nil
 	case ran || err == nil:
-		return lost(t, err)
+		return lost(err)
 	case errors.Is(err, fencing.ErrNotAcquired):
-		busy := &busyError{taskType: t.Type(), err: err}
+		busy := &busyError{err: err}
 		if h.cfg.drop {
-			return fmt.Errorf("%w (%w)", busy, asynq.RevokeTask)
+			return fmt.Errorf("%w: %w", busy, asynq.RevokeTask)
 		}
 		return busy
-	}
-	if errors.Is(err, fencing.ErrInvalid) {
+	case errors.Is(err, fencing.ErrInvalid):
 		// An oversized name or an invalid lock option fails the same way every time.
-		return errtext.New("asynqfence: ", fmt.Sprintf("task %q", t.Type()), err, asynq.SkipRetry)
+		return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 	}
-	return errtext.New("asynqfence: ", fmt.Sprintf("task %q", t.Type()), err)
+	return err
+}
+
+// taskLabel returns the label of a task's acquisitions: its ID, fitted to a label, or "".
+func taskLabel(ctx context.Context, t *asynq.Task) string {
+	id, ok := asynq.GetTaskID(ctx)
+	if !ok {
+		if w := t.ResultWriter(); w != nil {
+			id = w.TaskID()
+		}
+	}
+	return label.Fit(id)
+}
+
+// labelled returns opts after fencing.WithLabel(label), so that a label of opts (from
+// WithLockOptions) wins; opts itself when label is "".
+func labelled(label string, opts []fencing.CallOption) []fencing.CallOption {
+	if label == "" {
+		return opts
+	}
+	return append([]fencing.CallOption{fencing.WithLabel(label)}, opts...)
 }
 
 // lost returns the error of a handler that ran under the lock: err as it is, or, when err
-// matches store.ErrStaleToken but not yet [fencing.ErrNotHeld], an error that matches both.
-// A store that refused a write because a newer holder's token had passed the task's says
-// that the lock was lost, whether or not a renewal had noticed it yet (Do joins the
-// handler's error with ErrNotHeld when it had): the task fails as after any lost lock, an
-// ordinary failure that Asynq retries, with an error that tells it apart.
-func lost(t *asynq.Task, err error) error {
+// matches store.ErrStaleToken but not yet [fencing.ErrNotHeld], the same error (its text
+// unchanged) matching both. A store that refused a write because a newer holder's token had
+// passed the task's says that the lock was lost, whether or not a renewal had noticed it yet
+// (Do joins the handler's error with ErrNotHeld when it had): the task fails as after any
+// lost lock, an ordinary failure that Asynq retries, with an error that tells it apart.
+func lost(err error) error {
 	if err == nil || errors.Is(err, fencing.ErrNotHeld) || !errors.Is(err, store.ErrStaleToken) {
 		return err
 	}
-	return errtext.New("asynqfence: ", fmt.Sprintf("task %q lost its lock", t.Type()), err, fencing.ErrNotHeld)
+	return &lostError{err: err}
 }
 
 // invalid returns the error of an unusable setup: it matches [fencing.ErrInvalid] and
 // [asynq.SkipRetry], since retrying cannot make it work.
 func invalid(what string) error {
-	return errtext.New("asynqfence: ", what, fencing.ErrInvalid, asynq.SkipRetry)
+	return &ownError{msg: what, is: []error{fencing.ErrInvalid, asynq.SkipRetry}}
 }

@@ -24,6 +24,7 @@ type config struct {
 	locker     *fencing.Locker
 	resource   ResourceFunc
 	all        ResourcesFunc // MiddlewareAll: several resources per task (set.go)
+	entity     ResourceFunc  // WithEntity: an exclusive lock beside the resource's (entity.go)
 	ttl        time.Duration // 0: the Locker's TTL
 	limit      int           // 0: the Locker's limit
 	drop       bool
@@ -31,6 +32,7 @@ type config struct {
 	lockOpts   []fencing.CallOption
 	opts       []fencing.CallOption // the per-call options of every acquisition
 	sharedOpts []fencing.CallOption // opts and fencing.Shared, for the tasks shared says
+	entityOpts []fencing.CallOption // the per-call options of an entity's lock: opts, exclusive
 	err        error                // the first invalid option or argument, or the Locker's Err
 }
 
@@ -90,16 +92,20 @@ func WithDropDuplicates() Option {
 }
 
 // WithLockOptions adds per-call options to every acquisition, after the adapter's own
-// (fencing.WithMaxWait(0), and fencing.WithTTL from [WithTTL] when it is given), so they
-// override them. For example, fencing.WithMaxWait(2*time.Second) waits up to two
-// seconds for a busy resource before reporting it busy, and fencing.WithHooks observes the
-// acquisitions. Several WithLockOptions add up. Default: none.
+// (fencing.WithMaxWait(0), the task's label, and fencing.WithTTL from [WithTTL] when it is
+// given), so they override them. For example, fencing.WithMaxWait(2*time.Second) waits up to
+// two seconds for a busy resource before reporting it busy, fencing.WithHooks observes the
+// acquisitions, and fencing.WithLabel("...") labels them instead of the task's ID. Several
+// WithLockOptions add up. Default: none.
 func WithLockOptions(opts ...fencing.CallOption) Option {
 	return optionFunc(func(c *config) { c.lockOpts = append(c.lockOpts, opts...) })
 }
 
 // tryOnce makes every acquisition a single attempt unless WithLockOptions says otherwise.
 var tryOnce = fencing.WithMaxWait(0)
+
+// exclusive makes an entity's lock exclusive whatever the Locker's limit.
+var exclusive = fencing.WithLimit(1)
 
 // lockOptions returns the per-call options of every acquisition: a single attempt, the
 // TTL of [WithTTL] and the limit of [WithLimit] if they were given (otherwise none, so the

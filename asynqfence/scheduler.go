@@ -109,7 +109,7 @@ func (s *Scheduler) Register(cronspec string, task *asynq.Task, opts ...asynq.Op
 	}
 	sched, err := cron.ParseStandard(cronspec)
 	if err != nil {
-		return "", fmt.Errorf("asynqfence: register %q: %w: %w", cronspec, fencing.ErrInvalid, err)
+		return "", &ownError{msg: fmt.Sprintf("scheduler: register %q", cronspec), cause: err, is: []error{fencing.ErrInvalid}}
 	}
 	e := &entry{
 		id:    entryID0(cronspec, task, opts),
@@ -421,6 +421,8 @@ func entryID0(spec string, task *asynq.Task, opts []asynq.Option) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
+// schedulerInvalid returns an error reading "asynqfence: scheduler: <msg>" that matches
+// fencing.ErrInvalid.
 func schedulerInvalid(msg string) error {
-	return fmt.Errorf("asynqfence: scheduler: %s: %w", msg, fencing.ErrInvalid)
+	return &ownError{msg: "scheduler: " + msg, is: []error{fencing.ErrInvalid}}
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/errtext"
 )
 
 // A ResourcesFunc returns the names of the resources a task must lock together, such as
@@ -40,7 +39,7 @@ func (h *handler) processAll(ctx context.Context, t *asynq.Task) error {
 	resources, err := h.cfg.all(t)
 	switch {
 	case err != nil:
-		return errtext.New("asynqfence: ", fmt.Sprintf("resources of task %q", t.Type()), err, asynq.SkipRetry)
+		return &ownError{msg: fmt.Sprintf("resources of task %q", t.Type()), cause: err, is: []error{asynq.SkipRetry}}
 	case len(resources) == 0:
 		return h.next.ProcessTask(ctx, t)
 	}
@@ -50,20 +49,6 @@ func (h *handler) processAll(ctx context.Context, t *asynq.Task) error {
 		err := h.next.ProcessTask(ctx, t)
 		succeeded = err == nil
 		return err
-	}, h.cfg.opts...)
-	switch {
-	case succeeded:
-		return nil
-	case ran || err == nil:
-		return lost(t, err)
-	case errors.Is(err, fencing.ErrNotAcquired):
-		busy := &busyError{taskType: t.Type(), err: err}
-		if h.cfg.drop {
-			return fmt.Errorf("%w (%w)", busy, asynq.RevokeTask)
-		}
-		return busy
-	case errors.Is(err, fencing.ErrInvalid):
-		return errtext.New("asynqfence: ", fmt.Sprintf("task %q", t.Type()), err, asynq.SkipRetry)
-	}
-	return errtext.New("asynqfence: ", fmt.Sprintf("task %q", t.Type()), err)
+	}, labelled(taskLabel(ctx, t), h.cfg.opts)...)
+	return h.outcome(err, ran, succeeded)
 }

@@ -101,3 +101,50 @@ func ExampleSkipIfNotLeader() {
 	// settling with epoch 1
 	// skipped, not leader: true
 }
+
+func ExampleSchedule() {
+	mr, _ := miniredis.Run() // a stand-in for your Redis
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locker := fencing.New(rdb, fencing.WithTTL(10*time.Second))
+	defer locker.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan error, 1)
+	c := cron.New(cron.WithSeconds(), cron.WithLocation(time.UTC))
+
+	type run struct {
+		epoch int64
+		tick  time.Time
+	}
+	runs := make(chan run, 1)
+	// The wiring, in every replica: an Elector, its campaign, the job.
+	elector := leader.New(locker, "nightly-settlement")
+	go func() { done <- elector.Run(ctx) }()
+	_, err := cronfence.Schedule(c, "* * * * * *", elector, func(ctx context.Context) {
+		epoch, _ := fencing.TokenFromContext(ctx)
+		tick, _ := cronfence.TickFromContext(ctx) // the second it was scheduled for
+		select {
+		case runs <- run{epoch, tick}:
+		default:
+		}
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	for elector.IsLeader(ctx) != nil { // the only replica: it leads within a round trip
+		time.Sleep(time.Millisecond)
+	}
+	c.Start()
+	r := <-runs
+	fmt.Println("epoch", r.epoch, "tick on the second:", r.tick.Equal(r.tick.Truncate(time.Second)))
+	<-c.Stop().Done()
+	stop()
+	fmt.Println("Run:", <-done)
+	// Output:
+	// epoch 1 tick on the second: true
+	// Run: context canceled
+}

@@ -6,7 +6,6 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/errtext"
 	"github.com/fencekit/fencekit/leader"
 )
 
@@ -33,22 +32,30 @@ import (
 // The job holds no state between runs and is safe for concurrent use if fn is.
 func Func(elector *leader.Elector, fn func(ctx context.Context), opts ...Option) cron.Job {
 	cfg := newConfig(opts)
-	return cron.FuncJob(func() {
-		if fn == nil {
-			cfg.skip(invalid("nil function"))
-			return
-		}
-		ctx, err := cfg.context()
-		var token int64
-		if err == nil {
-			token, err = leading(ctx, elector)
-		}
-		if err != nil {
-			cfg.skip(err)
-			return
-		}
-		fn(fencing.ContextWithToken(ctx, token))
-	})
+	return cron.FuncJob(func() { cfg.run(elector, fn, nil) })
+}
+
+// run is one run of a job of Func or Schedule: it calls fn with the term's token added to
+// the base context, and to what with adds to it, if not nil (Schedule's tick), or reports why
+// it skips.
+func (cfg *config) run(elector *leader.Elector, fn func(ctx context.Context), with func(ctx context.Context) (context.Context, error)) {
+	if fn == nil {
+		cfg.skip(invalid("nil function"))
+		return
+	}
+	ctx, err := cfg.context()
+	if err == nil && with != nil {
+		ctx, err = with(ctx)
+	}
+	var token int64
+	if err == nil {
+		token, err = leading(ctx, elector)
+	}
+	if err != nil {
+		cfg.skip(err)
+		return
+	}
+	fn(fencing.ContextWithToken(ctx, token))
 }
 
 // leading returns the token of the term elector leads now, or why it does not lead.
@@ -64,5 +71,5 @@ func leading(ctx context.Context, elector *leader.Elector) (int64, error) {
 	if err := elector.IsLeader(ctx); err != nil {
 		return 0, err
 	}
-	return 0, errtext.New("cronfence: ", "leadership changed as the run began", leader.ErrNotLeader)
+	return 0, errTermChanged
 }

@@ -2,7 +2,7 @@ package cronfence
 
 import "context"
 
-// An Option configures [SkipIfNotLeader] or [Func].
+// An Option configures [SkipIfNotLeader], [Func] or [Schedule].
 type Option interface {
 	apply(*config)
 }
@@ -11,7 +11,7 @@ type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
-// config is what one SkipIfNotLeader or Func call shares between its runs; it is not
+// config is what one SkipIfNotLeader, Func or Schedule call shares between its runs; it is not
 // modified after newConfig returns.
 type config struct {
 	onSkip func(err error)        // nil: none
@@ -36,7 +36,8 @@ func newConfig(opts []Option) *config {
 // [fencing.ErrInvalid] when it never can (a nil Elector, or one made with a nil Locker or an
 // empty name), and the base context's error once that context is done (see
 // [WithBaseContext]). An error that matches ErrInvalid and not ErrNotLeader means the job or
-// the base context is missing. Default: none; a skipped run leaves no trace.
+// the base context is missing; one that matches neither, a run of an entry of [Schedule]
+// removed after the run was started. Default: none; a skipped run leaves no trace.
 func WithSkipHandler(h func(err error)) Option {
 	return optionFunc(func(c *config) { c.onSkip = h })
 }

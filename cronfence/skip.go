@@ -3,8 +3,6 @@ package cronfence
 import (
 	"github.com/robfig/cron/v3"
 
-	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/errtext"
 	"github.com/fencekit/fencekit/leader"
 )
 
@@ -47,9 +45,4 @@ func SkipIfNotLeader(elector *leader.Elector, opts ...Option) cron.JobWrapper {
 			job.Run()
 		})
 	}
-}
-
-// invalid returns an error wrapping fencing.ErrInvalid that says what.
-func invalid(what string) error {
-	return errtext.New("cronfence: ", what, fencing.ErrInvalid)
 }

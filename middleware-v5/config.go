@@ -104,6 +104,15 @@ type Config struct {
 	// "Fencing-Token". It is set before the handler runs. Default: "" (no header).
 	TokenHeader string
 
+	// Label returns the label of the request's lock ([fencing.WithLabel]), which
+	// [fencing.Locker.Inspect], and so the fencekit tool, shows for its holder or waiter;
+	// "" for none. Default: nil, the request's ID: the X-Request-Id response header that
+	// Echo's RequestID middleware sets (register it before this one), else the request's
+	// X-Request-Id header, else no label. Either is fitted to a label: one over
+	// [fencing.MaxLabelLen] bytes keeps its start and its end around "…", and a control
+	// character becomes '?'.
+	Label func(c *echo.Context) string
+
 	// ErrorHandler builds the response when the lock cannot be tried or taken for a reason
 	// other than contention: err wraps [fencing.ErrInvalid] when the request has no valid
 	// key or its resource name is longer than [fencing.MaxResourceLen], and also when the

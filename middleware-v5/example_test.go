@@ -112,7 +112,7 @@ func ExampleConfig() {
 	// Output:
 	// 201 Fencing-Token: 1
 	// 400 {"message":"Bad Request"}
-	// fencemw: negative MaxWait -1s: invalid argument
+	// fencemw: negative MaxWait -1s
 }
 
 // A DenyHandler may answer 409 Conflict rather than 423 Locked; NewHTTPError keeps the

@@ -97,6 +97,10 @@ type IdempotencyConfig struct {
 	// returned to Echo; nil ends the request (write a response first). Default:
 	// [DefaultIdempotencyErrorHandler], RFC 9457 problem details.
 	ErrorHandler func(c *echo.Context, err error) error
+
+	// Label returns the label of the key's lock ([fencing.WithLabel]), as [Config.Label]
+	// does, fitted the same way. Default: nil, the request's ID (X-Request-Id).
+	Label func(c *echo.Context) string
 }
 
 // Errors of the idempotency middleware, besides [fencing.ErrInvalid] (a missing or invalid

@@ -1,7 +1,7 @@
 // Command robfigcron runs a job every second in three replicas of a robfig/cron v3 scheduler,
-// each with a leader.Elector of its own: cronfence.Func runs the job only on the replica that
-// leads, with the leader's epoch in the job's context, and the job writes to a fenced store
-// with it. After a few ticks the leader's elector stops, as in a rolling deploy; the next
+// each with a leader.Elector of its own: cronfence.Schedule runs the job only on the replica
+// that leads, with the leader's epoch and the run's tick in the job's context, and the job
+// writes to a fenced store with the epoch. After a few ticks the leader's elector stops, as in a rolling deploy; the next
 // replica leads at once with a higher epoch. Then the first leader, told nothing, writes late
 // with its old epoch, and the store refuses it.
 //
@@ -124,23 +124,36 @@ func setup(addr, prefix string) (*demo, error) {
 }
 
 // start starts replica n: its elector campaigns, and its Cron runs the job every second,
-// which cronfence.Func lets through only while the elector leads.
+// which cronfence.Schedule lets through only while the elector leads.
 func (d *demo) start(n int) (*replica, error) {
 	rp := &replica{n: n, done: make(chan error, 1)}
 	// Each replica has its own Locker, as it would in its own process. The lease bounds how
 	// long the ticks wait for a successor when a leader dies; a leader that shuts down
 	// resigns, and the next one leads at once.
 	rp.locker = fencing.New(d.rdb, fencing.WithPrefix(d.prefix), fencing.WithTTL(5*time.Second))
-	rp.elector = leader.New(rp.locker, "settlement")
 	ctx, stop := context.WithCancel(context.Background())
 	rp.stop = stop
-	go func() { rp.done <- rp.elector.Run(ctx) }()
-
 	// Every second, on the second: every replica's Cron fires for the same ticks.
 	rp.cron = cron.New(cron.WithSeconds(), cron.WithLocation(time.UTC))
-	_, err := rp.cron.AddJob("* * * * * *", cronfence.Func(rp.elector, func(ctx context.Context) {
-		tick := time.Now().UTC().Truncate(time.Second)
+
+	// The wiring: an elector, its campaign, and the job, which runs only while it leads (the
+	// skip handler counts the other replicas' runs, as a metric would).
+	rp.elector = leader.New(rp.locker, "settlement")
+	go func() { rp.done <- rp.elector.Run(ctx) }()
+	_, err := cronfence.Schedule(rp.cron, "* * * * * *", rp.elector, d.settle(n), cronfence.WithSkipHandler(rp.skip))
+	if err != nil {
+		rp.close()
+		return nil, err
+	}
+	rp.cron.Start()
+	return rp, nil
+}
+
+// settle returns replica n's job: it writes the run of its tick with the leader's epoch.
+func (d *demo) settle(n int) func(ctx context.Context) {
+	return func(ctx context.Context) {
 		epoch, _ := fencing.TokenFromContext(ctx) // the leader's epoch
+		tick, _ := cronfence.TickFromContext(ctx) // the second the run was scheduled for
 		// The write carries the epoch: a leader replaced without knowing it cannot overwrite
 		// its successor's work.
 		_ = d.ledger.Write("settlement", epoch, func() error {
@@ -149,21 +162,14 @@ func (d *demo) start(n int) (*replica, error) {
 			d.mu.Unlock()
 			return nil
 		})
-	},
-		// The process's context: once it ends, no run starts.
-		cronfence.WithBaseContext(func() context.Context { return ctx }),
-		// Every replica but the leader skips every tick; count them, as a metric would.
-		cronfence.WithSkipHandler(func(err error) {
-			if errors.Is(err, leader.ErrNotLeader) {
-				rp.skipped.Add(1)
-			}
-		})))
-	if err != nil {
-		rp.close()
-		return nil, err
 	}
-	rp.cron.Start()
-	return rp, nil
+}
+
+// skip counts a run skipped because the replica does not lead.
+func (rp *replica) skip(err error) {
+	if errors.Is(err, leader.ErrNotLeader) {
+		rp.skipped.Add(1)
+	}
 }
 
 // stopCron stops the replica's Cron and waits for a run in progress.
@@ -232,7 +238,7 @@ func (d *demo) leader() (*replica, int64) {
 }
 
 func (d *demo) run(ctx context.Context, out io.Writer) error {
-	fmt.Fprintf(out, "robfigcron: 3 replicas of a robfig/cron v3 scheduler with cronfence.Func, a job every second (%s)\n", d.where)
+	fmt.Fprintf(out, "robfigcron: 3 replicas of a robfig/cron v3 scheduler with cronfence.Schedule, a job every second (%s)\n", d.where)
 	for n := 1; n <= 3; n++ {
 		rp, err := d.start(n)
 		if err != nil {

@@ -99,10 +99,10 @@ type NodeReport struct {
 //
 // When CONFIG GET is not available (an ACL user without +config|get, a managed service
 // that disables CONFIG), Check falls back to INFO memory and INFO persistence, and warns
-// that appendfsync and the save points are unknown. When neither can be read (no
-// +config|get and no +info; or miniredis, which implements neither CONFIG nor these INFO
-// sections) it returns an error naming the missing permissions, which does not match
-// ErrUnsafe. An unusable Locker returns its [fencing.Locker.Err] (a nil locker, an error
+// that appendfsync and the save points are unknown. When neither can be read it returns an
+// error that does not match ErrUnsafe and says why: the permissions missing (no
+// +config|get and no +info), or that the server lacks the commands (miniredis implements
+// neither CONFIG nor these INFO sections). An unusable Locker returns its [fencing.Locker.Err] (a nil locker, an error
 // wrapping fencing.ErrInvalid); connection errors are returned as they are. The report
 // always holds what could be read, also alongside an error. Check never panics, and it is
 // safe for concurrent use; a closed Locker can still be checked.
@@ -218,8 +218,28 @@ func readNode(ctx context.Context, c redis.Cmdable, addr string) (NodeReport, er
 		}
 		infoErr = errors.New("no maxmemory_policy or aof_enabled field")
 	}
-	return n, fmt.Errorf("cannot read its settings (CONFIG GET: %w; INFO: %w); the Redis user needs +config|get or +info", cfgErr, infoErr)
+	// The server may lack the commands (miniredis, a service that disables CONFIG), which no
+	// permission grants, or deny them to the user (NOPERM), which one does.
+	why := "the Redis user needs +config|get or +info"
+	if lacks(cfgErr) && (lacks(infoErr) || !isReply(infoErr)) && !noPerm(infoErr) {
+		why = "the server lacks CONFIG GET and the INFO memory and persistence fields (as miniredis does)"
+	}
+	return n, fmt.Errorf("cannot read its settings (CONFIG GET: %w; INFO: %w); %s", cfgErr, infoErr, why)
 }
+
+// lacks reports whether err is a server's reply that it does not implement the command or
+// the INFO section asked for ("ERR unknown command", miniredis's "section (memory) is not
+// supported"), as opposed to denying it (noPerm).
+func lacks(err error) bool {
+	if !isReply(err) {
+		return false
+	}
+	text := strings.ToLower(replyText(err))
+	return strings.Contains(text, "unknown command") || strings.Contains(text, "unknown subcommand") || strings.Contains(text, "is not supported")
+}
+
+// noPerm reports whether err is an ACL refusal (NOPERM).
+func noPerm(err error) bool { return isReply(err) && strings.HasPrefix(replyText(err), "NOPERM") }
 
 // readInfo returns the fields of INFO memory and INFO persistence, asked for one section
 // at a time so that servers older than Redis 7 answer too.

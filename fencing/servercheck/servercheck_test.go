@@ -77,8 +77,8 @@ func settingsOf(opts ...fencing.Option) fencing.Settings {
 }
 
 // TestCheckMiniredis documents the behaviour on miniredis, which implements neither
-// CONFIG nor INFO memory: an error that names the permissions, not ErrUnsafe, and a
-// report naming the node.
+// CONFIG nor INFO memory: an error, not ErrUnsafe, that says the server lacks them (no
+// permission would help, so it gives no ACL hint), and a report naming the node.
 func TestCheckMiniredis(t *testing.T) {
 	m := miniredis.RunT(t)
 	l := auditLocker(t, m.Addr())
@@ -86,10 +86,13 @@ func TestCheckMiniredis(t *testing.T) {
 	if err == nil || errors.Is(err, ErrUnsafe) {
 		t.Fatalf("got %v, want an error that is not ErrUnsafe", err)
 	}
-	for _, want := range []string{"servercheck: " + m.Addr(), "CONFIG GET", "+config|get or +info"} {
+	for _, want := range []string{"servercheck: " + m.Addr(), "CONFIG GET", "unknown command", "the server lacks CONFIG GET and the INFO"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
+	}
+	if strings.Contains(err.Error(), "+config|get") {
+		t.Errorf("error %q gives an ACL hint for commands the server lacks", err)
 	}
 	if len(rep.Nodes) != 1 || rep.Nodes[0].Addr != m.Addr() || rep.Nodes[0].EvictionPolicy != "" || !rep.TokensCanRegress || len(rep.Warnings) != 2 {
 		t.Fatalf("got %+v, want one unread node %s that may regress, with two warnings (replication, settings)", rep, m.Addr())
@@ -132,8 +135,8 @@ func TestCheckSettings(t *testing.T) {
 	f.deny = "NOPERM this user has no permissions to run the 'config|get' command"
 	f.mu.Unlock()
 	_, err = Check(ctx, auditLocker(t, m.Addr()))
-	if err == nil || errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "NOPERM") {
-		t.Fatalf("CONFIG denied and no INFO memory: got %v, want an error carrying NOPERM", err)
+	if err == nil || errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "needs +config|get or +info") {
+		t.Fatalf("CONFIG denied and no INFO memory: got %v, want an error carrying NOPERM and the ACL hint", err)
 	}
 	var rerr redis.Error
 	if !errors.As(err, &rerr) {

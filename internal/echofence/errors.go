@@ -10,11 +10,43 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/errtext"
 )
 
-// Prefix starts the text of every error the adapters return.
+// Prefix starts the text of every error the adapters make themselves. The errors of the
+// Locker they return as they are, starting "fencing: " (see ownError).
 const Prefix = "fencemw: "
+
+// An ownError is an error the adapters make themselves: its text is Prefix and what it says,
+// once, followed by the text of cause when there is one (an error of a function of the
+// user's, such as a KeyExtractor, or of reading a body; never one of another fencekit
+// package). It matches cause and each error of is (fencing.ErrInvalid, errSetup, ...), whose
+// texts it does not repeat.
+type ownError struct {
+	msg   string
+	cause error
+	is    []error
+}
+
+func (e *ownError) Error() string {
+	if e.cause == nil {
+		return Prefix + e.msg
+	}
+	return Prefix + e.msg + ": " + e.cause.Error()
+}
+
+// Unwrap returns cause and the errors of is, for errors.Is and errors.As.
+func (e *ownError) Unwrap() []error {
+	if e.cause == nil {
+		return e.is
+	}
+	return append([]error{e.cause}, e.is...)
+}
+
+// setupErr returns err, an error of the Locker's refusing a call's options, joined with
+// errSetup: its text is the Locker's, as it is, then errSetup's.
+func setupErr(err error) error {
+	return fmt.Errorf("%w: %w", err, errSetup)
+}
 
 // DenyStatus is the status of the default answer to a busy resource: 423 Locked.
 const DenyStatus = http.StatusLocked
@@ -96,14 +128,20 @@ func probe(l *fencing.Locker, opts []fencing.CallOption) error {
 		defer check.Close()
 		err = check.Err()
 	}
-	if err != nil {
-		return errtext.New(Prefix, "Locker", err)
+	// The error is the adapters' own (a Config they refuse), so its text does not carry the
+	// Locker's; it matches it, and Locker.Err says why.
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, fencing.ErrClosed):
+		return &ownError{msg: "Locker closed", is: []error{err}}
+	case l.Err() != nil:
+		return &ownError{msg: "Locker built with options that can never work (see its Err)", is: []error{err}}
 	}
-	return nil
+	return &ownError{msg: "TTL, MaxWait or Limit refused by the Locker", is: []error{err}}
 }
 
-// invalidf returns an error reading "fencemw: <message>: invalid argument" that matches
-// fencing.ErrInvalid.
+// invalidf returns an error reading "fencemw: <message>" that matches fencing.ErrInvalid.
 func invalidf(format string, args ...any) error {
-	return errtext.New(Prefix, fmt.Sprintf(format, args...), fencing.ErrInvalid)
+	return &ownError{msg: fmt.Sprintf(format, args...), is: []error{fencing.ErrInvalid}}
 }

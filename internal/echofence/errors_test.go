@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/errtext"
 	"github.com/fencekit/fencekit/internal/redistest"
 	"github.com/fencekit/fencekit/store"
 )
@@ -59,7 +59,7 @@ func TestErrorStatus(t *testing.T) {
 		want int
 	}{
 		{invalidf("empty resource key"), http.StatusBadRequest},
-		{errtext.New(Prefix, "Locker call", errSetup, fencing.ErrInvalid), http.StatusInternalServerError},
+		{setupErr(fencing.ErrInvalid), http.StatusInternalServerError},
 		{fencing.ErrInvalid, http.StatusBadRequest},
 		{fencing.ErrClosed, http.StatusServiceUnavailable},
 		{errors.New("dial tcp: connection refused"), http.StatusServiceUnavailable},
@@ -139,4 +139,60 @@ func TestMust(t *testing.T) {
 	}()
 	Must(0, invalidf("x"))
 	t.Error("Must did not panic on an error")
+}
+
+// TestErrorTexts checks the rule of docs/echo.md for the texts of the adapters' errors: the
+// Locker's errors as they are (one "fencing: " prefix, errSetup joined after), the adapters'
+// own with one "fencemw: " prefix and no other package's text (a user's error after it, as
+// it is), each one line with no segment twice, and each matching what it stands for.
+func TestErrorTexts(t *testing.T) {
+	t.Parallel()
+	r := redistest.New(t)
+	closed := fencing.New(r.Client)
+	_ = closed.Close()
+	badOpts := fencing.New(r.Client, fencing.WithCounterExpiry(time.Second))
+	defer badOpts.Close()
+	good := fencing.New(r.Client, fencing.WithPrefix(r.Prefix))
+	defer good.Close()
+	_, refused := good.TryAcquireAll(t.Context(), nil) // a call the Locker refuses: no resources
+	userErr := errors.New("no account in the path")
+	_, decodeErr := decodeRecord("2:x")
+	for _, tc := range []struct {
+		name  string
+		err   error
+		start string
+		match []error
+	}{
+		{"invalidf", invalidf("negative MaxWait %v", -time.Second), "fencemw: negative MaxWait -1s", []error{fencing.ErrInvalid}},
+		{"closed Locker", probe(closed, nil), "fencemw: Locker closed", []error{fencing.ErrClosed}},
+		{"Locker with bad options", probe(badOpts, nil), "fencemw: Locker built with", []error{fencing.ErrInvalid}},
+		{"Locker call refused", setupErr(refused), "fencing: ", []error{fencing.ErrInvalid, errSetup}},
+		{"user's error", &ownError{msg: "resource key", cause: userErr, is: []error{fencing.ErrInvalid}},
+			"fencemw: resource key: no account in the path", []error{fencing.ErrInvalid, userErr}},
+		{"key in use", &ownError{msg: "a later request holds the key", is: []error{fencing.ErrNotAcquired}},
+			"fencemw: a later request holds the key", []error{fencing.ErrNotAcquired}},
+		{"stored result", &ownError{msg: "stored result", cause: decodeErr, is: []error{errCorrupt}},
+			"fencemw: stored result: malformed record: unknown version", []error{errCorrupt, errRecord}},
+		{"key reused", idemErr(http.StatusUnprocessableEntity, "", ErrKeyReused), "fencemw: Idempotency-Key reused", []error{ErrKeyReused}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			msg := tc.err.Error()
+			prefixes := strings.Count(msg, "fencemw: ") + strings.Count(msg, "fencing: ") + strings.Count(msg, "store: ")
+			seen := map[string]bool{}
+			for _, seg := range strings.Split(msg, ": ") {
+				if seen[seg] {
+					t.Errorf("text %q repeats %q", msg, seg)
+				}
+				seen[seg] = true
+			}
+			if !strings.HasPrefix(msg, tc.start) || prefixes != 1 || strings.Contains(msg, "\n") {
+				t.Errorf("got text %q, want one line starting %q, with one package prefix", msg, tc.start)
+			}
+			for _, m := range tc.match {
+				if !errors.Is(tc.err, m) {
+					t.Errorf("%q does not match %v", msg, m)
+				}
+			}
+		})
+	}
 }

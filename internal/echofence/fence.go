@@ -7,7 +7,6 @@ import (
 	"strconv"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/errtext"
 )
 
 // HeaderRetryAfter is the response header the middleware sets on a busy resource.
@@ -80,6 +79,7 @@ type Fence[C Context] struct {
 	lostHandler  func(c C, resource string, err error) error
 	committed    func(c C) bool
 	hasStatus    func(err error) bool
+	label        func(c C) string // nil: RequestLabel's request ID
 }
 
 // New applies the defaults to s and checks it. It returns an error wrapping
@@ -100,6 +100,7 @@ func New[C Context, S ~func(C) bool](g Glue[C], s Settings[C, S]) (*Fence[C], er
 		lostHandler:  s.LostHandler,
 		committed:    g.Committed,
 		hasStatus:    g.HasStatus,
+		label:        s.Label,
 	}
 	if s.Skipper != nil {
 		f.skip = (func(C) bool)(s.Skipper)
@@ -174,6 +175,7 @@ func (f *Fence[C]) Serve(c C, next func(c C) error) error {
 	if f.shared != nil && f.shared(c) {
 		opts = f.sharedOpts
 	}
+	opts = labelled(RequestLabel(c, f.label, f.header), opts)
 	err = f.locker.Do(req.Context(), resource, func(ctx context.Context) error {
 		ran = true
 		result = f.run(ctx, c, next, req, resource)
@@ -188,7 +190,7 @@ func (f *Fence[C]) Serve(c C, next func(c C) error) error {
 	case errors.Is(err, fencing.ErrInvalid):
 		// The name passed the checks above, so the Locker refused its own settings with
 		// the call's options (a TTL above its counter expiry, say): the server's fault.
-		err = errtext.New(Prefix, "Locker call", errSetup, err)
+		err = setupErr(err)
 	}
 	return f.errorHandler(c, err)
 }

@@ -6,7 +6,6 @@ import (
 	"strconv"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/errtext"
 )
 
 // resources returns the names of the request's locks with KeysExtractor, deduplicated in the
@@ -15,7 +14,7 @@ import (
 func (f *Fence[C]) resources(c C) ([]string, error) {
 	keys, err := f.extractAll(c)
 	if err != nil {
-		return nil, errtext.New(Prefix, "resource keys", fencing.ErrInvalid, err)
+		return nil, &ownError{msg: "resource keys", cause: err, is: []error{fencing.ErrInvalid}}
 	}
 	if len(keys) == 0 {
 		return nil, invalidf("no resource key")
@@ -86,7 +85,7 @@ func (f *Fence[C]) serveAll(c C, next func(c C) error) error {
 		defer c.SetRequest(req)
 		result = next(c)
 		return result
-	}, f.opts...)
+	}, labelled(RequestLabel(c, f.label, f.header), f.opts)...)
 	switch {
 	case ran:
 		// Neither error says which lock was lost: the LostHandler gets the first resource.
@@ -99,7 +98,7 @@ func (f *Fence[C]) serveAll(c C, next func(c C) error) error {
 		}
 		return f.denyHandler(c, busy, err)
 	case errors.Is(err, fencing.ErrInvalid):
-		err = errtext.New(Prefix, "Locker call", errSetup, err)
+		err = setupErr(err)
 	}
 	return f.errorHandler(c, err)
 }

@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/fencekit/fencekit/internal/errtext"
+	"github.com/fencekit/fencekit/fencing"
 )
 
 // bufferBody reads the request's body, at most limit bytes, and puts it back as a reader of
@@ -20,7 +20,7 @@ import (
 func bufferBody(req *http.Request, limit int64) error {
 	tooLarge := func() error {
 		return idemErr(http.StatusRequestEntityTooLarge, "The request body is larger than "+strconv.FormatInt(limit, 10)+" bytes.",
-			"body over "+strconv.FormatInt(limit, 10)+" bytes", ErrBodyTooLarge)
+			&ownError{msg: "body over " + strconv.FormatInt(limit, 10) + " bytes", is: []error{ErrBodyTooLarge}})
 	}
 	if req.ContentLength > limit {
 		return tooLarge()
@@ -31,7 +31,8 @@ func bufferBody(req *http.Request, limit int64) error {
 	body, err := io.ReadAll(io.LimitReader(req.Body, limit+1))
 	switch {
 	case err != nil:
-		return keyErr("The request body could not be read.", "reading the body: %v", err)
+		return idemErr(http.StatusBadRequest, "The request body could not be read.",
+			&ownError{msg: "reading the body", cause: err, is: []error{fencing.ErrInvalid}})
 	case int64(len(body)) > limit:
 		return tooLarge()
 	}
@@ -58,7 +59,7 @@ func Fingerprint[C Context](c C, pathValues func(c C) []string) (string, error) 
 	if req.Body != nil && req.Body != http.NoBody {
 		body, err := io.ReadAll(req.Body)
 		if err != nil {
-			return "", errtext.New(Prefix, "reading the body", err)
+			return "", &ownError{msg: "reading the body", cause: err}
 		}
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		h.Write(body) // last: needs no length

@@ -2,11 +2,7 @@ package echofence
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
-
-	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/errtext"
 )
 
 // The idempotency middleware's own sentinels; the adapters export them. Its other errors
@@ -34,15 +30,15 @@ type idemError struct {
 func (e *idemError) Error() string { return e.err.Error() }
 func (e *idemError) Unwrap() error { return e.err }
 
-// idemErr returns an idemError answered with status and detail, whose text is
-// "fencemw: <msg>: <errs...>" and which matches every error in errs.
-func idemErr(status int, detail, msg string, errs ...error) error {
-	return &idemError{public: Public{Status: status, Message: detail, Problem: true}, err: errtext.New(Prefix, msg, errs...)}
+// idemErr returns err, answered with status and detail; its text is err's.
+func idemErr(status int, detail string, err error) error {
+	return &idemError{public: Public{Status: status, Message: detail, Problem: true}, err: err}
 }
 
-// keyErr returns the 400 of an invalid key: it matches fencing.ErrInvalid.
+// keyErr returns the 400 of an invalid key, reading "fencemw: <message>": it matches
+// fencing.ErrInvalid.
 func keyErr(detail, format string, args ...any) error {
-	return idemErr(http.StatusBadRequest, detail, fmt.Sprintf(format, args...), fencing.ErrInvalid)
+	return idemErr(http.StatusBadRequest, detail, invalidf(format, args...))
 }
 
 // IdempotencyAnswer returns the problem the default idempotency error handler answers err

@@ -74,6 +74,9 @@ type IdempotencySettings[C Context, S ~func(C) bool] = struct {
 	// ErrorHandler builds the response when the request is not run or replayed. Default:
 	// the adapter's default, an RFC 9457 problem document.
 	ErrorHandler func(c C, err error) error
+	// Label returns the label of the key's lock, as Settings.Label does. Default: the
+	// request's ID (RequestLabel).
+	Label func(c C) string
 }
 
 // Idempotency is checked IdempotencySettings with their defaults applied. It is never
@@ -92,6 +95,7 @@ type Idempotency[C Context] struct {
 	keep          func(status int) bool
 	replayHeaders []string // canonical names
 	errorHandler  func(c C, err error) error
+	label         func(c C) string // nil: RequestLabel
 	glue          Glue[C]
 	try           []fencing.CallOption // a single attempt: WithTTL(lockTTL), WithMaxWait(0), WithLimit(1), UnlessMemo
 	floored       bool                 // the Locker's tokens are floored at the server clock: counters may expire
@@ -115,6 +119,7 @@ func NewIdempotency[C Context, S ~func(C) bool](g Glue[C], s IdempotencySettings
 		maxWait:      s.MaxWait,
 		keep:         s.Keep,
 		errorHandler: s.ErrorHandler,
+		label:        s.Label,
 		glue:         g,
 	}
 	if s.Skipper != nil {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/errtext"
 )
 
 // Serve runs one request under the idempotency middleware: it reads the key, buffers the
@@ -31,7 +30,7 @@ func (m *Idempotency[C]) Serve(c C, next func(c C) error) error {
 	scope := ""
 	if m.scope != nil {
 		if scope, err = m.scope(c); err != nil {
-			return m.errorHandler(c, idemErr(http.StatusBadRequest, "", "Scope", fencing.ErrInvalid, err))
+			return m.errorHandler(c, idemErr(http.StatusBadRequest, "", &ownError{msg: "Scope", cause: err, is: []error{fencing.ErrInvalid}}))
 		}
 	}
 	if err := bufferBody(req, m.maxBody); err != nil {
@@ -39,7 +38,7 @@ func (m *Idempotency[C]) Serve(c C, next func(c C) error) error {
 	}
 	fp, err := m.fingerprint(c)
 	if err != nil {
-		return m.errorHandler(c, idemErr(http.StatusBadRequest, "", "Fingerprint", fencing.ErrInvalid, err))
+		return m.errorHandler(c, idemErr(http.StatusBadRequest, "", &ownError{msg: "Fingerprint", cause: err, is: []error{fencing.ErrInvalid}}))
 	}
 	name := IdempotencyName(scope, c.Path(), key)
 	if err := checkName(name); err != nil {
@@ -70,16 +69,17 @@ type attempt struct {
 func (m *Idempotency[C]) serve(c C, next func(c C) error, name, fp string) error {
 	req := c.Request()
 	begin := time.Now()
+	label := RequestLabel(c, m.label, m.glue.Header)
 	var a attempt
 	err := m.locker.Do(req.Context(), name, func(work context.Context) error {
 		return m.run(work, c, next, name, fp, false, &a)
-	}, m.try...)
+	}, labelled(label, m.try)...)
 	var memo *fencing.MemoError
 	if errors.Is(err, fencing.ErrNotAcquired) && !errors.As(err, &memo) && m.maxWait > 0 {
 		wait := m.maxWait - time.Since(begin)
 		err = m.locker.Do(req.Context(), name, func(work context.Context) error {
 			return m.run(work, c, next, name, fp, true, &a)
-		}, fencing.WithTTL(m.lockTTL), fencing.WithMaxWait(max(wait, 0)), fencing.WithLimit(1), fencing.UnlessMemo(RecordName))
+		}, labelled(label, []fencing.CallOption{fencing.WithTTL(m.lockTTL), fencing.WithMaxWait(max(wait, 0)), fencing.WithLimit(1), fencing.UnlessMemo(RecordName)})...)
 	}
 	a.committed = a.committing && err == nil
 	switch {
@@ -94,7 +94,7 @@ func (m *Idempotency[C]) serve(c C, next func(c C) error, name, fp string) error
 	case errors.Is(err, fencing.ErrInvalid):
 		// The Locker refused its own settings for this call (WithReplicas, say, which the
 		// record does not support): the server's fault.
-		err = errtext.New(Prefix, "Locker call", errSetup, err)
+		err = setupErr(err)
 	}
 	return m.errorHandler(c, err)
 }
@@ -188,7 +188,7 @@ func (m *Idempotency[C]) finish(c C, fp, name string, a *attempt) error {
 		case reply.stored != "":
 			return m.replay(c, reply.stored, fp)
 		default:
-			return m.inProgress(c, errtext.New(Prefix, "a later request holds the key", fencing.ErrNotAcquired))
+			return m.inProgress(c, &ownError{msg: "a later request holds the key", is: []error{fencing.ErrNotAcquired}})
 		}
 	}
 	a.out.send(m.glue.Response(c))
@@ -200,12 +200,11 @@ func (m *Idempotency[C]) finish(c C, fp, name string, a *attempt) error {
 func (m *Idempotency[C]) replay(c C, stored, fp string) error {
 	rec, err := decodeRecord(stored)
 	if err != nil {
-		return m.errorHandler(c, idemErr(http.StatusInternalServerError, "", "stored result", errCorrupt, err))
+		return m.errorHandler(c, idemErr(http.StatusInternalServerError, "", &ownError{msg: "stored result", cause: err, is: []error{errCorrupt}}))
 	}
 	if rec.fingerprint != fp {
 		return m.errorHandler(c, idemErr(http.StatusUnprocessableEntity,
-			"This "+m.header+" was used with another request (method, route, path values or body).",
-			"key used with another request", ErrKeyReused))
+			"This "+m.header+" was used with another request (method, route, path values or body).", ErrKeyReused))
 	}
 	w := m.glue.Response(c)
 	h := w.Header()
@@ -226,7 +225,7 @@ func (m *Idempotency[C]) replay(c C, stored, fp string) error {
 func (m *Idempotency[C]) inProgress(c C, err error) error {
 	m.glue.Header(c).Set(HeaderRetryAfter, strconv.Itoa(inProgressRetryAfter))
 	return m.errorHandler(c, idemErr(http.StatusConflict,
-		"A request with this "+m.header+" is being processed; retry later.", "key in use", err))
+		"A request with this "+m.header+" is being processed; retry later.", err))
 }
 
 // inProgressRetryAfter is the Retry-After, in seconds, of a 409: a request that holds a key

@@ -2,6 +2,7 @@ package echofence
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -79,7 +80,7 @@ func appendField(b []byte, s string) []byte {
 func decodeRecord(s string) (*record, error) {
 	d := decoder{s: s}
 	if !strings.HasPrefix(s, "1:") {
-		return nil, errors.Join(errRecord, errors.New("unknown version"))
+		return nil, fmt.Errorf("%w: unknown version", errRecord)
 	}
 	d.s = s[2:]
 	r := &record{}
@@ -123,7 +124,7 @@ type decoder struct {
 
 func (d *decoder) fail(why string) {
 	if d.err == nil {
-		d.err = errors.Join(errRecord, errors.New(why))
+		d.err = fmt.Errorf("%w: %s", errRecord, why)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/errtext"
 )
 
 // Defaults and limits of the adapters' Config.
@@ -25,7 +24,7 @@ const (
 func (f *Fence[C]) resource(c C) (string, error) {
 	key, err := f.extract(c)
 	if err != nil {
-		return "", errtext.New(Prefix, "resource key", fencing.ErrInvalid, err)
+		return "", &ownError{msg: "resource key", cause: err, is: []error{fencing.ErrInvalid}}
 	}
 	if err := ValidKey(key); err != nil {
 		return "", err
