@@ -95,6 +95,10 @@ func Slot(key string) uint16 { return topology.Slot(key) }
 func AcquireAllSHA() string { return wire.Scripts["acquireall.lua"].Hash() }
 func ReleaseSHA() string    { return wire.Scripts["release.lua"].Hash() }
 
+// SharedReleaseSHA returns the SHA1 digest of the release script of shared and limited
+// holders, for tests that spot its EVALSHA.
+func SharedReleaseSHA() string { return wire.Scripts["shared_release.lua"].Hash() }
+
 // checkNow makes the front waiter of each of the room's lines check with Redis now, as it
 // does when the holders' lease ends, and returns when the checks are done.
 func (r *room) checkNow(ctx context.Context) error {

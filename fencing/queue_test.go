@@ -603,10 +603,11 @@ type dropOnce struct {
 	match   func([]byte) bool // the request to lose the reply of; nil: isRelease
 }
 
-// isRelease reports whether p is the release script as go-redis writes it: EVALSHA of its
-// digest, or EVAL of its source after NOSCRIPT.
+// isRelease reports whether p is a release script (an exclusive lock's, or another kind's) as
+// go-redis writes it: EVALSHA of its digest, or EVAL of its source after NOSCRIPT.
 func isRelease(p []byte) bool {
-	return bytes.Contains(p, []byte(fencing.ReleaseSHA())) || bytes.Contains(p, []byte("-- Release one or several resources"))
+	return bytes.Contains(p, []byte(fencing.ReleaseSHA())) || bytes.Contains(p, []byte(fencing.SharedReleaseSHA())) ||
+		bytes.Contains(p, []byte("\n-- Release "))
 }
 
 func (c *dropOnce) Write(p []byte) (int, error) {

@@ -65,13 +65,17 @@ func SplitValue(v string) (owner string, token int64, ok bool) {
 // versions included, read the rules as they were.
 var labels = base32.StdEncoding.WithPadding(base32.NoPadding)
 
-// Labeled returns owner with label, if not "", after it: "<owner>~<label, escaped>".
-func Labeled(owner, label string) string {
+// Labeled returns s, an owner or an element, with label (if not "") after it, escaped in an
+// owner and base32 in an element.
+func Labeled(s, label string) string {
 	if label == "" {
-		return owner
+		return s
 	}
-	b := make([]byte, 0, len(owner)+1+len(label)+8)
-	b = append(append(b, owner...), '~')
+	b := make([]byte, 0, len(s)+1+2*len(label))
+	b = append(append(b, s...), '~')
+	if strings.IndexByte(s, '.') >= 0 {
+		return string(labels.AppendEncode(b, []byte(label)))
+	}
 	for i := 0; i < len(label); i++ {
 		switch c := label[i]; c {
 		case '%', ':', '.', '~':
@@ -83,7 +87,7 @@ func Labeled(owner, label string) string {
 	return string(b)
 }
 
-// LabelOf returns the label of an owner or an element, "" when it has none.
+// LabelOf returns the label of an owner or an element (see Labeled), "" when it has none.
 func LabelOf(owner string) string {
 	i := strings.LastIndexByte(owner, '~')
 	if i < 0 {
@@ -133,11 +137,7 @@ func (e Element) String() string {
 		b = append(b, 'l')
 		b = strconv.AppendInt(b, int64(e.Kind.Limit), 10)
 	}
-	if e.Label != "" {
-		b = append(b, '~')
-		b = labels.AppendEncode(b, []byte(e.Label))
-	}
-	return string(b)
+	return Labeled(string(b), e.Label)
 }
 
 // Rules returns the rules of tokens, as an element and the acquire scripts write them (the
