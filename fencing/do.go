@@ -3,7 +3,6 @@ package fencing
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -111,7 +110,7 @@ func (l *Locker) hold(ctx context.Context, cfg *config, locks []*Lock, set *Lock
 		case err == nil:
 			err = lost
 		default:
-			err = fmt.Errorf("%w: %w", lost, err)
+			err = errors.Join(err, lost) // two failures, each with its own text
 		}
 	}()
 	err = fn(work)

@@ -319,7 +319,7 @@ func (l *Locker) attemptAll(ctx context.Context, cfg *config, g []member) ([]*Lo
 		return nil, nil, err
 	}
 	owner = wire.Labeled(owner, cfg.label)
-	a := &wire.AcquireAll{Owner: owner, Lease: millis(cfg.ttl), Floor: cfg.timeFloor, Expiry: millis(cfg.expiry)}
+	a := &wire.AcquireAll{Owner: owner, Lease: millis(cfg.ttl), Floor: cfg.timeFloor, Expiry: millis(cfg.expiry), Publish: l.topo.Publish()}
 	for _, m := range g {
 		a.Keys = append(a.Keys, m.keys)
 	}

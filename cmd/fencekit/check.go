@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/fencing/servercheck"
+	"github.com/fencekit/fencekit/servercheck"
 )
 
 const checkHelp = `Audits the settings of every server behind the URL (every primary with --cluster) with

@@ -30,7 +30,7 @@ import (
 
 	"github.com/fencekit/fencekit/asynqfence"
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/fencing/servercheck"
+	"github.com/fencekit/fencekit/servercheck"
 	"github.com/fencekit/fencekit/tracing/asynqtrace"
 )
 

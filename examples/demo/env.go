@@ -22,8 +22,8 @@ import (
 
 	"github.com/fencekit/fencekit/asynqfence"
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/fencing/servercheck"
 	fencemw "github.com/fencekit/fencekit/middleware"
+	"github.com/fencekit/fencekit/servercheck"
 	"github.com/fencekit/fencekit/store"
 )
 

@@ -55,7 +55,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/fencing/servercheck"
+	"github.com/fencekit/fencekit/servercheck"
 )
 
 const (

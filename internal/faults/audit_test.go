@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/fencing/servercheck"
 	"github.com/fencekit/fencekit/internal/redisproc"
+	"github.com/fencekit/fencekit/servercheck"
 )
 
 var policies = []string{"noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/fencing/observe"
-	"github.com/fencekit/fencekit/fencing/servercheck"
 	"github.com/fencekit/fencekit/internal/redisproc"
+	"github.com/fencekit/fencekit/servercheck"
 )
 
 // TestCluster runs the Locker on a *redis.ClusterClient against a real three-primary

@@ -1,7 +1,7 @@
 // Package topology tells what a go-redis client stands for: one server, a Cluster or a Ring.
 // It is the one place in the module that looks at a client's type; package fencing computes
 // a Topology once, in fencing.New, and every path that depends on it consults that value, as
-// does fencing/servercheck.
+// does servercheck.
 package topology
 
 import (

@@ -1,15 +1,13 @@
--- Take a resource exclusively and issue its fencing token in one step, or queue for it (see
--- doc.go for the keys and values, state.lua for the cases other than the two fast ones).
--- KEYS[1]: the lock key; the other keys are named after it (on a Cluster the fence and queue
---          keys, and the memo's, follow it, declared only).
--- ARGV: owner (random per acquisition, without ':' or '.'), lease (ms), rules ('', 'f' or
---       'e<ms>', see token.lua), element ('' for one attempt, else the waiter's queue element,
---       queued when busy), entry (the Locker's waiter value, '' when fresh), publish ('P', 'S'
---       or '-'), memo ('' or a memo's name: when it exists nothing is taken). Trailing
---       arguments with their defaults ('', '', '', 'P', '') are left out.
--- Returns the token; {TAKEN, token, behind} when the server clock is behind the last token;
--- {BUSY, left ms}; {QUEUED, held, left}, or {QUEUED, held} behind an exclusive holder (held: its
--- lock value); and, writing nothing, {MISMATCH, kind}, {LAYOUT} or {MEMO, value}.
+-- Take a resource exclusively with a fencing token in one step, or queue for it. Fast paths:
+-- free and nobody waits, or another's exclusive lock; state.lua for the rest.
+-- KEYS[1]: the lock key; the others are named after it (on a Cluster the fence, queue and memo
+--          keys follow it, declared only).
+-- ARGV: owner (random, no ':' or '.'), lease (ms), rules ('', 'f', 'e<ms>': token.lua), element
+--       ('' for one attempt, else queued when busy), entry (the waiter value, '' when fresh),
+--       publish ('P', 'S', '-'), memo (a name: when it exists nothing is taken). Defaults at the
+--       end are left out.
+-- Returns the token; {TAKEN, token, behind}; {BUSY, left ms}; {QUEUED, held, left} ({QUEUED,
+-- held} behind an exclusive holder); {MISMATCH, kind}, {LAYOUT}, {MEMO, value} write nothing.
 local base, owner, lease = string.sub(KEYS[1], 1, -5), ARGV[1], ARGV[2]
 if (ARGV[7] or '') ~= '' then
   local memo = redis.call('GET', base .. ARGV[7])

@@ -148,16 +148,17 @@ func ParseAcquire(res any) (AcquireReply, error) {
 // An AcquireAll takes the exclusive locks of several resources of one server or Cluster slot,
 // in order, as far as they are free (acquireall.lua).
 type AcquireAll struct {
-	Keys   []Keys
-	Owner  string
-	Lease  int64
-	Floor  bool
-	Expiry int64
+	Keys    []Keys
+	Owner   string
+	Lease   int64
+	Floor   bool
+	Expiry  int64
+	Publish string // as in Acquire: the queues are served first
 }
 
 // Call returns the call of a's script on c.
 func (a *AcquireAll) Call(c redis.UniversalClient) Call {
-	args := trimmed([]any{a.Owner, a.Lease, Rules(a.Floor, time.Duration(a.Expiry)*time.Millisecond)}, "")
+	args := trimmed([]any{a.Owner, a.Lease, Rules(a.Floor, time.Duration(a.Expiry)*time.Millisecond), a.Publish}, "", "P")
 	return Call{Script: acquireAllScript, Keys: Declare(c, a.Keys, ""), Args: args}
 }
 

@@ -1,9 +1,6 @@
--- Reads the queue element of the includer's local element, "<id>.<n>.<lease ms><rules>" and
--- perhaps "~<label>", into its locals id (nil for anything else, which is dropped), lease,
--- kind and rules: the rules are 'f' (tokens floored at the server clock) or 'e<ms>' (the
--- counter expires; floored too), which token.lua reads, then 's' (shared) or 'l<n>' (one of n
--- slots), neither for exclusive ('x'). The Go side is wire.ParseElement; TestGrammarAlike
--- holds them together. Pasted, not called (see token.lua).
+-- Reads element, "<id>.<n>.<lease ms><rules>[~<label>]", into the includer's locals id (nil
+-- when it is none: dropped), lease, kind ('x', 's' or 'l<n>', from rules) and rules ('f' or
+-- 'e<ms>' first, for token.lua). Go's side is wire.ParseElement (TestGrammarAlike). Pasted.
 do
   id, lease, rules = string.match(element, '^([^.]*)%.%d+%.(%d+)([^~]*)')
   kind = 'x'

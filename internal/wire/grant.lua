@@ -1,23 +1,17 @@
 -- The hand-off: grant gives a resource to the waiters at the head of its queue, and granted
--- answers the release that did it (see doc.go for the keys and values).
---
--- A resource r is {lock = ..., fence = ..., queue = ..., base = "<prefix>{R}:"}. Its state s is
--- {shape = 'none'} when nobody holds it; {shape = 'x', value = v} for an exclusive holder whose
--- lock value v is "<owner>:<token>", with '+' after it when waiters may be queued; or
--- {shape = 'hash', kind, q, e, x, t, count} for shared ('s') or limited ('l<n>') holders: the
--- queue mark q ('1' when waiters may be queued), bounds e and x of their leases' ends, the
--- key's expiry t (server milliseconds) and count, the number of holder fields (state.lua).
+-- answers the release that did it (doc.go: the keys and values). A resource r is {lock,
+-- fence, queue, base = "<prefix>{R}:"}; its state s is {shape = 'none'} (free), {shape = 'x',
+-- value} (an exclusive holder, its value marked '+' when waiters may be queued) or {shape =
+-- 'hash', kind, q, e, x, t, count} (shared 's' or limited 'l<n>' holders, see state.lua).
 
--- grant gives r to the waiters at the head of its queue, in order, while each fits what state
--- s (its ended holders swept) leaves: anyone when it is free, a shared waiter beside shared
--- holders, a waiter of the same limit while a slot is free, nobody beside an exclusive holder.
--- Each grant takes a new token under the waiter's own rules: an exclusive waiter gets the lock
--- "<element>:<token>" (with '+' when more waiters are queued) for the element's lease, a hash
--- holder the field "<element>". A waiter is alive when its Locker is self (the grant comes back
--- in the reply, unannounced), when the announcement "<element>:<token>" on its Locker's
--- channel reached a subscriber (publish: 'P' PUBLISH, 'S' SPUBLISH, '-' none), or when its
--- Locker's waiter key exists; a dead waiter is dropped (its token is used up). Returns the
--- state after, the grants to self {element, token, ...}, and whether waiters may be left.
+-- grant gives r to the waiters at the head of its queue, in order, while each fits beside
+-- the holders of s (swept): anyone when free, a shared waiter beside shared holders, one of the
+-- same limit while a slot is free. Each gets a token under its own rules: an exclusive one the
+-- lock "<element>:<token>" ('+' if more wait) for its lease, others the field "<element>". A
+-- waiter is alive when its Locker is self (the grant comes back in the reply), when the
+-- announcement "<element>:<token>" on its Locker's channel reached someone (publish: 'P', 'S',
+-- '-' none), or when its Locker's waiter key exists; a dead one is dropped, its token used up.
+-- Returns the state after, the grants to self {element, token, ...}, and whether any wait.
 local function grant(r, s, publish, self, now)
   local mine = {}
   while s.shape ~= 'x' do

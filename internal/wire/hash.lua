@@ -1,5 +1,5 @@
--- The functions of a hash of shared or limited holders (see grant.lua for its state s, doc.go
--- for its fields): a new hash, and the time (hold.lua writes a holder).
+-- A new hash of shared or limited holders (grant.lua: its state; hold.lua: a holder), and the
+-- time.
 
 -- open makes r's lock a hash of kind, marked q, with one holder, field f with token whose
 -- lease ends at ending, and returns its state; the lock was free.

@@ -1,7 +1,6 @@
--- Writes the holder field f, with token and a lease ending at ending (server ms; now is the
--- time), in the hash of holders at key lock whose state is s (grant.lua): a new holder, or
--- with again the same one renewed. It moves the bounds e and x, and past the key's expiry t
--- the expiry to as long again. Pasted, not called (see token.lua).
+-- Writes holder field f (token, lease ending at ending; now: the time) in the hash at lock
+-- whose state is s (grant.lua), new or with again renewed: moves the bounds e and x, and past
+-- the key's expiry t the expiry to as long again. Pasted (token.lua).
 do
   if not again then
     s.count = s.count + 1

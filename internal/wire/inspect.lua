@@ -1,18 +1,8 @@
--- Read what Redis holds of a resource, for Locker.Inspect: its holders, its counter and its
--- queue, in one step that writes nothing (see doc.go for the keys and values). A hash of the
--- earlier layout (a field 'limit', holders "<owner>:<token>" holding their lease's end) is
--- read too, so that operators see it while processes of both versions run.
--- KEYS[1]: the resource's lock key (the others are named after it); on a Cluster its fence and
---          queue keys follow, declared only (see wire.Declare).
--- Returns {now, kind, holders, fence, fence_pttl, queue, waiters}:
---   now:      the server time in milliseconds;
---   kind:     '' when the lock key does not exist, 'x' for an exclusive holder, 's' or 'l<n>'
---             for a hash, 'old:s' or 'old:l<n>' for a hash of the earlier layout;
---   holders:  {owner, token, lease end ms, ...}: the exclusive holder (its lease end from its
---             PTTL), or each hash holder whose lease has not ended;
---   fence:    the counter's value, or '' when there is none; fence_pttl its PTTL;
---   queue:    the queue's elements, head first;
---   waiters:  {id, value, ...}: each waiting Locker's waiter key, '' when it is gone.
+-- Read what Redis holds of a resource, for Locker.Inspect, writing nothing: a hash of the
+-- earlier layout (fields 'limit', "<owner>:<token>" = lease end) too. KEYS[1]: the lock key
+-- (on a Cluster its fence and queue keys follow, declared only). Returns {now (ms), kind (''
+-- free, 'x', 's', 'l<n>', 'old:s', 'old:l<n>'), holders {owner, token, lease end ms, ...} (live
+-- ones), fence ('' none), fence PTTL, queue (head first), waiters {id, waiter value or '', ...}}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local kind, holders = '', {}

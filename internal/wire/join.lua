@@ -1,10 +1,7 @@
--- Puts the waiter's element at the tail of the queue of the resource whose lock key is lock
--- and other keys start with base, once: a call sent again after a lost reply finds the holders
--- marked and the element near the tail. It marks the holders as having waiters queued behind
--- them (held: an exclusive holder's lock value, which gets '+'; else q, the mark of a hash,
--- becomes '1'; neither: nobody holds it), gives a new queue its TTL, and with entry (the
--- Locker's waiter value; '' when its waiter key and the queue's TTL are fresh) renews both.
--- Pasted, not called (see token.lua).
+-- Queues element at the tail of the queue (keys from base), once: a call sent again finds the
+-- holders marked and the element near the tail. Marks the holders (held: an exclusive value,
+-- given '+'; else q, a hash's mark, set to '1'; neither: nobody holds it), gives a new queue
+-- its TTL, and with entry (the waiter value; '' when fresh) renews both. Pasted (token.lua).
 do
   local marked, n = q == '1', 0
   if held then

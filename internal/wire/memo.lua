@@ -1,8 +1,6 @@
--- Writes what the release of one resource whose keys start with base commits with it, only
--- while the releasing acquisition holds it: the memo of the release script's trailing
--- arguments from m on (ARGV[m] its name, '' for none; ARGV[m + 1] its value; ARGV[m + 2] its TTL
--- in ms) at "<base><name>", and the counter's expiry (ARGV[m + 3], ms, unless it has one; '0'
--- for none). Pasted, not called (token.lua).
+-- Writes what a release of one resource (keys from base) commits while it holds it: the memo
+-- of ARGV[m] (name; '' none), ARGV[m + 1] (value), ARGV[m + 2] (TTL ms) at "<base><name>", and
+-- ARGV[m + 3], an expiry (ms) for the counter unless it has one ('0' none). Pasted (token.lua).
 if (ARGV[m] or '') ~= '' then
   redis.call('SET', base .. ARGV[m], ARGV[m + 1], 'PX', ARGV[m + 2])
 end

@@ -1,20 +1,12 @@
--- Keep a Locker's waiters in a resource's queue and find out whether the resource was granted
--- to some of them, for a waiter that heard nothing for a while (a lost announcement, a holder
--- whose lease ran out); see doc.go and grant.lua.
--- KEYS[1]: the resource's lock key (the others are named after it); on a Cluster its fence and
---          queue keys follow, declared only (see wire.Declare).
--- ARGV[1]: id: the Locker's id.
--- ARGV[2]: entry: its waiter value (when it began waiting, unix ms).
--- ARGV[3]: publish: 'P', 'S' or '-' (see acquire.lua).
--- ARGV[4] and on: the queue elements of the Locker's waiters that have not received a grant,
---          longest-waiting first.
--- Elements of ARGV[4..] missing from the queue (dropped while the Locker's key had lapsed) are
--- added at the tail, except those that hold the resource; then whatever fits is granted to the
--- queue's head waiters (holders whose lease ended are gone). Returns {GRANTED, element, token,
--- now, ...}, one triple per grant to a waiter of this Locker (now is 1 when this call granted
--- it, 0 when it was granted before); otherwise {BUSY, held, left}: an exclusive holder's lock
--- value (or '' for other holders) and lease_left's milliseconds (the waiter checks again
--- then), or {BUSY, ''} when the resource is free; {LAYOUT} for a hash of the earlier layout.
+-- Keep a Locker's waiters queued for a resource and find the grants to them: for a waiter
+-- that heard nothing for a while (a lost announcement, a holder whose lease ran out).
+-- KEYS[1]: the lock key (on a Cluster its fence and queue keys follow, declared only).
+-- ARGV: the Locker's id, its waiter value, publish ('P', 'S' or '-'), then the elements of its
+-- waiters without a grant, longest-waiting first. Those missing from the queue (dropped while
+-- the waiter key had lapsed) and not holding are put back at the tail; then whatever fits is
+-- granted (grant.lua). Returns {GRANTED, element, token, now, ...} for this Locker's grants
+-- (now: 1 when this call made it, 0 when made before); else {BUSY, held, left} (held: an
+-- exclusive holder's value, else ''), {BUSY, ''} when free, or {LAYOUT}.
 -- #include state.lua
 local id, publish = ARGV[1], ARGV[3]
 local r = resource(KEYS[1])
@@ -22,12 +14,7 @@ local s = state(r)
 if s.shape == 'old' then
   return {LAYOUT}
 end
-local now
-if s.shape == 'hash' then
-  now = clock(r, s)
-end
-local out = {}
-local mine = {}
+local now, out, mine = s.shape == 'hash' and clock(r, s), {}, {}
 for i = 4, #ARGV do
   mine[ARGV[i]] = true
 end
@@ -87,8 +74,4 @@ end
 if free(s) then
   return {BUSY, ''}
 end
-local held = ''
-if s.shape == 'x' then
-  held = s.value
-end
-return {BUSY, held, lease_left(r, s, now or clock(r, s))}
+return {BUSY, s.shape == 'x' and s.value or '', lease_left(r, s, now or clock(r, s))}

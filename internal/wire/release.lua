@@ -1,13 +1,10 @@
--- Release the exclusive locks of one or several resources, each if this acquisition still
--- holds it, and hand each to its queue's next waiters in the same step (grant.lua, state.lua).
--- KEYS: the lock keys, n of them (on a Cluster of one slot; their fence and queue keys and one
---       resource's memo key follow, declared only).
--- ARGV: the lock value of each, "<owner>:<token>" ("<owner>:": whatever token the owner holds);
---       keep ('1': a record lives RECORD_TTL, not the lease's TTL; '0'); publish ('P', 'S',
---       '-'); self (the caller's Locker id if it has waiters here, whose grants come back in the
---       reply; ''); one resource's memo (memo.lua). Defaults at the end are left out.
--- Returns RELEASED, {GRANTED, element, token, ...}, NOT_HELD or LAYOUT, for each resource. A
--- call sent again after a lost reply finds the record "<base>r:<value>" (the lock renamed).
+-- Release the exclusive locks of one or several resources (of one slot), each if this
+-- acquisition still holds it, and hand each to its queue's next waiters in the same step.
+-- KEYS: their lock keys (on a Cluster their fence and queue keys and the memo's follow).
+-- ARGV: each lock value ("<owner>:" too: whatever token the owner holds), keep ('1': the
+--       record lives RECORD_TTL), publish, self (the caller's Locker id when it has waiters
+--       here: their grants come back in the reply), one resource's memo (memo.lua).
+-- Returns RELEASED, {GRANTED, element, token, ...}, NOT_HELD or LAYOUT, for each resource.
 local n, got = 1, nil
 while n < #KEYS and string.sub(KEYS[n + 1], -5) == ':lock' do n = n + 1 end
 local keep = ARGV[n + 1] == '1'

@@ -1,11 +1,8 @@
--- Take a place among the shared holders of a resource (kind 's') or one of its n slots
--- ('l<n>') and issue its fencing token in one step, or queue for it (see doc.go for the hash
--- of holders, state.lua for every case but the fast one: holders of the same kind, nobody
--- waiting, room left).
--- KEYS[1]: the lock key, as in acquire.lua.
--- ARGV: owner, lease, kind, then rules, element, entry, publish and memo as in acquire.lua,
---       with the same defaults.
--- Returns as acquire.lua does ({QUEUED, held, left} when queued).
+-- Take a place among the shared holders of a resource (kind 's') or one of its n slots ('l<n>')
+-- with a fencing token in one step, or queue for it. Fast path: holders of the same kind,
+-- nobody waiting, room left; state.lua for the rest. KEYS[1]: the lock key (acquire.lua).
+-- ARGV: owner, lease, kind, then rules, element, entry, publish, memo as in acquire.lua.
+-- Returns as acquire.lua does.
 local base, owner, lease, kind = string.sub(KEYS[1], 1, -5), ARGV[1], ARGV[2], ARGV[3]
 if (ARGV[8] or '') ~= '' then
   local memo = redis.call('GET', base .. ARGV[8])

@@ -1,8 +1,6 @@
--- Reset, or read, the lease of one shared or limited holder while this acquisition holds it
--- (see doc.go for the hash of holders).
--- KEYS[1]: the lock key (on a Cluster its fence and queue keys follow, declared only).
--- ARGV[1]: the holder's value "<owner>:<token>"; ARGV[2]: the new lease in ms, or '' to read it.
--- Returns as extend.lua does. The time is the hash's expiry t less its TTL.
+-- Reset, or read, the lease of one shared or limited holder while this acquisition holds it.
+-- KEYS[1]: the lock key (extend.lua). ARGV: the holder's value "<owner>:<token>", the new lease
+-- in ms or '' to read it. Returns as extend.lua does; the time is the hash's t less its TTL.
 local owner, token = string.match(ARGV[1], '^([^:]*):(%d+)$')
 local h = owner and redis.pcall('HMGET', KEYS[1], owner, 'e', 'x', 't')
 if not h or h.err or not h[1] or string.match(h[1], ':(%d+)$') ~= token then

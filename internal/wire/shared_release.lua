@@ -1,10 +1,8 @@
--- Release one shared or limited holder of a resource if this acquisition still holds it, and
--- hand the resource to its queue's next waiters in the same step (state.lua for every case
--- but the fast one: a live holder that nobody waits behind).
--- KEYS[1]: the lock key, as in release.lua.
--- ARGV: the holder's value "<owner>:<token>" (or "<owner>:"), then publish, self and the memo
---       (name, value, TTL, counter) as in release.lua, with the same defaults.
--- Returns as release.lua does for one resource. Its record "<base>r:<value>" lives RECORD_TTL.
+-- Release one shared or limited holder if this acquisition still holds it, and hand the
+-- resource to its queue's next waiters in the same step. Fast path: a live holder nobody waits
+-- behind; state.lua for the rest. KEYS[1]: the lock key (release.lua). ARGV: the holder's
+-- value ("<owner>:" too), then publish, self and the memo as in release.lua. Returns as
+-- release.lua does; the record "<base>r:<value>" lives RECORD_TTL.
 local owner, token = string.match(ARGV[1], '^([^:]*):(%d+)$')
 local h = owner and redis.pcall('HMGET', KEYS[1], owner, 'q', 't')
 if h and not h.err and h[1] and h[2] == '0' and string.match(h[1], ':(%d+)$') == token then

@@ -1,5 +1,4 @@
--- The general path of the acquire and release scripts: every kind of acquisition, every state
--- of a resource (see grant.lua for resources and states; doc.go for the keys and values).
+-- The general path of the acquire and release scripts: every kind, every state (grant.lua).
 -- #include grant.lua
 -- #include hash.lua
 
@@ -9,9 +8,8 @@ local function resource(lock)
   return {lock = lock, fence = base .. 'fence', queue = base .. 'queue', base = base}
 end
 
--- state reads r's holders: one GET for an exclusive holder or nobody (seen: what a GET of the
--- lock answered already, if not nil), else the hash's meta and the field named owner (mine).
--- A hash of the earlier layout (its field 'limit') is {shape = 'old'}.
+-- state reads r's holders: GET for an exclusive one or nobody (seen: what a GET answered
+-- already), else the hash's meta and the field named owner (mine); 'old': the earlier layout.
 local function state(r, seen, owner)
   local v = seen
   if v == nil then
@@ -26,15 +24,12 @@ local function state(r, seen, owner)
   if h[6] or not h[1] then
     return {shape = 'old'}
   end
-  return {
-    shape = 'hash', kind = h[1], q = h[2], e = tonumber(h[3]), x = tonumber(h[4]), t = tonumber(h[5]),
-    count = redis.call('HLEN', r.lock) - META, mine = owner and h[7],
-  }
+  return {shape = 'hash', kind = h[1], q = h[2], e = tonumber(h[3]), x = tonumber(h[4]), t = tonumber(h[5]),
+    count = redis.call('HLEN', r.lock) - META, mine = owner and h[7]}
 end
 
--- sweep, when some of hash state s's holders may have ended by now (now at or past s.e),
--- deletes those that have and sets s.count, s.e and s.x from the others; with none left it
--- deletes the key, and s becomes 'none'.
+-- sweep, when a holder of hash state s may have ended by now (past s.e), deletes those that
+-- did and sets s.count, e and x from the others; with none left, the key, and s is 'none'.
 local function sweep(r, s, now)
   if s.shape ~= 'hash' or s.count <= 0 or now < s.e then
     return
@@ -63,29 +58,13 @@ local function sweep(r, s, now)
   redis.call('HSET', r.lock, 'e', string.format('%d', e), 'x', string.format('%d', x))
 end
 
--- free reports whether s leaves the resource free: nobody holds it, or no holder is left in
--- its hash (swept).
+-- free reports whether nobody holds the resource of s (swept).
 local function free(s)
   return s.shape == 'none' or (s.shape == 'hash' and s.count <= 0)
 end
 
--- mismatch returns the holders' kind when an acquisition of kind can never join them, not even
--- by waiting: exclusive and shared acquisitions wait for each other, but a limit mixes with no
--- other kind while its holders live. Returns nil otherwise.
-local function mismatch(s, kind)
-  if free(s) then
-    return nil
-  end
-  local have = s.shape == 'x' and 'x' or s.kind
-  if have == kind or ((kind == 'x' or kind == 's') and (have == 'x' or have == 's')) then
-    return nil
-  end
-  return have
-end
-
--- lease_left returns how long until the holders of s let the resource change hands, in
--- milliseconds: the exclusive holder's lease, the latest of shared holders', the earliest of a
--- limit's.
+-- lease_left returns how long until the holders of s let the resource change hands (ms): the
+-- exclusive holder's lease, the latest of shared holders', the earliest of a limit's.
 local function lease_left(r, s, now)
   if s.shape == 'x' then
     return redis.call('PTTL', r.lock)
@@ -95,11 +74,9 @@ local function lease_left(r, s, now)
   return s.e - now
 end
 
--- acquire takes r for owner as kind ('x', 's', 'l<n>') with a lease of lease ms and a token
--- under rules (token.lua), or queues element ('' for a single attempt) with the Locker's waiter
--- value entry, grants announced as publish says; see acquire.lua for the replies. The queue
--- is served first: a newcomer never goes ahead of a waiter. Every counter moves before its
--- lock is written, so a failing INCR (at the int64 maximum) leaves no lock.
+-- acquire takes r for owner as kind ('x', 's', 'l<n>'), or queues element (acquire.lua's
+-- arguments and replies). The queue is served first: a newcomer never goes ahead of a waiter.
+-- The counter moves before the lock is written: a failing INCR (int64 max) leaves no lock.
 local function acquire(r, kind, owner, lease, rules, element, entry, publish)
   local s = state(r, nil, owner)
   local now
@@ -118,9 +95,9 @@ local function acquire(r, kind, owner, lease, rules, element, entry, publish)
     end
     sweep(r, s, now)
   end
-  local other = mismatch(s, kind)
-  if other then
-    return {MISMATCH, other}
+  local have = s.shape == 'x' and 'x' or s.kind -- a limit mixes with no other kind while held
+  if not free(s) and have ~= kind and not ((kind == 'x' or kind == 's') and (have == 'x' or have == 's')) then
+    return {MISMATCH, have}
   end
   -- Served first: EXISTS before LPOP, as under maxmemory Redis refuses a script's INCR only
   -- while it has not written yet, and LPOP counts as a write even on a missing key.
@@ -165,12 +142,10 @@ local function acquire(r, kind, owner, lease, rules, element, entry, publish)
   return {QUEUED, held or '', lease_left(r, s, now)}
 end
 
--- release frees r of value ("<owner>:<token>", or "<owner>:" for whatever token the owner
--- holds), writing the memo of the arguments from m on with it (memo.lua; m false: none), and
--- gives r to the next waiters (grant); keep: an exclusive lock's record lives RECORD_TTL, not
--- the lease's TTL. It returns the release scripts' reply for it. A value that does not hold r
--- finds its release record, when a call sent again after a lost reply, and answers as the
--- first run did; a release by owner keeps no record.
+-- release frees r of value (or "<owner>:", whatever token the owner holds, keeping no
+-- record), with the memo of arguments from m on (m false: none), and grants r to the next
+-- waiters; keep as in retire.lua. Returns release.lua's reply. A value that does not hold r
+-- finds its record (a call sent again after a lost reply) and answers as the first run did.
 local function release(r, value, keep, publish, self, m)
   local exact = string.sub(value, -1) ~= ':'
   local owner = string.match(value, '^[^:]*')

@@ -1,13 +1,8 @@
--- Issues the next fencing token of the resource whose keys start with base, under the
--- includer's rules ('' or an element's rules, which start with 'f' to keep the token at or
--- above the server clock in microseconds, or with 'e<ms>' to do so and give the counter an
--- expiry), into its locals
--- token (nil before: a decimal string after, as a Lua number would round a token above 2^53)
--- and behind (how many microseconds the clock was behind the last token, when more than a
--- second, else 0). Pasted where a token is issued, not called: a function would be created on
--- every run of a script. With the floor, the token is the clock when the clock is ahead of the
--- last token, as it is below a million tokens a second, set in one write that also gives the
--- counter its expiry; without it, INCR.
+-- Issues the next token of the resource whose keys start with base under rules (an element's
+-- or ''; 'f' first: at or above the server clock in microseconds; 'e<ms>': so, and the counter
+-- expires) into the includer's locals token (nil before; a decimal string, as a Lua number
+-- would round one above 2^53) and behind (microseconds the clock was behind the last token,
+-- past a second; else 0). Pasted where used, not called: a function is created on every run.
 do
   local fence, c = base .. 'fence', string.byte(rules) -- 'e' or 'f' first, when there
   behind = 0
