@@ -11,8 +11,8 @@ import (
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
-// MaxMemoTTL is the longest a [Memo] may be kept.
-const MaxMemoTTL = 366 * 24 * time.Hour
+// maxMemoTTL is the longest a Memo may be kept.
+const maxMemoTTL = 366 * 24 * time.Hour
 
 // A Memo is a value kept beside a resource's lock, in its keys' Cluster slot: the outcome of
 // work done under the lock, written by the release that ends the work, in the same step, and
@@ -31,7 +31,7 @@ type Memo struct {
 	Name string
 	// Value is what is kept.
 	Value string
-	// TTL is how long Redis keeps it, from the release: between [MinTTL] and [MaxMemoTTL].
+	// TTL is how long Redis keeps it, from the release: between [MinTTL] and 366 days.
 	TTL time.Duration
 	// ExpireCounter makes the same step give the resource's token counter the memo's TTL,
 	// unless the counter expires already: for resources locked once or a few times (one per
@@ -46,8 +46,8 @@ func (m Memo) check(cfg *config) error {
 	switch {
 	case !wire.ValidMemo(m.Name):
 		return invalidf("memo name %q: want 1 to 64 letters, digits, '-' and '_', not lock, fence, queue, grant or b64", m.Name)
-	case m.TTL < MinTTL || m.TTL > MaxMemoTTL:
-		return invalidf("memo ttl %v out of range [%v, %v]", m.TTL, MinTTL, MaxMemoTTL)
+	case m.TTL < MinTTL || m.TTL > maxMemoTTL:
+		return invalidf("memo ttl %v out of range [%v, %v]", m.TTL, MinTTL, maxMemoTTL)
 	case m.ExpireCounter && !cfg.timeFloor:
 		return invalidf("a memo that expires the counter needs WithServerTimeFloor or WithCounterExpiry")
 	}

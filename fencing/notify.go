@@ -3,6 +3,8 @@ package fencing
 import (
 	"context"
 	"errors"
+	"io"
+	mrand "math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -307,4 +309,43 @@ func (n *notifier) read(f *feed) {
 			}
 		}
 	}
+}
+
+// passing reports whether err can pass by itself: the connection failed or timed out, or the
+// server cannot serve the call yet (loading its data, a replica promoted or a primary demoted,
+// the cluster or the primary down, a slot moving, another script running, too many clients).
+func passing(err error) bool {
+	var ne net.Error
+	_, moved := redis.IsMovedError(err)
+	_, ask := redis.IsAskError(err)
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, redis.ErrPoolTimeout) || redis.IsLoadingError(err) || redis.IsReadOnlyError(err) ||
+		redis.IsClusterDownError(err) || redis.IsTryAgainError(err) || redis.IsMasterDownError(err) ||
+		redis.IsMaxClientsError(err) || redis.HasErrorPrefix(err, "BUSY ") || moved || ask
+}
+
+// backoff is the delay between attempts that fail, or between polls while no announcement
+// can come: it starts at first and doubles up to most.
+type backoff struct{ next, first, most time.Duration }
+
+func newBackoff(first, most time.Duration) backoff {
+	return backoff{next: first, first: first, most: most}
+}
+
+// step returns the delay before the next attempt and doubles the one after it.
+func (b *backoff) step() time.Duration {
+	d := b.next
+	b.next = min(2*b.next, b.most)
+	return d
+}
+
+// after returns the delay after n failures in a row, for a back-off whose count is kept
+// elsewhere: first doubled n times, at most most.
+func (b backoff) after(n int) time.Duration {
+	return min(b.first<<min(max(n, 0), 30), b.most)
+}
+
+// jitter returns d ±20%.
+func jitter(d time.Duration) time.Duration {
+	return d - d/5 + time.Duration(mrand.Int64N(int64(2*d/5)+1))
 }

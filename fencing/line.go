@@ -1,0 +1,363 @@
+package fencing
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/internal/wire"
+)
+
+// A room's lines: the grants that reach one (announced, in a release's reply or in a poll's),
+// each delivered one way (deliver) and dated once; what a reply saw held; and a line's life,
+// from the first waiter on a resource to its subscription's end.
+
+// granted gives g, a grant of k's resource, to its waiter when its element is this room's;
+// when no waiter of the room takes it, it is released again, which grants the resource to
+// the next waiters.
+func (r *room) granted(k wire.Keys, g grant) {
+	e, ok := wire.ParseElement(g.elem)
+	if !ok || e.Locker != r.id {
+		return // not this room's
+	}
+	if ln := r.line(k.Channel); ln != nil && ln.deliver(g) {
+		return
+	}
+	r.passOn(k, wire.Value(g.elem, g.token), e.Kind)
+}
+
+// saw records that a reply to a call sent at sent showed held as the lock value of k's
+// resource: a grant to one of the room's waiters is delivered, and the token, whoever's, dates
+// the grants after it.
+func (r *room) saw(k wire.Keys, sent time.Time, held string) {
+	owner, token, ok := wire.SplitValue(held)
+	if !ok {
+		return
+	}
+	ln := r.line(k.Channel)
+	if ln == nil {
+		return
+	}
+	if e, ok := wire.ParseElement(owner); ok && e.Locker == r.id {
+		ln.deliver(grant{elem: owner, token: token})
+	}
+	ln.mu.Lock()
+	if sent.After(ln.seen) {
+		ln.seen, ln.seenOf = sent, token
+	}
+	ln.mu.Unlock()
+}
+
+// passOn releases value, a grant of kind to a waiter of this room that no waiter takes (or
+// "<element>:" for whatever token its element holds), which grants the resource to the next
+// waiters. Errors are ignored: the lease then runs out by itself.
+func (r *room) passOn(k wire.Keys, value string, kind wire.Kind) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	// A grant's lease is short: its record is kept (Keep).
+	r.locker.release(ctx, &wire.Release{Keys: []wire.Keys{k}, Values: []string{value}, Kind: kind, Keep: true})
+}
+
+// heard handles an announcement on one of the room's channels: "<element>:<token>".
+func (r *room) heard(ch, payload string) {
+	k, ok := wire.GrantsOf(ch, r.id)
+	if elem, token, ok2 := wire.SplitValue(payload); ok && ok2 {
+		r.granted(k, grant{elem: elem, token: token})
+	}
+}
+
+// subscribed makes the front waiter of ch's resource check with Redis now: the server has
+// just confirmed the subscription, perhaps on a new connection that lost an announcement.
+func (r *room) subscribed(ch string) {
+	k, ok := wire.GrantsOf(ch, r.id)
+	if !ok {
+		return
+	}
+	ln := r.line(k.Channel)
+	if ln == nil {
+		return
+	}
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	if !ln.subscribed() {
+		close(ln.ready)
+	}
+	ln.wakeFront()
+}
+
+// enter returns the line of c's resource, creating it and subscribing to its channel when it
+// is new, and waits up to subscribePatience for the subscription to be confirmed. Exclusive
+// and shared calls share a line; a line in use by calls of another limit is an error
+// wrapping ErrInvalid.
+func (r *room) enter(ctx context.Context, c waitCall) (*line, error) {
+	limit := 0
+	if c.kind.Limit > 1 && !c.kind.Shared {
+		limit = c.kind.Limit
+	}
+	r.mu.Lock()
+	if isDone(r.locker.done) {
+		r.mu.Unlock()
+		return nil, ErrClosed
+	}
+	ln := r.lines[c.keys.Channel]
+	if ln == nil {
+		ln = &line{k: c.keys, ready: make(chan struct{}), since: time.Now(), limit: limit}
+		r.lines[c.keys.Channel] = ln
+		if r.notes != nil {
+			r.notes.listen(c.keys.Grants(r.id), true)
+		}
+	}
+	ln.mu.Lock()
+	if limit != ln.limit && ln.users > 0 {
+		have := ln.limit
+		ln.mu.Unlock()
+		r.mu.Unlock()
+		return nil, invalidf("this Locker waits for the resource as %s, this call %s", kindName(wire.Kind{Limit: max(have, 1)}), kindName(c.kind))
+	}
+	ln.limit = limit
+	ln.users++
+	if ln.linger != nil {
+		ln.linger.Stop()
+		ln.linger = nil
+	}
+	ln.mu.Unlock()
+	r.mu.Unlock()
+	if r.notes != nil {
+		select {
+		case <-ln.ready:
+		case <-time.After(subscribePatience):
+		case <-ctx.Done():
+		case <-r.locker.done:
+		}
+	}
+	return ln, nil
+}
+
+// exit ends a call's use of ln; the last one out lets it linger for wire.EntryTTL, so a room
+// that waits on the resource again soon keeps its subscription and fresh waiter key.
+func (r *room) exit(ln *line) {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	if ln.users--; ln.users > 0 || isDone(r.locker.done) {
+		return
+	}
+	ln.linger = time.AfterFunc(wire.EntryTTL, func() { r.drop(ln) })
+}
+
+// drop forgets ln and its subscription, unless a call uses it again.
+func (r *room) drop(ln *line) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ln.mu.Lock()
+	idle := ln.users == 0
+	ln.mu.Unlock()
+	if idle && r.lines[ln.k.Channel] == ln && !isDone(r.locker.done) {
+		delete(r.lines, ln.k.Channel)
+		if r.notes != nil {
+			r.notes.listen(ln.k.Grants(r.id), false)
+		}
+	}
+}
+
+// subscribed reports whether the server confirmed ln's subscription.
+func (ln *line) subscribed() bool {
+	select {
+	case <-ln.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// deliver hands g to its waiter, dated once: it was made after g.after, after the waiter's
+// element was sent, and after any call that saw an older token held. It reports false when
+// no waiter of ln takes the grant; a grant that a reply revealed is then left to the
+// leaving waiter, which frees it. Grants reach a line in any order (announcements, and the
+// replies that reveal them; several at once for shared waiters and the slots of a limit):
+// they are matched by token.
+func (ln *line) deliver(g grant) bool {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	if _, ok := ln.given[g.token]; ok {
+		return true // delivered already
+	}
+	i := slices.IndexFunc(ln.waiters, func(w *waiter) bool { return w.elem == g.elem })
+	if i < 0 || ln.waiters[i].got {
+		return false
+	}
+	w := ln.waiters[i]
+	w.got = true
+	now := time.Now()
+	if ln.given == nil {
+		ln.given = map[int64]time.Time{}
+	}
+	if len(ln.given) >= 256 && len(ln.given)&255 == 0 {
+		for t, at := range ln.given {
+			if now.Sub(at) > givenFor {
+				delete(ln.given, t)
+			}
+		}
+	}
+	ln.given[g.token] = now
+	start := g.after
+	if w.sent.After(start) {
+		start = w.sent
+	}
+	if ln.seenOf < g.token && ln.seen.After(start) {
+		start = ln.seen
+	}
+	w.grant <- granted{value: wire.Value(g.elem, g.token), token: g.token, lease: w.lease, start: start}
+	return true
+}
+
+// leaseSeen records that the holders of ln's resource had left of their lease when a reply
+// came back at replied: the front waiter checks with Redis as soon as it ends (a holder that
+// died sends no announcement), unless its next poll comes first. A left of 0 is a lease
+// ending within the millisecond (PTTL clamps a lease that ran out after the script's start
+// to 0): check again at once rather than at the next poll. A negative left (no lease) arms
+// nothing.
+func (ln *line) leaseSeen(replied time.Time, left time.Duration) {
+	if left < 0 {
+		return
+	}
+	ln.mu.Lock()
+	ln.due = replied.Add(left + time.Millisecond) // PTTL is rounded to the millisecond
+	ln.mu.Unlock()
+}
+
+// nextPoll returns how long after now w waits before its next check with Redis: d, or less
+// when w is the front waiter and the holders' lease ends sooner.
+func (ln *line) nextPoll(w *waiter, d time.Duration, now time.Time) time.Duration {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	if !ln.due.IsZero() && ln.front() == w {
+		return min(d, max(ln.due.Sub(now), 0))
+	}
+	return d
+}
+
+// isFront reports whether w is the longest-waiting waiter of ln without a grant: the one that
+// polls.
+func (ln *line) isFront(w *waiter) bool {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.front() == w
+}
+
+// front returns ln's longest-waiting waiter without a grant, or nil. The caller holds ln.mu.
+func (ln *line) front() *waiter {
+	i := slices.IndexFunc(ln.waiters, func(w *waiter) bool { return !w.got })
+	if i < 0 {
+		return nil
+	}
+	return ln.waiters[i]
+}
+
+// wakeFront makes ln's front waiter poll: at once, or as soon as the call that queues it
+// returns. The caller holds ln.mu.
+func (ln *line) wakeFront() {
+	if w := ln.front(); w != nil {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// queued reports whether w's element is in the Redis queue, as far as the room knows: the
+// checks put it back when it was dropped.
+func queued(w *waiter) bool { return w.joined && !w.got && !w.unsure }
+
+// leave takes w off ln. A grant to w that it did not take is released, which passes it on;
+// its element, if still queued, is removed. It waits for a check in flight, which would put
+// back as dropped the element of a grant w took and released meanwhile. It returns how many
+// waiters were ahead of w's element when it was removed, and how long the holders' lease had
+// left then, each -1 when unknown.
+func (r *room) leave(ln *line, w *waiter) (ahead int, left time.Duration) {
+	ln.turn.Lock()
+	defer ln.turn.Unlock()
+	ln.mu.Lock()
+	ln.waiters = slices.DeleteFunc(ln.waiters, func(x *waiter) bool { return x == w })
+	inQueue := w.joined && !w.got // no grant is delivered to w from now on
+	ln.mu.Unlock()
+	ahead, left = -1, -1
+	if len(w.grant) > 0 { // a grant nobody took
+		r.passOn(ln.k, (<-w.grant).value, w.kind)
+		return ahead, left
+	}
+	if !inQueue {
+		return ahead, left
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	// One round trip: where the element stood (for the error), its removal, and the
+	// holders' lease as it stands now.
+	var pos, rem *redis.IntCmd
+	var pttl *redis.DurationCmd
+	var hash *redis.MapStringStringCmd
+	_, _ = r.locker.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		pos = p.LPos(ctx, ln.k.Queue, w.elem, redis.LPosArgs{})
+		rem = p.LRem(ctx, ln.k.Queue, 0, w.elem)
+		pttl = p.PTTL(ctx, ln.k.Lock)
+		hash = p.HGetAll(ctx, ln.k.Lock) // WRONGTYPE for an exclusive holder's string
+		return nil
+	})
+	if n, err := pos.Result(); err == nil {
+		ahead = int(n)
+	}
+	left = holdersLeft(pttl, hash)
+	if n, err := rem.Result(); err == nil && n == 0 {
+		// The element was popped: granted to w (the announcement is on its way) or dropped
+		// as dead. Free such a grant now.
+		r.passOn(ln.k, w.elem+":", w.kind)
+	}
+	return ahead, left
+}
+
+// holdersLeft returns how long the holders' lease has left from the replies of PTTL and
+// HGETALL of the lock, read in one round trip: the exclusive holder's (the key's TTL); the
+// latest of the live shared holders'; for a limit, the earliest of the live holders' when
+// every slot is taken, and 0 when one is free. The time is the hash's expiry t less its TTL,
+// as the scripts read it. -1 when unknown.
+func holdersLeft(pttl *redis.DurationCmd, hash *redis.MapStringStringCmd) time.Duration {
+	d, err := pttl.Result()
+	if err != nil || d < 0 {
+		return -1
+	}
+	fields, err := hash.Result()
+	if err != nil { // an exclusive holder: a string
+		return d
+	}
+	t, err := strconv.ParseInt(fields["t"], 10, 64)
+	if err != nil {
+		return -1 // the earlier layout: unknown
+	}
+	now := time.UnixMilli(t).Add(-d)
+	kind, holders, _ := wire.HashHolders(fields)
+	var latest, earliest time.Time
+	live := 0
+	for _, h := range holders {
+		if !h.End.After(now) {
+			continue
+		}
+		live++
+		if h.End.After(latest) {
+			latest = h.End
+		}
+		if earliest.IsZero() || h.End.Before(earliest) {
+			earliest = h.End
+		}
+	}
+	switch {
+	case live == 0:
+		return 0
+	case kind.Shared:
+		return latest.Sub(now)
+	case live < kind.Limit:
+		return 0
+	}
+	return earliest.Sub(now)
+}

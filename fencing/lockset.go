@@ -1,0 +1,193 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/fencekit/fencekit/fencing/observe"
+	"github.com/fencekit/fencekit/internal/wire"
+)
+
+// A LockSet is one acquisition of several resources' locks, each with its own fencing token,
+// taken by [Locker.TryAcquireAll] or [Locker.AcquireAll]. Its methods are safe for concurrent
+// use. The methods of a nil *LockSet (or a zero LockSet) return an error matching
+// [ErrNotHeld] and [ErrInvalid], so `defer set.Release(ctx)` is safe after a failed acquire.
+type LockSet struct {
+	locker *Locker
+	hooks  hookList
+	locks  []*Lock // in the order taken: the canonical order
+}
+
+// Locks returns the set's locks in the order they were taken, which is the canonical order
+// (see [Locker.AcquireAll]). The slice is a copy; the locks are the set's own, so releasing one
+// of them releases it for the set too.
+func (s *LockSet) Locks() []*Lock {
+	if s == nil {
+		return nil
+	}
+	return slices.Clone(s.locks)
+}
+
+// Token returns the fencing token of resource in the set, or 0 when resource is not in it.
+// Pass each resource's token to the writes of that resource.
+func (s *LockSet) Token(resource string) int64 {
+	if s == nil {
+		return 0
+	}
+	for _, k := range s.locks {
+		if k.resource == resource {
+			return k.token
+		}
+	}
+	return 0
+}
+
+// Release frees every lock of the set that this acquisition still holds, in one round trip
+// per server (a pipeline), handing each to its resource's longest-waiting waiter as
+// [Lock.Release] does. It returns nil when all were released; otherwise the errors of the
+// others joined ([errors.Join]), each naming its resource: one wrapping [ErrNotHeld] for a
+// lock that had expired, passed on or been released already (nothing is changed for it), a
+// Redis error for one that then stays held until its TTL runs out.
+func (s *LockSet) Release(ctx context.Context) error {
+	if s == nil || len(s.locks) == 0 {
+		return opErr("release", "", errNoLock)
+	}
+	return errors.Join(s.releaseAll(ctx)...)
+}
+
+// releaseAll releases the set's locks, observed by the hooks as one OpReleaseAll, and returns
+// the error of each, nil for those released.
+func (s *LockSet) releaseAll(ctx context.Context) []error {
+	ctx = s.hooks.start(ctx, observe.OpReleaseAll, "")
+	begin := time.Now()
+	errs := s.release(ctx)
+	ev := s.event(observe.OpReleaseAll, begin, errs)
+	ev.Held = time.Since(s.locks[0].acquired)
+	s.hooks.end(ctx, ev)
+	return errs
+}
+
+// release releases the set's locks and returns the error of each, nil for those released.
+func (s *LockSet) release(ctx context.Context) []error {
+	errs := make([]error, len(s.locks))
+	var rs []*wire.Release
+	var which [][]int
+	for _, run := range s.locker.groupKeys(s.keys()) {
+		r := &wire.Release{}
+		var idx []int
+		for _, i := range run {
+			k := s.locks[i]
+			k.stopLater()
+			if k.released.Load() {
+				errs[i] = ErrNotHeld
+				continue
+			}
+			r.Keys, r.Values, r.Keep = append(r.Keys, k.keys), append(r.Values, k.value), r.Keep || k.keepRecord()
+			idx = append(idx, i)
+		}
+		if len(idx) > 0 {
+			rs, which = append(rs, r), append(which, idx)
+		}
+	}
+	for n, got := range s.locker.release(ctx, rs...) {
+		for j, err := range got {
+			errs[which[n][j]] = err
+		}
+	}
+	for i, k := range s.locks {
+		if errs[i] == nil {
+			k.released.Store(true)
+			k.validUntil.Store(0)
+		}
+		errs[i] = opErr("release", k.resource, errs[i])
+	}
+	return errs
+}
+
+// Extend resets the TTL of every lock of the set to ttl, counted from now, in one round trip
+// per server, for the locks this acquisition still holds; it never takes a free lock again.
+// It returns nil when all were extended, or the errors of the others joined, each naming its
+// resource (wrapping [ErrNotHeld] for a lock no longer held, which is left as it is). A ttl
+// outside [MinTTL, MaxTTL] returns an error wrapping [ErrInvalid] and sends nothing.
+func (s *LockSet) Extend(ctx context.Context, ttl time.Duration) error {
+	if s == nil || len(s.locks) == 0 {
+		return opErr("extend", "", errNoLock)
+	}
+	for _, k := range s.locks {
+		k.stopLater()
+	}
+	if err := validTTL(ttl); err != nil {
+		return opErr("extend", "", err)
+	}
+	return errors.Join(s.extendAll(ctx, ttl, observe.OpExtendAll)...)
+}
+
+// extendAll extends every lock of the set to a valid ttl in one pipeline, as op for the hooks
+// (one event for the set), and returns the error of each lock.
+func (s *LockSet) extendAll(ctx context.Context, ttl time.Duration, op observe.Op) []error {
+	ctx = s.hooks.start(ctx, op, "")
+	begin := time.Now()
+	calls := make([]wire.Call, len(s.locks))
+	for i, k := range s.locks {
+		calls[i] = k.extension(ttl)
+	}
+	cmds := wire.Pipe(ctx, s.locker.client, calls)
+	errs := make([]error, len(s.locks))
+	for i, k := range s.locks {
+		_, held, err := wire.ParseExtend(cmds[i].Result())
+		errs[i] = opErr("extend", k.resource, k.extended(begin, ttl, held, err))
+	}
+	s.hooks.end(ctx, s.event(op, begin, errs))
+	return errs
+}
+
+// event returns the hooks' event of an operation on the whole set, given the error of each
+// lock.
+func (s *LockSet) event(op observe.Op, begin time.Time, errs []error) observe.Event {
+	e := observe.Event{Op: op, Resources: s.names(), Outcome: observe.OutcomeOK, Elapsed: time.Since(begin)}
+	if err := errors.Join(errs...); err != nil {
+		e.Outcome, e.Err = outcomeOf(err), err
+		e.Resource = s.locks[slices.IndexFunc(errs, func(err error) bool { return err != nil })].resource
+	}
+	return e
+}
+
+func (s *LockSet) names() []string {
+	names := make([]string, len(s.locks))
+	for i, k := range s.locks {
+		names[i] = k.resource
+	}
+	return names
+}
+
+func (s *LockSet) keys() []wire.Keys {
+	ks := make([]wire.Keys, len(s.locks))
+	for i, k := range s.locks {
+		ks[i] = k.keys
+	}
+	return ks
+}
+
+// groupKeys splits the indices of ks, in order, into the runs that one script can take: all
+// of them on one server, those of one slot on a Cluster, one each on a Ring.
+func (l *Locker) groupKeys(ks []wire.Keys) [][]int {
+	var runs [][]int
+	bySlot := map[uint16]int{}
+	for i, k := range ks {
+		if !l.topo.OneScript() {
+			runs = append(runs, []int{i})
+			continue
+		}
+		s := l.topo.Slot(k.Lock)
+		j, ok := bySlot[s]
+		if !ok {
+			j = len(runs)
+			bySlot[s] = j
+			runs = append(runs, nil)
+		}
+		runs[j] = append(runs[j], i)
+	}
+	return runs
+}
