@@ -26,6 +26,7 @@ const (
 	keyWait          = attribute.Key("fencing.wait.duration")
 	keyHold          = attribute.Key("fencing.hold.duration")
 	keyLost          = attribute.Key("fencing.lost")
+	keyLabel         = attribute.Key("fencing.label")
 	keyErrorType     = semconv.ErrorTypeKey
 )
 

@@ -68,6 +68,9 @@ var spanNames = [...]string{
 	observe.OpExtendAll:     "fencing.extend_all",
 	observe.OpCampaign:      "fencing.campaign",
 	observe.OpLead:          "fencing.lead",
+
+	observe.OpInspect:      "fencing.inspect",
+	observe.OpForceRelease: "fencing.force_release",
 }
 
 // startOptions holds each known operation's span start options, built once.
@@ -143,6 +146,9 @@ func (r *recorder) end(ctx context.Context, e observe.Event) {
 	}
 	if e.Token > 0 {
 		attrs = append(attrs, keyToken.Int64(e.Token))
+	}
+	if e.Label != "" && r.mode == ResourceOn { // a label is the caller's data, as a name is
+		attrs = append(attrs, keyLabel.String(e.Label))
 	}
 	if acquisition {
 		attrs = append(attrs, keyAttempts.Int(e.Attempts), keyWait.Float64(e.Elapsed.Seconds()))

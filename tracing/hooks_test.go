@@ -198,6 +198,47 @@ func TestAcquireReleaseExtendSpans(t *testing.T) {
 	}
 }
 
+// TestOperatorSpans: Inspect and ForceRelease make spans as every other call does, the
+// force release's with the token and the label of the holder it freed (the label only where
+// resource names are recorded too).
+func TestOperatorSpans(t *testing.T) {
+	r := redistest.New(t)
+	tel := newTelemetry(t)
+	l := newLocker(t, r, tel.hooks())
+	ctx, parent := tel.parent(t.Context(), "POST /admin/locks/release")
+	held, err := l.TryAcquire(ctx, "export-42", fencing.WithLabel("task 42"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Inspect(ctx, "export-42"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ForceRelease(ctx, "export-42", held.Token()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ForceRelease(ctx, "export-42", held.Token()); !errors.Is(err, fencing.ErrNotHeld) {
+		t.Fatalf("a second ForceRelease: got %v, want ErrNotHeld", err)
+	}
+	parent.End()
+	wantAttrs(t, tel.ended("fencing.acquire")[0], map[attribute.Key]any{"fencing.label": "task 42"})
+	inspects := tel.ended("fencing.inspect") // one of its own, and one inside each ForceRelease
+	forced := tel.ended("fencing.force_release")
+	if len(inspects) != 3 || len(forced) != 2 {
+		t.Fatalf("got spans %v, want 3 inspect and 2 force_release", spanNames(tel.spans.Ended()))
+	}
+	wantAttrs(t, inspects[0], map[attribute.Key]any{"fencing.operation": "inspect", "fencing.resource": "export-42", "fencing.outcome": "ok"})
+	wantAttrs(t, forced[0], map[attribute.Key]any{
+		"fencing.operation": "force_release", "fencing.resource": "export-42", "fencing.outcome": "ok",
+		"fencing.token": held.Token(), "fencing.label": "task 42",
+	})
+	wantAttrs(t, forced[1], map[attribute.Key]any{"fencing.outcome": "not_held", "fencing.label": nil})
+	for i, s := range forced {
+		wantParent(t, s, parent.SpanContext())
+		wantParent(t, inspects[i+1], s.SpanContext()) // a force release reads the holders first
+	}
+	wantParent(t, inspects[0], parent.SpanContext())
+}
+
 func TestBusyIsNotAnError(t *testing.T) {
 	r := redistest.New(t)
 	tel := newTelemetry(t)
