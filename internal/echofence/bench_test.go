@@ -66,13 +66,18 @@ func BenchmarkMajors(b *testing.B) {
 		name string
 		new  func(b *testing.B, l *fencing.Locker, fenced bool) *benchServer
 	}{{"v4", newV4}, {"v5", newV5}} {
-		for _, fenced := range []bool{true, false} {
-			name := major.name + "/bare"
-			if fenced {
-				name = major.name + "/fenced"
-			}
+		for _, row := range []struct {
+			name   string
+			fenced bool
+			opts   []fencing.Option
+		}{
+			{"bare", false, nil}, {"fenced", true, nil},
+			// The routes whose names the clients choose (docs/echo.md).
+			{"fenced-expiry", true, []fencing.Option{fencing.WithCounterExpiry(time.Hour)}},
+		} {
+			name, fenced := major.name+"/"+row.name, row.fenced
 			b.Run(name, func(b *testing.B) {
-				l, r := benchLocker(b)
+				l, r := benchLocker(b, row.opts...)
 				s := major.new(b, l, fenced)
 				s.serve(b, 0) // the client's connection is open before the count starts
 				before := commands(b, r.Client)
@@ -92,10 +97,10 @@ func BenchmarkMajors(b *testing.B) {
 
 // benchLocker returns a Locker on the benchmark's Redis, with a prefix of its own, and the
 // Redis.
-func benchLocker(b *testing.B) (*fencing.Locker, *redistest.Redis) {
+func benchLocker(b *testing.B, opts ...fencing.Option) (*fencing.Locker, *redistest.Redis) {
 	b.Helper()
 	r := redistest.New(b)
-	l := fencing.New(r.Client, fencing.WithPrefix(r.Prefix))
+	l := fencing.New(r.Client, append([]fencing.Option{fencing.WithPrefix(r.Prefix)}, opts...)...)
 	b.Cleanup(func() { _ = l.Close() })
 	return l, r
 }
