@@ -27,7 +27,7 @@ type layoutRow struct {
 
 // layoutPlaceholders are the patterns the table's placeholders stand for.
 var layoutPlaceholders = strings.NewReplacer(
-	`<owner>`, `(?:[A-Za-z0-9_-]{22}|[A-Za-z0-9_-]*\.[0-9]+\.[1-9][0-9]*`+layoutRules+`)`,
+	`<owner>`, `(?:[A-Za-z0-9_-]{22}(?:~[^:.~]*)?|[A-Za-z0-9_-]*\.[0-9]+\.[1-9][0-9]*`+layoutRules+`)`,
 	`<element>`, `[A-Za-z0-9_-]*\.[0-9]+\.[1-9][0-9]*`+layoutRules,
 	`<rules>`, layoutRules,
 	`<more>`, `(?::[A-Za-z0-9_-]*\.[0-9]+\.[1-9][0-9]*`+layoutRules+`:[1-9][0-9]*)*`,
@@ -44,7 +44,7 @@ var layoutPlaceholders = strings.NewReplacer(
 )
 
 // layoutRules is the pattern of a queue element's rules (see the table's queue row).
-const layoutRules = `(?:f|e[1-9][0-9]*)?(?:s|l[1-9][0-9]*)?`
+const layoutRules = `(?:f|e[1-9][0-9]*)?(?:s|l[1-9][0-9]*)?(?:~[A-Z2-7]*)?`
 
 // readLayout parses the key layout table of docs/design.md for a resource whose keys
 // start with base ("<prefix>{R}").
@@ -151,8 +151,8 @@ func TestKeyLayout(t *testing.T) {
 	}()
 
 	holder, waiter := process(t, r), process(t, r, fencing.WithServerTimeFloor())
-	held := mustAcquire(t, holder, resource)
-	got := acquireAsync(ctx, waiter, resource)
+	held := mustAcquire(t, holder, resource, fencing.WithLabel("task 7: a.b~c"))
+	got := acquireAsync(ctx, waiter, resource, fencing.WithLabel("request 9"))
 	waitFor(t, 5*time.Second, "the waiter in the queue", func() bool { return queueLen(r, resource) == 1 })
 	snapshot() // held, marked; the queue and the waiter's key
 	if err := held.Release(ctx); err != nil {
