@@ -25,7 +25,7 @@ if redis.call('EXISTS', KEYS[1], base .. 'queue') == 0 then -- free, and nobody 
   return token
 end
 local held = redis.pcall('GET', KEYS[1])
-if type(held) == 'string' and string.sub(held, 1, #owner + 1) ~= owner .. ':' then -- another's
+if type(held) == 'string' and not (string.find(held, owner, 1, true) == 1 and string.byte(held, #owner + 1) == 58) then
   if (ARGV[4] or '') == '' then
     return {BUSY, redis.call('PTTL', KEYS[1])}
   end

@@ -4,7 +4,7 @@
 do
   id, lease, rules = string.match(element, '^([^.]*)%.%d+%.(%d+)([^~]*)')
   kind = 'x'
-  if id then
+  if id and rules ~= '' then
     local n = string.match(rules, 'l(%d+)')
     kind = string.find(rules, 's', 1, true) and 's' or n and 'l' .. n or 'x'
   end

@@ -1,6 +1,6 @@
 -- The hand-off: grant gives a resource to the waiters at the head of its queue, and granted
--- answers the release that did it (doc.go: the keys and values). A resource r is {lock,
--- fence, queue, base = "<prefix>{R}:"}; its state s is {shape = 'none'} (free), {shape = 'x',
+-- answers the release that did it (doc.go: the keys and values). A resource r is {lock, queue,
+-- base = "<prefix>{R}:"}; its state s is {shape = 'none'} (free), {shape = 'x',
 -- value} (an exclusive holder, its value marked '+' when waiters may be queued) or {shape =
 -- 'hash', kind, q, e, x, t, count} (shared 's' or limited 'l<n>' holders, see state.lua).
 
@@ -11,9 +11,9 @@
 -- waiter is alive when its Locker is self (the grant comes back in the reply), when the
 -- announcement "<element>:<token>" on its Locker's channel reached someone (publish: 'P', 'S',
 -- '-' none), or when its Locker's waiter key exists; a dead one is dropped, its token used up.
--- Returns the state after, the grants to self {element, token, ...}, and whether any wait.
+-- Returns the state after, the grants to self {element, token, ...} (nil: none), whether any wait.
 local function grant(r, s, publish, self, now)
-  local mine = {}
+  local mine -- made for the first grant to self
   while s.shape ~= 'x' do
     local free = s.shape == 'none' or s.count <= 0
     if not free and (s.q ~= '1' or (s.kind ~= 's' and s.count >= tonumber(string.sub(s.kind, 2)))) then
@@ -69,6 +69,7 @@ local function grant(r, s, publish, self, now)
           end
         end
         if id == self then
+          mine = mine or {}
           mine[#mine + 1], mine[#mine + 2] = element, token
         end
       end
@@ -77,12 +78,11 @@ local function grant(r, s, publish, self, now)
   return s, mine, true
 end
 
--- granted returns the reply of a release whose grants to the Locker self were mine ({element,
--- token, ...}) and writes its record at key record, unless exact is false (a release by owner
--- keeps none): RELEASED, kept as '1' (unless written: the lock became the record), or
--- {GRANTED, element, token, ...}, kept as '2:<element>:<token>...'.
+-- granted returns the reply of a release whose grants to self were mine (grant's) and writes its
+-- record at record, unless exact is false (by owner: none): RELEASED, kept as '1' (unless
+-- written: the lock became it), or {GRANTED, element, token, ...}, kept as '2:<element>:<token>...'.
 local function granted(record, exact, written, mine)
-  if #mine == 0 then
+  if not mine then
     if exact and not written then
       redis.call('SET', record, '1', 'PX', RECORD_TTL)
     end

@@ -1,5 +1,4 @@
--- A new hash of shared or limited holders (grant.lua: its state; hold.lua: a holder), and the
--- time.
+-- A new hash of shared or limited holders (grant.lua: its state; hold.lua: a holder); the time.
 
 -- open makes r's lock a hash of kind, marked q, with one holder, field f with token whose
 -- lease ends at ending, and returns its state; the lock was free.

@@ -64,7 +64,7 @@ if s.shape == 'hash' then
 end
 local fresh
 s, fresh = grant(r, s, publish, id, now)
-for i = 1, #fresh, 2 do
+for i = 1, #(fresh or {}), 2 do
   out[#out + 1], out[#out + 2], out[#out + 3] = fresh[i], fresh[i + 1], 1
 end
 if #out > 0 then

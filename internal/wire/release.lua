@@ -18,8 +18,8 @@ if n == 1 and (got == ARGV[1] or got == ARGV[1] .. '+') then -- held: most calls
     return RELEASED
   end
   -- #include grant.lua
-  local r = {lock = lock, fence = base .. 'fence', queue = base .. 'queue', base = base}
-  return granted(record, true, true, select(2, grant(r, {shape = 'none'}, ARGV[3] or 'P', ARGV[4] or '')))
+  local _, mine = grant({lock = lock, queue = base .. 'queue', base = base}, {shape = 'none'}, ARGV[3] or 'P', ARGV[4] or '')
+  return granted(record, true, true, mine)
 end
 -- #include state.lua
 local out, publish, self = {}, ARGV[n + 2] or 'P', ARGV[n + 3] or ''

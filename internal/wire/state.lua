@@ -5,7 +5,7 @@
 -- resource returns the keys of the resource whose lock key is lock.
 local function resource(lock)
   local base = string.sub(lock, 1, -5)
-  return {lock = lock, fence = base .. 'fence', queue = base .. 'queue', base = base}
+  return {lock = lock, queue = base .. 'queue', base = base}
 end
 
 -- state reads r's holders: GET for an exclusive one or nobody (seen: what a GET answered
@@ -199,7 +199,7 @@ local function release(r, value, keep, publish, self, m)
     redis.call('HDEL', r.lock, owner)
     s.count = s.count - 1
     if s.q ~= '1' then
-      return granted(record, exact, false, {})
+      return granted(record, exact, false)
     end
     sweep(r, s, now)
   end
