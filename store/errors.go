@@ -36,6 +36,17 @@ func (invalidArgument) Error() string { return "store: invalid argument" }
 
 func (invalidArgument) Is(target error) bool { return target == fencing.ErrInvalid }
 
+// notFoundError is the cause of a missing record inside the error of the operation that
+// read it, which names the record after the prefix: `store: mark "fences/order:7": no fence
+// row`. It says what was missing without the text of ErrNotFound, which carries the prefix
+// too, and matches ErrNotFound.
+type notFoundError string
+
+func (e notFoundError) Error() string { return string(e) }
+
+// Is reports whether target is [ErrNotFound].
+func (e notFoundError) Is(target error) bool { return target == ErrNotFound }
+
 // StaleTokenError is the error a check returns when it refuses a stale token. It
 // matches [ErrStaleToken] with [errors.Is]; use [errors.As] to read the tokens.
 type StaleTokenError struct {

@@ -193,7 +193,7 @@ func (f *Fences) mark(ctx context.Context, db DB, d dialect, resource string, lo
 	var mark int64
 	err := scanRow(ctx, db, query, []any{resource}, &mark)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("%w: no fence row", ErrNotFound)
+		return 0, notFoundError("no fence row")
 	}
 	return mark, err
 }

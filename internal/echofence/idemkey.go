@@ -1,6 +1,8 @@
 package echofence
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -42,10 +44,11 @@ func idempotencyKey(h http.Header, name string) (key string, present bool, err e
 }
 
 // unquote decodes an sf-string of RFC 9651: printable ASCII between double quotes, with
-// '"' and '\' escaped by a backslash.
+// '"' and '\' escaped by a backslash. Its errors say what is wrong, without a prefix: the
+// caller's error, which has one, ends with their text.
 func unquote(s string) (string, error) {
 	if len(s) < 2 || s[len(s)-1] != '"' {
-		return "", invalidf("unterminated string")
+		return "", errors.New("unterminated string")
 	}
 	var b strings.Builder
 	for i := 1; i < len(s)-1; i++ {
@@ -54,13 +57,13 @@ func unquote(s string) (string, error) {
 		case ch == '\\':
 			i++
 			if i == len(s)-1 || s[i] != '"' && s[i] != '\\' {
-				return "", invalidf("bad escape in string")
+				return "", errors.New("bad escape in string")
 			}
 			b.WriteByte(s[i])
 		case ch == '"':
-			return "", invalidf("unescaped quote in string")
+			return "", errors.New("unescaped quote in string")
 		case ch < 0x20 || ch > 0x7e:
-			return "", invalidf("byte %#x in string", ch)
+			return "", fmt.Errorf("byte %#x in string", ch)
 		default:
 			b.WriteByte(ch)
 		}
