@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/fencing/servercheck"
 	"github.com/fencekit/fencekit/internal/redisproc"
+	"github.com/fencekit/fencekit/servercheck"
 )
 
 func servercheckCases() []errCase {
