@@ -17,8 +17,8 @@ import (
 )
 
 // evalPipeline matches the pipeline WithReplicas sends, EVAL of a script followed by WAIT,
-// when the script's source holds header: "-- Acquire a resource" for the acquire script,
-// "-- Reset the lease" for the extension that confirms a grant.
+// when the script's source holds header: "-- Take a resource exclusively" for the acquire script,
+// "-- Reset, or read, the lease" for the extension that confirms a grant.
 func evalPipeline(header string) func([]byte) bool {
 	return func(p []byte) bool {
 		return bytes.Contains(p, []byte("\r\n$4\r\neval\r\n")) && bytes.Contains(p, []byte(header)) &&
@@ -66,7 +66,7 @@ func TestWithReplicasLostReply(t *testing.T) {
 				r.Pause()
 				defer r.Resume()
 			}
-			d := &redistest.ReplyDropper{Match: evalPipeline("-- Acquire a resource")}
+			d := &redistest.ReplyDropper{Match: evalPipeline("-- Take a resource exclusively")}
 			l := newLocker(t, dropping(d), fencing.WithReplicas(1, timeout))
 			d.Armed.Store(true)
 			lock, err := l.TryAcquire(ctx, resource)
@@ -103,7 +103,7 @@ func TestWithReplicasLostReply(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := &redistest.ReplyDropper{Match: evalPipeline("-- Reset the lease")}
+			d := &redistest.ReplyDropper{Match: evalPipeline("-- Reset, or read, the lease")}
 			waiter := newLocker(t, dropping(d), fencing.WithReplicas(1, timeout))
 			type result struct {
 				lock *fencing.Lock
