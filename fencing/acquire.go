@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing/observe"
+	"github.com/fencekit/fencekit/internal/topology"
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
@@ -66,6 +67,9 @@ func (l *Locker) check(ctx context.Context, cfg *config, resource string) error 
 	}
 	if err := cfg.conflict(); err != nil {
 		return err
+	}
+	if cfg.replicas > 0 && l.topo.Kind == topology.Ring {
+		return invalidf("WithReplicas on a Ring: a Ring has no node to wait on")
 	}
 	if err := validResource(resource); err != nil {
 		return err

@@ -110,7 +110,7 @@ func (l *Locker) hold(ctx context.Context, cfg *config, locks []*Lock, set *Lock
 		case err == nil:
 			err = lost
 		default:
-			err = errors.Join(err, lost) // two failures, each with its own text
+			err = errors.Join(lost, err) // two failures, each with its own text, ours first
 		}
 	}()
 	err = fn(work)
