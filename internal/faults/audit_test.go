@@ -92,7 +92,7 @@ func TestCheckServerACL(t *testing.T) {
 	do(t, s, "ACL", "SETUSER", "locker", "on", ">pw", "resetkeys", "~fk:*", "resetchannels", "&fk:*", "-@all",
 		"+hello", "+ping", "+eval", "+evalsha", "+subscribe", "+unsubscribe", "+rpushx", "+lrem",
 		"+get", "+set", "+incr", "+del", "+rename", "+pexpire", "+pttl", "+exists", "+lpop", "+lpush", "+rpush", "+lpos", "+lrange", "+lindex", "+append", "+publish", "+time",
-		"+hget", "+hmget", "+hset", "+hdel", "+hlen", "+hgetall", "+type")
+		"+hmget", "+hset", "+hdel", "+hlen", "+hgetall", "+type")
 	as := func(user string) *redis.Client {
 		return s.Client(t, func(o *redis.Options) { o.Username, o.Password = user, "pw" })
 	}
