@@ -27,8 +27,9 @@ type IdempotencyConfig struct {
 
 	// Locker takes the key's lock while the first request runs, and keeps the result beside
 	// the lock, under its prefix. Required. A Locker whose [fencing.Locker.Err] is set is
-	// refused by [IdempotencyConfig.ToMiddleware]; so is, at the first request (500), one
-	// built with [fencing.WithReplicas], which the record does not support.
+	// refused by [IdempotencyConfig.ToMiddleware]. One built with [fencing.WithReplicas]
+	// waits for its replicas at each acquisition; a request whose lock they did not
+	// acknowledge runs nothing and is answered 503 ([fencing.ErrNotReplicated]).
 	Locker *fencing.Locker
 
 	// Header names the request header that carries the key: its value as it is, or a

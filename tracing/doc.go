@@ -10,7 +10,9 @@
 //
 // Every operation gets a span of kind Internal, a child of the span in the caller's context:
 // fencing.acquire (Acquire, TryAcquire and the acquisition inside Do), fencing.release,
-// fencing.extend and fencing.renew (one of Do's background renewals). The span is in the
+// fencing.extend and fencing.renew (one of Do's background renewals); and for operators,
+// fencing.inspect ([fencing.Locker.Inspect]) and fencing.force_release
+// ([fencing.Locker.ForceRelease], with the inspect span inside it). The span is in the
 // context the core uses for the operation's Redis commands, so the spans of an instrumented
 // Redis client (redisotel) are its children. Do's work runs in the caller's context, so an
 // Echo request span or an Asynq job span is the parent of the acquire, renew and release
@@ -29,11 +31,14 @@
 //
 // Span attributes:
 //
-//	fencing.operation      string  acquire, try_acquire, release, extend, renew, campaign, lead; for a set of resources
-//	                               (one span for the set) acquire_all, try_acquire_all, release_all, extend_all
+//	fencing.operation      string  acquire, try_acquire, release, extend, renew, campaign, lead, inspect, force_release;
+//	                               for a set of resources (one span for the set) acquire_all, try_acquire_all,
+//	                               release_all, extend_all
 //	fencing.resource.count int     the number of resources of a set operation (after deduplication)
 //	fencing.resource       string  the resource name (WithResourceAttribute(ResourceOn), the default); for a set, the one busy or not held
 //	fencing.resource.hash  string  16 hex digits of its SHA-256 (ResourceHashed) instead
+//	fencing.label          string  the acquisition's label ([fencing.WithLabel]), only with ResourceOn: a label is the
+//	                               caller's data, as a name is
 //	fencing.outcome        string  acquired, busy, cancelled, error (acquisitions, campaigns); ok, not_held, cancelled, error (others); not_held, resigned, error (terms)
 //	fencing.token          int     the fencing token, when there is one
 //	fencing.attempts       int     acquire scripts sent (acquisitions)

@@ -62,6 +62,7 @@ func TestErrorStatus(t *testing.T) {
 		{setupErr(fencing.ErrInvalid), http.StatusInternalServerError},
 		{fencing.ErrInvalid, http.StatusBadRequest},
 		{fencing.ErrClosed, http.StatusServiceUnavailable},
+		{fmt.Errorf("fencing: acquire \"r\": %w", fencing.ErrNotReplicated), http.StatusServiceUnavailable},
 		{errors.New("dial tcp: connection refused"), http.StatusServiceUnavailable},
 	} {
 		if got := ErrorStatus(tc.err); got != tc.want {

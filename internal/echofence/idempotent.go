@@ -92,8 +92,8 @@ func (m *Idempotency[C]) serve(c C, next func(c C) error, name, fp string) error
 	case errors.Is(err, fencing.ErrNotAcquired):
 		return m.inProgress(c, err)
 	case errors.Is(err, fencing.ErrInvalid):
-		// The Locker refused its own settings for this call (WithReplicas, say, which the
-		// record does not support): the server's fault.
+		// The Locker refused its own settings for this call (a lock TTL above its counter
+		// expiry, say): the server's fault.
 		err = setupErr(err)
 	}
 	return m.errorHandler(c, err)
