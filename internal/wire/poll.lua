@@ -14,7 +14,7 @@ local s = state(r)
 if s.shape == 'old' then
   return {LAYOUT}
 end
-local now, out, mine = s.shape == 'hash' and clock(r, s), {}, {}
+local now, out, mine = s.shape == 'hash' and clock(r.lock, s), {}, {}
 for i = 4, #ARGV do
   mine[ARGV[i]] = true
 end
@@ -63,7 +63,7 @@ if s.shape == 'hash' then
   sweep(r, s, now)
 end
 local fresh
-s, fresh = grant(r, s, publish, id, now)
+s, fresh = grant(r.lock, r.base, s, publish, id, now)
 for i = 1, #(fresh or {}), 2 do
   out[#out + 1], out[#out + 2], out[#out + 3] = fresh[i], fresh[i + 1], 1
 end
@@ -74,4 +74,4 @@ end
 if free(s) then
   return {BUSY, ''}
 end
-return {BUSY, s.shape == 'x' and s.value or '', lease_left(r, s, now or clock(r, s))}
+return {BUSY, s.shape == 'x' and s.value or '', lease_left(r, s, now or clock(r.lock, s))}

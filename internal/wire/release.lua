@@ -18,7 +18,7 @@ if n == 1 and (got == ARGV[1] or got == ARGV[1] .. '+') then -- held: most calls
     return RELEASED
   end
   -- #include grant.lua
-  local _, mine = grant({lock = lock, queue = base .. 'queue', base = base}, {shape = 'none'}, ARGV[3] or 'P', ARGV[4] or '')
+  local _, mine = grant(lock, base, nil, ARGV[3] or 'P', ARGV[4] or '')
   return granted(record, true, true, mine)
 end
 -- #include state.lua

@@ -86,7 +86,7 @@ local function acquire(r, kind, owner, lease, rules, element, entry, publish)
     redis.call('PEXPIRE', r.lock, lease) -- a call sent again: a write, for a WAIT after it
     return string.match(s.value, '^%d+', #owner + 2)
   elseif s.shape == 'hash' then
-    now = clock(r, s)
+    now = clock(r.lock, s)
     if s.mine then -- a call sent again
       local token = string.match(s.mine, ':(%d+)$')
       local lock, f, ending, again = r.lock, owner, now + tonumber(lease), true
@@ -109,7 +109,7 @@ local function acquire(r, kind, owner, lease, rules, element, entry, publish)
   end
   if queued then
     local _
-    s, _, queued = grant(r, s, publish, '', now)
+    s, _, queued = grant(r.lock, r.base, s, publish, '', now)
   end
   local fits = free(s) or (s.shape == 'hash' and s.kind == kind and (kind == 's' or s.count < tonumber(string.sub(kind, 2))))
   if not queued and fits then
@@ -118,9 +118,9 @@ local function acquire(r, kind, owner, lease, rules, element, entry, publish)
     if kind == 'x' then
       redis.call('SET', r.lock, owner .. ':' .. token, 'PX', lease)
     else
-      now = now or clock(r, s)
+      now = now or clock(r.lock, s)
       if free(s) then
-        open(r, kind, '0', owner, token, now + tonumber(lease), now)
+        open(r.lock, kind, '0', owner, token, now + tonumber(lease), now)
       else
         local lock, f, ending, again = r.lock, owner, now + tonumber(lease), false
         -- #include hold.lua
@@ -132,7 +132,7 @@ local function acquire(r, kind, owner, lease, rules, element, entry, publish)
     return token
   end
   if s.shape == 'hash' then
-    now = now or clock(r, s)
+    now = now or clock(r.lock, s)
   end
   if element == '' then
     return {BUSY, lease_left(r, s, now)}
@@ -162,7 +162,7 @@ local function release(r, value, keep, publish, self, m)
     end
     held = v == value or (not exact and string.sub(v, 1, #value) == value)
   elseif s.shape == 'hash' and s.mine then
-    now = clock(r, s)
+    now = clock(r.lock, s)
     local ending, token = string.match(s.mine, '^(%d+):(%d+)$')
     held = (not exact or owner .. ':' .. token == value) and tonumber(ending) > now
   end
@@ -203,6 +203,6 @@ local function release(r, value, keep, publish, self, m)
     end
     sweep(r, s, now)
   end
-  local _, mine = grant(r, s, publish, self, now)
+  local _, mine = grant(r.lock, r.base, s, publish, self, now)
   return granted(record, exact, written, mine)
 end

@@ -1,11 +1,10 @@
 -- Issues the next token of the resource whose keys start with base under rules (an element's
 -- or ''; 'f' first: at or above the server clock in microseconds; 'e<ms>': so, and the counter
 -- expires) into the includer's locals token (nil before; a decimal string, as a Lua number
--- would round one above 2^53) and behind (microseconds the clock was behind the last token,
--- past a second; else 0). Pasted where used, not called: a function is created on every run.
+-- would round one above 2^53) and behind (0 before: microseconds the clock was behind the last
+-- token, past a second). Pasted where used, not called: a function is created on every run.
 do
-  local fence, c = base .. 'fence', string.byte(rules) -- 'e' or 'f' first, when there
-  behind = 0
+  local fence, c = base .. 'fence', rules ~= '' and string.byte(rules) -- 'e' or 'f' first, when there
   if c == 101 or c == 102 then -- 'e<ms>' or 'f': at or above the server clock
     local t = redis.call('TIME')
     local now = t[1] .. string.sub('00000' .. t[2], -6) -- microseconds
