@@ -1,9 +1,7 @@
--- The hand-off: grant gives a resource to the waiters at the head of its queue, and granted
--- answers the release that did it (doc.go: the keys and values). The resource's keys are
--- "<base>lock", "<base>queue", ... (base: "<prefix>{R}:"); its state s is {shape = 'none'}
--- or nil (free), {shape = 'x', value} (an exclusive holder, its value marked '+' when waiters
--- may be queued) or {shape = 'hash', kind, q, e, x, t, count} (shared 's' or limited 'l<n>'
--- holders, see state.lua).
+-- The hand-off: grant gives a resource ("<base>lock", ...) to its head waiters, granted answers
+-- the release that did it (doc.go). The state s is {shape = 'none'} or nil (free), {shape =
+-- 'x', value} (an exclusive holder, its value marked '+' when waiters may be queued) or {shape
+-- = 'hash', kind, q, e, x, t, count} (shared 's' or limited 'l<n>' holders: state.lua).
 
 -- grant gives the resource at lock to the waiters at the head of its queue, in order, while
 -- each fits beside the holders of s (swept): anyone when free, a shared waiter beside shared
