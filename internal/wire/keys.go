@@ -5,8 +5,7 @@ import (
 	"strings"
 )
 
-// Keys are the names one resource uses. All share one hash tag, so they fall in the same
-// Redis Cluster slot.
+// Keys are the names one resource uses, all with one hash tag: in one Redis Cluster slot.
 type Keys struct {
 	Lock    string // the holders: a string for an exclusive one, a hash for others
 	Fence   string // the token counter
@@ -14,14 +13,10 @@ type Keys struct {
 	Channel string // grants to a Locker's waiters are announced on Channel + ":<Locker id>"
 }
 
-// For returns the keys of resource under prefix.
-//
-// A name without '{' or '}' is used as it is: <prefix>{R}:lock, <prefix>{R}:fence,
-// <prefix>{R}:queue, the channel base <prefix>{R}:grant. Any other name is encoded as
-// unpadded base64url, which never contains a brace, with a ":b64" marker after the tag:
-// <prefix>{base64url(R)}:b64:lock. The marker keeps the two forms apart: a plain key has
-// ":lock" right after the first '}', an encoded one ":b64:lock". The tag is never empty as
-// long as the name is not.
+// For returns the keys of resource under prefix: <prefix>{R}:lock, :fence, :queue and the
+// channel base :grant for a name R without '{' or '}'. Any other name is encoded as unpadded
+// base64url, which has no brace, with a marker after the tag that keeps the two forms apart:
+// <prefix>{base64url(R)}:b64:lock. The tag is never empty as long as the name is not.
 func For(prefix, resource string) Keys {
 	tag, kind := resource, ""
 	if strings.ContainsAny(resource, "{}") {
@@ -61,8 +56,8 @@ func (k Keys) Record(v string) string { return k.Base() + "r:" + v }
 // Memo returns the key of the resource's memo name (see ValidMemo).
 func (k Keys) Memo(name string) string { return k.Base() + name }
 
-// GrantsOf returns the keys of the resource whose grants to the Locker with id are announced
-// on ch, and false when ch is not such a channel.
+// GrantsOf returns the keys of the resource whose grants to Locker id are announced on ch, and
+// false when ch is not such a channel.
 func GrantsOf(ch, id string) (Keys, bool) {
 	base, ok := strings.CutSuffix(ch, ":"+id)
 	if !ok {

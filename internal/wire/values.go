@@ -57,16 +57,14 @@ func SplitValue(v string) (owner string, token int64, ok bool) {
 	return v[:i], token, err == nil && token > 0
 }
 
-// A label (fencing.WithLabel) follows '~' in the owner of an acquisition and in a waiter's
-// element. In an owner it is written as it is, but for '%', ':', '.' and '~', which become
-// "%XX" (a lock value splits at its last ':', an element at its '.'); an owner never holds a
-// '.', an element always does. In an element it is base32 without padding, whose alphabet
-// (A-Z, 2-7) has none of the letters of an element's rules, so the scripts, those of earlier
-// versions included, read the rules as they were.
+// labels encodes a label in an element: base32 without padding, whose alphabet (A-Z, 2-7) has none
+// of the letters of an element's rules, which the scripts, of earlier versions too, read as before.
 var labels = base32.StdEncoding.WithPadding(base32.NoPadding)
 
-// Labeled returns s, an owner or an element, with label (if not "") after it, escaped in an
-// owner and base32 in an element.
+// Labeled returns s, an owner or an element (which, unlike an owner, holds a '.'), with label
+// (fencing.WithLabel; if not "") after a '~': in an owner as it is but for '%', ':', '.' and '~',
+// which become "%XX" (a lock value splits at its last ':', an element at its '.'); in an element
+// encoded by labels.
 func Labeled(s, label string) string {
 	if label == "" {
 		return s
@@ -107,10 +105,9 @@ func LabelOf(owner string) string {
 	return label
 }
 
-// An Element is a waiter's entry in a resource's queue: "<Locker id>.<n>.<lease ms>" and the
-// rules of its grant, 'f' when its tokens are floored at the server clock, or 'e<ms>' when
-// the counter expires (which implies the floor), then 's' for a shared waiter or 'l<n>' for
-// one of n slots. A grant to it follows those rules, whichever Locker grants it.
+// An Element is a waiter's entry in a resource's queue: "<Locker id>.<n>.<lease ms>", the Rules of
+// its grant's token, then 's' for a shared waiter or 'l<n>' for one of n slots, then its label
+// (see Labeled). A grant to it follows those rules, whichever Locker grants it.
 type Element struct {
 	Locker string        // the waiting Locker's id
 	Seq    uint64        // numbers the Locker's waiters
@@ -162,14 +159,11 @@ func ParseElement(s string) (e Element, ok bool) {
 		return Element{}, false
 	}
 	seq, rest, found := strings.Cut(rest, ".")
-	n, err := strconv.ParseUint(seq, 10, 64)
-	if !found || err != nil || !digits(seq) {
+	n, err := strconv.ParseUint(seq, 10, 64) // digits only
+	if !found || err != nil {
 		return Element{}, false
 	}
-	end := 0
-	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
-		end++
-	}
+	end := digitsEnd(rest, 0)
 	lease, err := strconv.ParseInt(rest[:end], 10, 64)
 	if end == 0 || err != nil {
 		return Element{}, false
@@ -181,38 +175,27 @@ func ParseElement(s string) (e Element, ok bool) {
 		e.Label, rules = string(label), rules[:i]
 	}
 	if i := strings.IndexByte(rules, 'e'); i >= 0 {
-		j := i + 1
-		for j < len(rules) && rules[j] >= '0' && rules[j] <= '9' {
-			j++
-		}
-		if ms, err := strconv.ParseInt(rules[i+1:j], 10, 64); err == nil {
+		if ms, err := strconv.ParseInt(rules[i+1:digitsEnd(rules, i+1)], 10, 64); err == nil {
 			e.Floor, e.Expiry = true, time.Duration(ms)*time.Millisecond
 		}
 	}
-	if !e.Floor && strings.IndexByte(rules, 'f') >= 0 {
-		e.Floor = true
-	}
+	e.Floor = e.Floor || strings.IndexByte(rules, 'f') >= 0
 	if strings.IndexByte(rules, 's') >= 0 {
 		e.Kind = Kind{Shared: true}
 	} else if i := strings.IndexByte(rules, 'l'); i >= 0 {
-		j := i + 1
-		for j < len(rules) && rules[j] >= '0' && rules[j] <= '9' {
-			j++
-		}
-		if n, err := strconv.Atoi(rules[i+1 : j]); err == nil {
+		if n, err := strconv.Atoi(rules[i+1 : digitsEnd(rules, i+1)]); err == nil {
 			e.Kind = Kind{Limit: n}
 		}
 	}
 	return e, true
 }
 
-func digits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
+// digitsEnd returns where the ASCII digits of s that start at i end.
+func digitsEnd(s string, i int) int {
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
 	}
-	return s != ""
+	return i
 }
 
 // WaiterValue returns the value of a Locker's waiter key: when it began waiting, in unix
@@ -229,9 +212,9 @@ func ParseWaiterValue(v string) (time.Time, bool) {
 	return time.UnixMilli(ms), true
 }
 
-// HashHolders reads the hash of a shared or limited lock, as HGETALL returns it, in this layout
-// or the earlier one (old): the holders' kind and every holder field, whose lease may have
-// ended (End is in the server's clock). The inspect script reads it alike.
+// HashHolders reads the hash of a shared or limited lock, as HGETALL returns it, in this layout or
+// the earlier one (old), as the inspect script does: the holders' kind and every holder, whose
+// lease may have ended (End by the server's clock).
 func HashHolders(fields map[string]string) (kind Kind, holders []Holder, old bool) {
 	if v, ok := fields["limit"]; ok {
 		old = true
