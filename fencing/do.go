@@ -41,22 +41,16 @@ func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Co
 	return l.hold(ctx, cfg, []*Lock{lock}, nil, fn)
 }
 
-// DoAll takes the locks of all resources (waiting as [Locker.AcquireAll] does, in the
-// canonical order, deadlock-free), runs fn while holding them all, and releases them. fn's
-// context carries each resource's fencing token: [TokenFor](ctx, resource) returns it; pass
-// each resource's token to the writes of that resource. [TokenFromContext] returns the token
-// when the set has one resource, and false when it has several.
-//
-// While fn runs, DoAll renews every lease together in the background, in one round trip per
-// server (a pipeline), as [Locker.Do] renews its one. It cancels fn's context as soon as any
-// of the locks is lost (a renewal finds it gone, or its local validity runs out before a
-// renewal succeeds), with a cause matching [ErrNotHeld] (see [context.Cause]) whose text
-// names the lost resource.
-//
-// DoAll returns fn's error. When a lock was lost, the error also matches ErrNotHeld. When the
-// locks cannot be taken, DoAll returns AcquireAll's error, holds nothing and does not call fn.
-// The locks are released with a fresh context (the caller's may be done), in one round trip
-// per server. No goroutine started by DoAll outlives it.
+// DoAll takes the locks of all resources (waiting as [Locker.AcquireAll] does, in the canonical
+// order, deadlock-free), runs fn while holding them all, and releases them, as [Locker.Do] does
+// with one. fn's context carries each resource's token, which [TokenFor](ctx, resource)
+// returns ([TokenFromContext] only when the set has one resource): pass it to the writes of
+// that resource. The leases are renewed together, in one round trip per server, and fn's
+// context is cancelled as soon as any lock is lost, with a cause matching [ErrNotHeld] whose
+// text names the lost resource. DoAll returns fn's error, which also matches ErrNotHeld when a
+// lock was lost, or AcquireAll's error without calling fn, holding nothing. The locks are
+// released with a fresh context, in one round trip per server. No goroutine started by DoAll
+// outlives it.
 func (l *Locker) DoAll(ctx context.Context, resources []string, fn func(ctx context.Context) error, opts ...CallOption) error {
 	if fn == nil {
 		return opErr("do all", "", invalidf("nil function"))
@@ -69,9 +63,7 @@ func (l *Locker) DoAll(ctx context.Context, resources []string, fn func(ctx cont
 	return l.hold(ctx, cfg, set.locks, set, fn)
 }
 
-// hold is one run of work under locks, taken by Do (one lock), DoAll (set) or a term of Lead:
-// it runs fn with the locks' tokens in its context, renews the leases, cancels fn's context
-// when one is lost, and releases them when fn returns or panics.
+// hold runs fn under locks taken by Do (one lock), DoAll (set) or a term of Lead, as Do says.
 func (l *Locker) hold(ctx context.Context, cfg *config, locks []*Lock, set *LockSet, fn func(ctx context.Context) error) (err error) {
 	h := &hold{locks: locks, set: set, cfg: cfg}
 	work, cancel := context.WithCancelCause(stall.With((&held{locks: locks, hold: h}).with(ctx), door{}))
@@ -127,7 +119,7 @@ type hold struct {
 	memo    atomic.Pointer[wire.Memo] // LeaveMemo's, written by the release
 }
 
-// extend renews every lease of h to ttl and returns the error of each lock.
+// extend renews every lease of h to ttl and returns the errors.
 func (h *hold) extend(ctx context.Context, ttl time.Duration) []error {
 	if h.set != nil {
 		return h.set.extendAll(ctx, ttl, observe.OpRenew) // ttl is valid: the set was taken with it
@@ -135,8 +127,7 @@ func (h *hold) extend(ctx context.Context, ttl time.Duration) []error {
 	return []error{h.locks[0].extend(ctx, ttl, observe.OpRenew)}
 }
 
-// release releases every lock of h, one lock with LeaveMemo's memo, and returns the error of
-// each.
+// release releases every lock of h, one lock with LeaveMemo's memo, and returns the errors.
 func (h *hold) release(ctx context.Context) []error {
 	if h.set != nil {
 		return h.set.releaseAll(ctx)

@@ -9,24 +9,19 @@ import (
 )
 
 // Lead makes this process the leader of name, one leader at a time across every Locker that
-// uses the same Redis and prefix, and runs fn while it leads. It is a loop around the
-// machinery of [Locker.Do], with name as the resource:
+// uses the same Redis and prefix, and runs fn while it leads. It is a loop around [Locker.Do]
+// with name as the resource:
 //
-//   - A campaign is an [Locker.Acquire] of name: a candidate waits in the resource's
-//     first-come, first-served queue, so when a leader resigns the next candidate is granted
-//     leadership in the same round trip, and when a leader dies its lease runs out and a
-//     queued candidate takes over within about a round trip of that (it checks when the
-//     lease ends): no polling interval to tune.
+//   - A campaign is an [Locker.Acquire] of name: candidates wait in its first-come, first-served
+//     queue, so a leader that resigns hands over in the same round trip, and one that dies is
+//     replaced about a round trip after its lease ends: no polling interval to tune.
 //   - A term runs fn with the leadership's fencing token, its epoch, in fn's context
-//     ([TokenFromContext]): epochs of successive terms strictly increase, so a store that
-//     checks the token refuses the late writes of a leader that has been replaced without
-//     knowing it. [ValidUntilFromContext] tells fn how long its lease certainly lasts. The
-//     lease is renewed in the background every third of the TTL ([WithTTL]).
-//   - When leadership is lost (a renewal finds the lock gone, the lease's local validity runs
-//     out while Redis cannot be reached, or the lock was released by someone else), fn's
-//     context is cancelled with a cause matching [ErrNotHeld] (see [context.Cause]). Once fn
-//     returns, Lead campaigns again. An error fn returns that matches ErrNotHeld also counts
-//     as lost leadership.
+//     ([TokenFromContext]): epochs strictly increase, so a store that checks the token refuses
+//     the late writes of a leader replaced without knowing it. [ValidUntilFromContext] tells fn
+//     how long its lease certainly lasts. The lease is renewed as Do renews it.
+//   - When leadership is lost, fn's context is cancelled as Do's is, with a cause matching
+//     [ErrNotHeld]. Once fn returns, Lead campaigns again. An error fn returns that matches
+//     ErrNotHeld also counts as lost leadership.
 //
 // Lead returns only when ctx ends, with ctx.Err() (a term in progress is ended first: fn's
 // context is cancelled and leadership released); when fn returns while leading and not
@@ -38,9 +33,8 @@ import (
 // back-off that starts at 50ms and doubles to 1s, and starts again after a term.
 //
 // Options apply to every campaign and term, as they do to one call of Do; [Shared] and
-// [WithLimit] above 1 are errors wrapping ErrInvalid (a leader leads alone). [Hooks] observe
-// each campaign (observe.OpCampaign) and each term (observe.OpLead); see Hooks. No goroutine started by
-// Lead outlives it.
+// [WithLimit] above 1 are errors wrapping ErrInvalid (a leader leads alone). Hooks observe
+// each campaign and term (see observe.Hooks). No goroutine started by Lead outlives it.
 func (l *Locker) Lead(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...CallOption) error {
 	cfg := l.config(opts)
 	err := l.check(context.WithoutCancel(ctx), cfg, name)
@@ -90,7 +84,7 @@ func (l *Locker) Lead(ctx context.Context, name string, fn func(ctx context.Cont
 	}
 }
 
-// campaign waits for leadership of name once, observed by the hooks as an observe.OpCampaign.
+// campaign waits for leadership of name once, observed as an observe.OpCampaign.
 func (l *Locker) campaign(ctx context.Context, cfg *config, name string) (*Lock, error) {
 	cctx := cfg.hooks.start(ctx, observe.OpCampaign, name)
 	begin := time.Now()
@@ -105,8 +99,8 @@ func (l *Locker) campaign(ctx context.Context, cfg *config, name string) (*Lock,
 	return lock, err
 }
 
-// term runs fn while lock lasts, observed by the hooks as an observe.OpLead, and reports whether it
-// ended because leadership was lost.
+// term runs fn while lock lasts, observed as an observe.OpLead, and reports whether it ended
+// because leadership was lost.
 func (l *Locker) term(ctx context.Context, cfg *config, lock *Lock, fn func(ctx context.Context) error) (lost bool, err error) {
 	tctx := cfg.hooks.start(ctx, observe.OpLead, lock.resource)
 	err = l.hold(tctx, cfg, []*Lock{lock}, nil, fn)

@@ -16,8 +16,7 @@ import (
 )
 
 // A lock's life after it was taken (acquire.go, wait.go): Extend and TTL keep and read its
-// lease, Release frees it and hands it to the queue's next waiters in the same script. None of
-// them enters the waiting room unless this Locker has calls in it.
+// lease, Release frees it and hands it to the queue's next waiters in the same script.
 
 // A Lock is one acquisition of a resource, with its fencing token. Its methods are safe for
 // concurrent use; Release and Extend take effect in the order Redis runs them, and once the
@@ -99,11 +98,10 @@ func (k *Lock) release(ctx context.Context, m wire.Memo) error {
 	return err
 }
 
-// release runs the release scripts rs (each on the resources of one script, see groupKeys)
-// in one round trip per server, and returns the error of each value: nil when released,
-// ErrNotHeld when it did not hold its resource. A reply lost on the way is asked for again
-// with the same call, which its release record answers as the first run went. Grants to this
-// Locker's own waiters, which the script returns instead of announcing, go to them.
+// release runs the release scripts rs (each of the resources of one script, see groupKeys) in
+// one round trip per server, and returns the error of each value: nil when released, ErrNotHeld
+// when not held. A lost reply is asked for again with the same call, which its release record
+// answers as the first run went. The grants to this Locker's waiters in the replies go to them.
 func (l *Locker) release(ctx context.Context, rs ...*wire.Release) [][]error {
 	calls := make([]wire.Call, len(rs))
 	for i, r := range rs {
@@ -151,8 +149,7 @@ func (l *Locker) release(ctx context.Context, rs ...*wire.Release) [][]error {
 	return errs
 }
 
-// released reads the release script's reply for value on k, sent at sent, and gives the
-// grants in it to this Locker's waiters.
+// released reads the release script's reply for value on k, sent at sent.
 func (l *Locker) released(k wire.Keys, value string, kind wire.Kind, sent time.Time, res any) error {
 	rep, err := wire.ParseRelease(res)
 	switch {
@@ -182,9 +179,8 @@ func (l *Locker) released(k wire.Keys, value string, kind wire.Kind, sent time.T
 	return nil
 }
 
-// releaseOwner frees whatever owner's acquisition holds of ks, with a fresh, short context:
-// the caller's may be done. Errors are ignored; the leases run out by themselves if this
-// fails.
+// releaseOwner frees whatever owner's acquisition holds of ks, with a fresh, short context (the
+// caller's may be done). Errors are ignored: the leases then run out by themselves.
 func (l *Locker) releaseOwner(ctx context.Context, cfg *config, ks []wire.Keys, owner string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
@@ -218,8 +214,7 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	return err
 }
 
-// extend resets the lease to ttl as op for the hooks; a ttl out of range is refused before
-// anything is sent.
+// extend is Extend as op for the hooks, leaving the pending extension as it is.
 func (k *Lock) extend(ctx context.Context, ttl time.Duration, op observe.Op) error {
 	ctx = k.hooks.start(ctx, op, k.resource)
 	begin := time.Now()
@@ -239,8 +234,8 @@ func (k *Lock) extension(ttl time.Duration) wire.Call {
 	return e.Call(k.locker.client)
 }
 
-// extended reads an extension to ttl sent at begin (whether the extend script found the lock
-// held, or its error) and records the new validity when it took effect.
+// extended returns the error of an extension to ttl sent at begin, given whether the script
+// found the lock held or its error, and records the new validity when it took effect.
 func (k *Lock) extended(begin time.Time, ttl time.Duration, held bool, err error) error {
 	switch {
 	case err != nil:
@@ -289,14 +284,10 @@ func (k *Lock) setValidUntil(sent time.Time, ttl time.Duration) {
 func (k *Lock) keepRecord() bool { return time.Until(k.deadline()) < wire.RecordTTL }
 
 // deadline returns the local end of the lease.
-func (k *Lock) deadline() time.Time {
-	return k.acquired.Add(time.Duration(k.validUntil.Load()))
-}
+func (k *Lock) deadline() time.Time { return k.acquired.Add(time.Duration(k.validUntil.Load())) }
 
 // valid reports whether the lease has not run out by the local clock.
-func (k *Lock) valid() bool {
-	return time.Now().Before(k.deadline())
-}
+func (k *Lock) valid() bool { return time.Now().Before(k.deadline()) }
 
 // validResource returns an error wrapping ErrInvalid when resource cannot be locked.
 func validResource(resource string) error {
@@ -309,8 +300,7 @@ func validResource(resource string) error {
 	return nil
 }
 
-// lostReply reports whether err leaves it unknown whether a script ran: the connection failed,
-// the context still lasts.
+// lostReply reports whether err leaves it unknown whether a script ran, the context lasting.
 func lostReply(ctx context.Context, err error) bool {
 	var reply redis.Error
 	return err != nil && ctx.Err() == nil && !errors.As(err, &reply)

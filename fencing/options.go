@@ -25,28 +25,25 @@ const (
 	MinTTL = time.Millisecond
 	// MaxLimit is the largest limit [WithLimit] accepts.
 	MaxLimit = 1024
+	// MaxResourceLen is the longest resource name, in bytes, that a Locker accepts.
+	MaxResourceLen = 4096
+	// MaxLabelLen is the longest label, in bytes, that [WithLabel] accepts.
+	MaxLabelLen = 64
 )
 
-// MaxResourceLen is the longest resource name, in bytes, that a Locker accepts.
-const MaxResourceLen = 4096
-
-// The back-offs other than the queued waiter's polls (WithRetryBackoff), each a constant.
+// The back-offs other than the queued waiter's polls (WithRetryBackoff).
 const (
-	// retryFirst and retryMost bound the retries of an extension that failed with an error
-	// that can pass (a grant's confirmation, Acquire's deferred extension), while the lease
-	// lasts.
-	retryFirst = 10 * time.Millisecond
-	retryMost  = 250 * time.Millisecond
-	// campaignFirst and campaignMost bound the pause of Lead between two campaigns that
-	// failed (see Locker.Lead).
-	campaignFirst = 50 * time.Millisecond
-	campaignMost  = time.Second
+	// retryFirst and retryMost space the retries of a grant's extension to the TTL that
+	// failed with an error that can pass, while the lease lasts (wait.go).
+	retryFirst, retryMost = 10 * time.Millisecond, 250 * time.Millisecond
+	// campaignFirst and campaignMost space Lead's campaigns that failed.
+	campaignFirst, campaignMost = 50 * time.Millisecond, time.Second
 )
 
 // An Option configures a [Locker]: give it to [New]. The settings that every process locking
-// the same resources must agree on ([WithPrefix], [WithServerTimeFloor],
-// [WithCounterExpiry]) and the Locker's own ([WithRetryBackoff]) are Options only. The
-// others are also a [CallOption], a default in New and an override in one call.
+// the same resources must agree on ([WithPrefix], [WithServerTimeFloor], [WithCounterExpiry])
+// and the Locker's own ([WithRetryBackoff]) are Options only; the others are also a
+// [CallOption].
 type Option interface {
 	apply(*config)
 }
@@ -90,13 +87,7 @@ type config struct {
 }
 
 func defaultConfig() config {
-	return config{
-		ttl:     DefaultTTL,
-		prefix:  DefaultPrefix,
-		pollMin: 50 * time.Millisecond,
-		pollMax: time.Second,
-		maxWait: -1,
-	}
+	return config{ttl: DefaultTTL, prefix: DefaultPrefix, pollMin: 50 * time.Millisecond, pollMax: time.Second, maxWait: -1}
 }
 
 // with returns c with a call's opts applied, or c itself when there are none.
@@ -140,22 +131,20 @@ func WithPrefix(p string) Option {
 
 // WithLimit lets up to n holders hold the resource at once: a counting semaphore, for "at
 // most n at a time for this key" across every process. Default: 1, the exclusive lock. It
-// works with [Locker.TryAcquire], [Locker.Acquire] and [Locker.Do] and the options they take.
-// Each holder gets its own [Lock], with its own token from the resource's counter (tokens
-// still strictly increase per acquisition), releases and extends its own lease, and loses
-// only its own. Waiting is the resource's queue, first come, first served: a freed slot goes
-// to the longest waiter, and while waiters are queued a newcomer does not take a free slot
-// ahead of them.
+// works with [Locker.TryAcquire], [Locker.Acquire] and [Locker.Do]. Each holder gets its own
+// [Lock] and token (tokens still strictly increase per acquisition), and releases, extends and
+// loses only its own lease. Waiting is the resource's queue, first come, first served: a freed
+// slot goes to the longest waiter, and a newcomer takes no free slot ahead of queued waiters.
 //
-// The limit is recorded in Redis with the holders. A call that asks for another limit than
-// the one the resource's live holders use (limit 1 and [Shared] included) returns an error
-// wrapping [ErrInvalid] that names both, and changes nothing; once no holder is left, the new
-// limit takes effect. Every caller of a resource should use the same limit. n must be between
-// 1 and [MaxLimit]; otherwise every call returns an error wrapping [ErrInvalid] and sends
-// nothing. A limit above 1 with Shared, or with a set of resources, is an error too.
+// The limit is recorded in Redis with the holders: every caller of a resource should use the
+// same. A call that asks for another limit than the live holders' (limit 1 and [Shared]
+// included) returns an error wrapping [ErrInvalid] that names both, and changes nothing; once
+// no holder is left, the new limit takes effect. n outside 1 to [MaxLimit], or above 1 with
+// Shared or a set of resources, makes every call return an error wrapping ErrInvalid, sending
+// nothing.
 //
-// A token orders the acquisitions but does not exclude the other n-1 holders: a store check
-// keyed by the resource would reject the older of two live holders. Fence per entity
+// A token orders the acquisitions but does not exclude the other n-1 holders (a store check
+// keyed by the resource would refuse the older of two live holders): fence per entity
 // written, or per holder slot (see docs/limits.md).
 func WithLimit(n int) CallOption {
 	return callOption(func(c *config) {
@@ -166,33 +155,29 @@ func WithLimit(n int) CallOption {
 	})
 }
 
-// Shared makes one acquisition shared: any number of shared holders may hold a resource at
-// once, and no exclusive holder while any does (a read/write lock; without Shared an
-// acquisition is exclusive). It works with [Locker.TryAcquire], [Locker.Acquire] and
-// [Locker.Do]. Waiting is the resource's one queue, first come, first served across both
-// kinds: a shared request that arrives while an exclusive one is queued waits behind it, so a
-// stream of readers never starves a writer, and a release that frees the resource for a run
-// of shared waiters at the head of the queue grants them all at once. Every acquisition, shared
-// or exclusive, takes the next token of the resource's one counter, so a writer's token is
-// above every reader's before it, and a reader's above every writer's before it (see
-// docs/shared.md for the store pattern).
+// Shared makes one acquisition shared (a read/write lock): any number of shared holders may
+// hold a resource at once, and no exclusive holder while any does. It works with
+// [Locker.TryAcquire], [Locker.Acquire] and [Locker.Do]. Both kinds wait in the resource's one
+// queue, first come, first served: a shared request waits behind an exclusive one queued
+// before it, so readers never starve a writer, and a release grants a run of shared waiters
+// at the head of the queue at once. Both take tokens from the resource's one counter, so a
+// writer's token is above every reader's before it, and a reader's above every writer's
+// before it (see docs/shared.md for the store pattern).
 //
-// Shared with [WithLimit] above 1, with a set of resources ([Locker.DoAll],
-// [Locker.AcquireAll], [Locker.TryAcquireAll]) or with [Locker.Lead], and given to [New], is
-// an error wrapping [ErrInvalid], and nothing is sent. A shared request on a resource that
-// live holders hold with a limit above 1 (or the reverse) returns an error wrapping
-// ErrInvalid that names both, and changes nothing.
+// Shared with [WithLimit] above 1, with a set of resources or [Locker.Lead], or given to [New],
+// is an error wrapping [ErrInvalid], and nothing is sent. A shared request on a resource that
+// live holders hold with a limit above 1 (or the reverse) returns an error wrapping ErrInvalid
+// that names both, and changes nothing.
 func Shared() CallOption {
 	return callOption(func(c *config) { c.kind.Shared = true })
 }
 
 // WithRetryBackoff sets how often a queued [Locker.Acquire] checks with Redis when no
 // announcement of a grant arrives: on a Ring, where nothing is announced, or until the
-// Locker's subscription is confirmed, it starts at min and doubles up to max, with ±20%
-// jitter; once subscribed, it checks every max. Either way it checks at least once a second,
-// which keeps its place in the queue alive. Default: 50ms to 1s. Values below 1ms, or max
-// below min, are rejected with [ErrInvalid]. It sets nothing else: the retries of a failed
-// renewal or campaign have their own back-off (see [Locker.Do] and [Locker.Lead]).
+// Locker's subscription is confirmed, from min doubling up to max, with ±20% jitter; once
+// subscribed, every max. Either way at least once a second, which keeps its place in the
+// queue alive. Default: 50ms to 1s. Values below 1ms, or max below min, are rejected with
+// [ErrInvalid]. Failed renewals and campaigns have back-offs of their own.
 func WithRetryBackoff(min, max time.Duration) Option {
 	return lockerOption(func(c *config) {
 		if (min < time.Millisecond || max < min) && c.err == nil {
@@ -206,7 +191,7 @@ func WithRetryBackoff(min, max time.Duration) Option {
 // after d they give up with a [*BusyError] (matching [ErrNotAcquired]) whose RetryAfter is
 // the holder's remaining lease. WithMaxWait(0) makes a single attempt, as TryAcquire does.
 // Default: wait until the context ends. A negative d is rejected with [ErrInvalid]. It is
-// meant as a per-call option; the Echo middleware and the Asynq adapter use it.
+// meant for one call, as the Echo middleware and the Asynq adapter use it.
 func WithMaxWait(d time.Duration) CallOption {
 	return callOption(func(c *config) {
 		if d < 0 && c.err == nil {
@@ -244,14 +229,12 @@ func WithServerTimeFloor() Option {
 
 // WithCounterExpiry lets a resource's fence counter expire once no token has been issued for
 // it for d, so that Redis does not keep a counter for every resource ever locked. It implies
-// [WithServerTimeFloor]: a counter created again starts at the server clock in
-// microseconds, above every token issued before it, as long as the server clock has not
-// stepped back by more than d (see the guarantees in docs/design.md). Every acquisition and
-// every grant from the queue resets the expiry in the same script; a grant follows the
-// waiting Locker's setting, whichever Locker releases. d must be at least
-// [MinCounterExpiry] and at least the lease ([WithTTL]); otherwise calls return an error
-// wrapping [ErrInvalid]. Every Locker that locks the same resources must use the same
-// setting. Default: counters never expire.
+// [WithServerTimeFloor]: a counter created again starts at the server clock in microseconds,
+// above every earlier token unless that clock stepped back by more than d (see the guarantees
+// in docs/design.md). Every acquisition and grant resets the expiry in the same script; a
+// grant follows the waiting Locker's setting. d must be at least [MinCounterExpiry] and the
+// lease ([WithTTL]); otherwise calls return an error wrapping [ErrInvalid]. Every Locker of the
+// same resources must use the same setting. Default: counters never expire.
 func WithCounterExpiry(d time.Duration) Option {
 	return lockerOption(func(c *config) {
 		if d < MinCounterExpiry && c.err == nil {
@@ -261,17 +244,13 @@ func WithCounterExpiry(d time.Duration) Option {
 	})
 }
 
-// MaxLabelLen is the longest label, in bytes, that [WithLabel] accepts.
-const MaxLabelLen = 64
-
 // WithLabel gives an acquisition a label of the caller's choosing, such as a task ID, a
-// request ID or a host name, which [Locker.Inspect] shows for its holder and, while it waits,
-// for its waiter (fencekit show and locks, and the operators' page, print it too). It is
-// kept in Redis with the lock, at the cost of its length: a lock without a label costs
-// nothing more. A label is at most [MaxLabelLen] bytes of UTF-8 without control characters;
-// any other is an error wrapping [ErrInvalid] of every call it is given to, which then sends
-// nothing. Default: none (""). It applies to one acquisition: give it to a call, not to [New]
-// (where it is an error too, as every acquisition would carry it).
+// request ID or a host name, which [Locker.Inspect] (and fencekit show and locks, and the
+// operators' page) shows for its holder and, while it waits, its waiter. It is kept in Redis
+// with the lock, at the cost of its length. A label is at most [MaxLabelLen] bytes of UTF-8
+// without control characters; any other is an error wrapping [ErrInvalid] of every call it is
+// given to, which then sends nothing. Default: none (""). It applies to one acquisition: given
+// to [New], where every acquisition would carry it, it is an error too.
 func WithLabel(label string) CallOption {
 	return callOption(func(c *config) {
 		if err := validLabel(label); err != nil && c.err == nil {

@@ -17,15 +17,13 @@ import (
 const MaxResources = 64
 
 // TryAcquireAll makes one attempt to take the locks of all resources together, each with its
-// own fencing token, without waiting. Resources are deduplicated and taken in the canonical
-// order (see [Locker.AcquireAll]); when they all live on one server (a *redis.Client) or in
-// one Cluster slot and all are free, that takes one round trip. When one is busy (held by
-// another owner, or waiters are queued for it), the locks already taken are released before
-// TryAcquireAll returns an error that names that resource and holds a [*BusyError] (matching
-// [ErrNotAcquired]); [RetryAfter] reports its holder's remaining TTL. Bad input (no
-// resources, an invalid name, more than [MaxResources] distinct ones) returns an error
-// wrapping [ErrInvalid] and sends nothing. Any other error means nothing is held. Options
-// override the Locker's settings for this call.
+// own fencing token, without waiting, in the canonical order (see [Locker.AcquireAll]): one
+// round trip when all are free on one server or Cluster slot. When one is busy (held by another
+// owner, or waiters are queued for it), the locks already taken are released and the error
+// names that resource and holds a [*BusyError] (matching [ErrNotAcquired]); [RetryAfter]
+// reports its holder's remaining TTL. Bad input (no resources, an invalid name, more than
+// [MaxResources] distinct ones) returns an error wrapping [ErrInvalid] and sends nothing. Any
+// other error means nothing is held. Options override the Locker's settings for this call.
 func (l *Locker) TryAcquireAll(ctx context.Context, resources []string, opts ...CallOption) (*LockSet, error) {
 	cfg := *l.config(opts)
 	cfg.maxWait = 0
@@ -36,25 +34,21 @@ func (l *Locker) TryAcquireAll(ctx context.Context, resources []string, opts ...
 // waiting while some are busy.
 //
 // The resources are deduplicated (a duplicate is not an error) and taken in one canonical
-// order, whatever order the caller listed them in, so that two calls with overlapping sets
-// never deadlock: by name, or on a *redis.ClusterClient by the Cluster hash slot of the
-// resource's keys, then by name. AcquireAll never waits for a resource while holding one
-// that comes later in that order. When the resources share one server (a *redis.Client) or
-// one Cluster slot (resources in different slots are taken one slot after the other), the free
-// ones at the head of the order are taken in one round trip, all of them when all are free. A
-// busy resource is then waited for as [Locker.Acquire] waits: in its FIFO queue, behind the
-// waiters of that single resource, never ahead of them. Meanwhile the locks already taken are
-// held and their leases renewed every third of the TTL. With [WithReplicas], each resource is
-// taken on its own, with its WAIT.
+// order, whatever order they are listed in, so that overlapping sets never deadlock: by name,
+// or on a *redis.ClusterClient by the Cluster hash slot of the resource's keys, then by name;
+// no resource is waited for while one later in that order is held. On one server (a
+// *redis.Client) or in one Cluster slot, the free resources at the head of the order are taken
+// in one round trip, all of them when all are free (other slots follow, one after the other).
+// A busy resource is waited for as [Locker.Acquire] waits, in its FIFO queue, never ahead of
+// its waiters, while the locks already taken are renewed every third of the TTL. With
+// [WithReplicas], each resource is taken on its own, with its WAIT.
 //
 // When the wait ends (ctx, [WithMaxWait], which bounds the whole call, or [Locker.Close]),
-// every lock already taken is released before AcquireAll returns an error that names the
-// resource it waited for and wraps the cause [Locker.Acquire] would return: it matches
-// [ErrNotAcquired] (and ctx.Err() when the context ended), and holds a [*BusyError]. When a
-// lock already taken is lost while waiting (its renewal finds it gone), the others are
-// released too and the error matches both ErrNotAcquired and [ErrNotHeld], naming the lost
-// resource. Bad input returns an error wrapping [ErrInvalid] as for [Locker.TryAcquireAll],
-// and sends nothing.
+// every lock already taken is released, and the error names the resource waited for and wraps
+// the cause Acquire would return: it matches [ErrNotAcquired] (and ctx.Err() when the context
+// ended) and holds a [*BusyError]. When a lock already taken is lost while waiting, the others
+// are released too and the error matches ErrNotAcquired and [ErrNotHeld], naming the lost
+// resource. Bad input is refused as by [Locker.TryAcquireAll], sending nothing.
 func (l *Locker) AcquireAll(ctx context.Context, resources []string, opts ...CallOption) (*LockSet, error) {
 	return l.acquireAll(ctx, l.config(opts), observe.OpAcquireAll, resources)
 }
@@ -71,9 +65,7 @@ func (l *Locker) acquireAll(ctx context.Context, cfg *config, op observe.Op, res
 	if err == nil {
 		err = l.check(ctx, cfg, ms[0].name)
 	}
-	var set *LockSet
-	var failed string
-	attempts := 0
+	set, failed, attempts := (*LockSet)(nil), "", 0
 	if err == nil {
 		set, failed, attempts, err = l.takeAll(ctx, cfg, ms)
 	}
@@ -127,10 +119,10 @@ func (l *Locker) members(cfg *config, resources []string) ([]member, error) {
 	return ms, nil
 }
 
-// attemptAll runs the set's acquire script once on g, several resources that one script can
-// take (of one server or slot). It returns the locks taken, in g's order, and when not all,
-// the BusyError of the next one; or an error, and then nothing is held but the locks it
-// returns, which the caller frees (a refusal of the script for that next resource).
+// attemptAll runs the set's acquire script once on g, resources of one server or slot. It
+// returns the locks taken, in g's order, and when not all, the BusyError of the next one; or an
+// error, and then nothing is held but the locks it returns (a refusal of the next resource),
+// which the caller frees.
 func (l *Locker) attemptAll(ctx context.Context, cfg *config, g []member) ([]*Lock, *BusyError, error) {
 	owner, err := newOwner()
 	if err != nil {
@@ -220,9 +212,8 @@ func (l *Locker) takeAll(ctx context.Context, cfg *config, ms []member) (set *Lo
 		}
 	}()
 	for start := 0; start < len(ms); {
-		// The next run that one script can take: all of one server's, those of one slot on
-		// a Cluster; one on a Ring (which spreads resources over servers) and with
-		// WithReplicas (each takes its own WAIT).
+		// The next run that one script can take (see groupKeys; one with WithReplicas, each
+		// with its own WAIT).
 		end := start + 1
 		if l.topo.OneScript() && cfg.replicas == 0 {
 			for end < len(ms) && ms[end].slot == ms[start].slot {
