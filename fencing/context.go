@@ -5,8 +5,7 @@ import (
 	"time"
 )
 
-// heldKey is the context key of what the enclosing Do, DoAll and Lead calls hold, and of a
-// token put by ContextWithToken.
+// heldKey is the context key of a *held.
 type heldKey struct{}
 
 // held is what one Do, DoAll or Lead put in its work's context (its locks), or a token that
@@ -17,7 +16,7 @@ type held struct {
 	hold  *hold // the hold of the locks (see fencingtest's Stall)
 	outer *held
 	// single is whether the context holds the lock of one resource only: locks has one, and
-	// every enclosing call held that same resource (a nested call of the Echo middleware).
+	// every enclosing call held the same (a nested call of the Echo middleware).
 	single bool
 }
 
@@ -74,12 +73,11 @@ func TokenFor(ctx context.Context, resource string) (int64, bool) {
 
 // ValidUntilFromContext returns the local end of the lease that the work of [Locker.Do],
 // [Locker.DoAll] of one resource or [Locker.Lead] runs under, given that work's context: the
-// time, by this host's monotonic clock, until which the lock is certainly still held
-// (renewals move it on; a release or a loss does not move it back, and the context is
-// cancelled then). Work that must not act without the lock, such as the leader of a
-// schedule, checks that enough of it is left before each action. The second result is false
-// when ctx comes from none of them, and when it holds the locks of more than one resource
-// (as for [TokenFromContext]).
+// time, by this host's monotonic clock, until which the lock is certainly held (renewals move
+// it on; a release or a loss, which cancels the context, does not move it back). Work that
+// must not act without the lock, such as a schedule's leader, checks that enough of it is left
+// before each action. The second result is false when ctx comes from none of them, and when it
+// holds the locks of more than one resource (as for [TokenFromContext]).
 func ValidUntilFromContext(ctx context.Context) (time.Time, bool) {
 	h, _ := ctx.Value(heldKey{}).(*held)
 	if h == nil || h.locks == nil || !h.single {

@@ -18,25 +18,21 @@
 //
 // # How
 //
-// One Lua script per verb serves every kind of acquisition: the acquire script checks the
-// lock, increments the resource's counter and writes the holder with its lease in a single
-// round trip; release, extend and TTL checks compare the holder's value, which is random and
-// unique per acquisition. [Locker.Do] runs a function under the lock,
-// renews the lease in the background, and cancels the function's context as soon as the lock
-// is lost. A busy resource has a first-come, first-served queue in Redis, next to the lock:
-// the release script hands the lock to the longest-waiting waiter of any Locker in the same
-// round trip and announces it with pub/sub (sharded pub/sub on a Cluster, one connection per
-// primary), so a release wakes one waiter, not every process.
-// [Locker.Lead] elects a leader per name on the same machinery: candidates wait in the queue,
-// each term's token is its epoch, and losing the lease ends the term; an [Elector] gives a
-// scheduler that asks before each run (gocron v2) the same leadership and epoch.
+// The acquire script checks the lock, increments the resource's counter and writes the holder
+// with its lease in a single round trip; release, extend and TTL checks compare the holder's
+// value, random and unique per acquisition. [Locker.Do] runs a function under the lock, renews
+// the lease in the background, and cancels the function's context as soon as the lock is
+// lost. A busy resource has a first-come, first-served queue in Redis, next to the lock: the
+// release script hands the lock to the longest-waiting waiter of any Locker in the same round
+// trip and announces it with pub/sub (sharded on a Cluster), so a release wakes one waiter,
+// not every process. [Locker.Lead] elects a leader per name on the same machinery: each term's
+// token is its epoch; package leader's Elector gives a scheduler that asks before each run
+// (gocron v2) the same leadership and epoch.
 //
 // # Readers and writers
 //
 // [Shared] makes an acquisition shared: any number of shared holders at once, an exclusive
-// holder alone, one first-come, first-served queue for both (a reader waits behind a writer
-// queued before it), and one token counter for both, so a writer's token is above every
-// earlier reader's (see docs/shared.md).
+// holder alone, one queue and one token counter for both (see docs/shared.md).
 //
 // # Several resources
 //
@@ -48,9 +44,8 @@
 // # N at a time
 //
 // [WithLimit] lets up to n holders hold a resource at once (a counting semaphore: at most n
-// jobs per customer), each with its own [Lock] and token, waiting in the same queue. A token
-// then orders the acquisitions but cannot exclude the other n-1 holders: fence each entity
-// the holders write, not the resource (see docs/limits.md).
+// jobs per customer), each with its own [Lock] and token, which cannot exclude the other n-1
+// holders: fence each entity the holders write, not the resource (see docs/limits.md).
 //
 // # What is not guaranteed
 //

@@ -16,11 +16,10 @@ import (
 // so the sentinels' own texts carry no prefix, as io/fs's do not. An error that ends a wait
 // also matches the context's error.
 var (
-	// ErrNotAcquired means the resource is busy: held by others, or waiters are queued ahead.
-	// The error then holds a [*BusyError], which says more. Acquire returns it, with
-	// ctx.Err(), when its context ends before the lock could be taken. TryAcquire also
-	// returns it when Redis granted the lock but the reply came back after the lease could
-	// have run out: the lock is then freed, as it may already belong to someone else.
+	// ErrNotAcquired means the resource is busy, held by others or waiters queued ahead, or
+	// that Redis granted the lock but the reply came back after the lease could have run out
+	// (the lock is then freed): the error holds a [*BusyError]. Acquire returns it, with
+	// ctx.Err(), when its context ends before the lock could be taken.
 	ErrNotAcquired = errors.New("not acquired")
 
 	// ErrNotHeld means this acquisition no longer owns the lock: it was released, it expired,
@@ -42,19 +41,18 @@ var (
 	ErrNotReplicated = errors.New("acquisition not replicated")
 
 	// ErrLayout means a shared or limited resource's lock is a hash in the key layout of a
-	// fencekit version before v0.1.0's (layout 1: fields limit, until and <owner>:<token>),
-	// which processes of that version hold during a rolling deploy. The call changed nothing
-	// and took nothing; the resource is usable again once those holders have released it or
-	// their leases have ended. See docs/design.md, "Rolling deploys".
+	// fencekit version before v0.1.0's (layout 1), which processes of that version hold during
+	// a rolling deploy. The call changed and took nothing; the resource is usable again once
+	// those holders are gone. See docs/design.md, "Rolling deploys".
 	ErrLayout = errors.New("lock in the key layout of an earlier fencekit version, which this one does not change: finish the rolling deploy")
 )
 
 // A BusyError is the cause of an acquisition that found its resource busy: held by others (an
 // exclusive holder, shared holders for an exclusive call, every slot of a limit) or waiters
-// queued ahead of it. It matches [ErrNotAcquired] with [errors.Is]; use [errors.As] to read
-// it. TryAcquire and the set calls return it when the resource is busy; Acquire and Do when
-// [WithMaxWait] runs out, and with the context's error when the context ends the wait (and
-// the last Redis error, when the waiter's checks were failing).
+// queued ahead of it. It matches [ErrNotAcquired]; read it with [errors.As]. TryAcquire and
+// the set calls return it when the resource is busy; Acquire and Do when [WithMaxWait] runs
+// out, and with the context's error (and the last Redis error, when the waiter's checks were
+// failing) when the context ends the wait.
 type BusyError struct {
 	// Resource is the busy resource; for a set of resources, the one waited for.
 	Resource string
@@ -101,9 +99,8 @@ func busyWith(resource string, left int64) *BusyError {
 	return &BusyError{Resource: resource, RetryAfter: max(time.Duration(left)*time.Millisecond, 0), Ahead: -1}
 }
 
-// RetryAfter reports how long the holders' lease had left when an acquisition failed because
-// the resource was busy: [BusyError.RetryAfter]. The second result is false when err carries
-// no such figure.
+// RetryAfter returns how long the holders' lease had left when err's acquisition found the
+// resource busy ([BusyError.RetryAfter]), and false when err carries no such figure.
 func RetryAfter(err error) (time.Duration, bool) {
 	var b *BusyError
 	if errors.As(err, &b) && b.RetryAfter > 0 {
@@ -113,7 +110,7 @@ func RetryAfter(err error) (time.Duration, bool) {
 }
 
 // opError is the error of a call: `fencing: <op> "<resource>": <cause>`, or without the
-// resource for a call that names none. Each call wraps its cause once.
+// resource for a call that names none.
 type opError struct {
 	op, resource string
 	err          error
@@ -141,6 +138,5 @@ func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
-// errNoLock is the cause of a call on a nil or zero Lock or LockSet, which no acquisition
-// made: it matches ErrNotHeld, as it holds nothing, and ErrInvalid.
+// errNoLock is the cause of a call on a nil or zero Lock or LockSet: it holds nothing.
 var errNoLock = fmt.Errorf("%w: %w: from no acquisition", ErrNotHeld, ErrInvalid)

@@ -44,9 +44,8 @@ type Holder struct {
 	Token int64
 	// TTL is the lease it has left, by the server's clock.
 	TTL time.Duration
-	// Owner identifies the acquisition: a random value of 22 characters, or for a lock
-	// granted from the queue, the waiter's place in it (either followed by its label,
-	// encoded).
+	// Owner identifies the acquisition: a random value of 22 characters, or for a lock granted
+	// from the queue, the waiter's place in it (either followed by its label, encoded).
 	Owner string
 	// Label is the acquisition's label ([WithLabel]), or "".
 	Label string
@@ -69,26 +68,21 @@ type Waiter struct {
 	// Alive reports whether its Locker still renews its place in the queue; a waiter whose
 	// Locker stopped (a process that died) is skipped when it reaches the head.
 	Alive bool
-	// Waiting is how long its Locker has been waiting for the resource, by the Locker's
-	// clock, when Alive.
+	// Waiting is how long its Locker has been waiting for the resource, by its clock, when Alive.
 	Waiting time.Duration
 }
 
 // Inspect reads what Redis holds of resource, in one round trip that changes nothing: its
 // holders with their tokens, labels and leases, their kind, the waiters queued for it and the
 // next token. An invalid resource name returns an error wrapping [ErrInvalid] and sends
-// nothing; other errors come from Redis. It works on a closed Locker, and reads the lock of a
-// shared or limited resource in the key layout of an earlier version too. Hooks observe it
-// (observe.OpInspect).
+// nothing; other errors come from Redis. It works on a closed Locker, and on the lock of a
+// shared or limited resource in an earlier version's key layout. Hooks observe it.
 func (l *Locker) Inspect(ctx context.Context, resource string) (*Status, error) {
 	cfg := l.config(nil)
 	ctx = cfg.hooks.start(ctx, observe.OpInspect, resource)
 	begin := time.Now()
 	var st *Status
-	err := l.made()
-	if err == nil {
-		err = validResource(resource)
-	}
+	err := cmp.Or(l.made(), validResource(resource))
 	if err == nil {
 		var raw wire.State
 		raw, err = (&wire.Inspect{Keys: wire.For(l.cfg.prefix, resource)}).Run(ctx, l.client)
@@ -110,11 +104,8 @@ func statusOf(resource string, raw wire.State) *Status {
 		st.NextToken = math.MaxInt64 // none: the next acquisition fails
 	}
 	if len(raw.Holders) > 0 {
-		k, _ := wire.ParseKind(strings.TrimPrefix(raw.Kind, "old:"))
+		k, _ := wire.ParseKind(strings.TrimPrefix(raw.Kind, "old:")) // shared: Limit 0
 		st.Shared, st.Limit = k.Shared, k.Limit
-		if k.Shared {
-			st.Limit = 0
-		}
 	}
 	for _, h := range raw.Holders {
 		st.Holders = append(st.Holders, Holder{Token: h.Token, TTL: h.End.Sub(raw.Now), Owner: h.Owner, Label: wire.LabelOf(h.Owner)})
@@ -140,16 +131,14 @@ func statusOf(resource string, raw wire.State) *Status {
 	return st
 }
 
-// ForceRelease frees resource from its holder with token, as that holder's own Release
-// would: the resource goes to the next waiters of its queue at once, with new tokens, and
-// the holder's Release and Extend then return [ErrNotHeld]. It is for operators freeing a
-// lock whose holder is stuck (fencekit release --force, the operators' page), not for the
-// holder itself: the holder is not told and may still be working, so this is safe for data
-// only when the store checks tokens, which refuses the old holder's later writes. It returns
-// an error wrapping ErrNotHeld, and changes nothing, when no holder of resource has token
-// (it was released, expired or replaced meanwhile); [ErrInvalid] for an invalid name,
-// sending nothing; other errors come from Redis. Hooks observe it
-// (observe.OpForceRelease, with the holder's token and label).
+// ForceRelease frees resource from its holder with token, as that holder's own Release would:
+// the resource goes to the next waiters of its queue at once, and the holder's Release and
+// Extend then return [ErrNotHeld]. It is for operators freeing a lock whose holder is stuck
+// (fencekit release --force, the operators' page): the holder is not told and may still be
+// working, so this is safe for data only when the store checks tokens. It returns an error
+// wrapping ErrNotHeld, and changes nothing, when no holder of resource has token (released,
+// expired or replaced meanwhile); [ErrInvalid] for an invalid name, sending nothing; other
+// errors come from Redis. Hooks observe it, with the holder's token and label.
 func (l *Locker) ForceRelease(ctx context.Context, resource string, token int64) error {
 	cfg := l.config(nil)
 	ctx = cfg.hooks.start(ctx, observe.OpForceRelease, resource)
@@ -159,9 +148,8 @@ func (l *Locker) ForceRelease(ctx context.Context, resource string, token int64)
 	if err == nil {
 		err = ErrNotHeld
 		if i := slices.IndexFunc(st.Holders, func(h Holder) bool { return h.Token == token }); i >= 0 {
-			// By its owner alone ("<owner>:"), which leaves no release record: the holder's
-			// own Release, finding none, returns ErrNotHeld. An owner is one acquisition's,
-			// which never changes its token.
+			// By its owner alone ("<owner>:", one acquisition's), which leaves no release
+			// record: the holder's own Release, finding none, returns ErrNotHeld.
 			h := st.Holders[i]
 			e.Label = h.Label
 			r := &wire.Release{Keys: []wire.Keys{wire.For(l.cfg.prefix, resource)}, Values: []string{h.Owner + ":"}, Kind: wire.Kind{Shared: st.Shared, Limit: st.Limit}}

@@ -227,13 +227,6 @@ func (ln *line) nextPoll(w *waiter, d time.Duration, now time.Time) time.Duratio
 	return d
 }
 
-// isFront reports whether w is ln's front waiter, the one that polls.
-func (ln *line) isFront(w *waiter) bool {
-	ln.mu.Lock()
-	defer ln.mu.Unlock()
-	return ln.front() == w
-}
-
 // front returns ln's longest-waiting waiter without a grant, or nil; the caller holds ln.mu.
 func (ln *line) front() *waiter {
 	i := slices.IndexFunc(ln.waiters, func(w *waiter) bool { return !w.got })

@@ -28,16 +28,14 @@ type Locker struct {
 // New returns a Locker that keeps its locks on client: a *redis.Client (also from
 // redis.NewFailoverClient), a *redis.ClusterClient (also from redis.NewFailoverClusterClient)
 // or a *redis.Ring. A client of any other type, such as one that wraps a *redis.Client, is
-// taken for a single server: its pub/sub connection carries every resource's announcements,
-// one script takes a whole set of resources, and WithReplicas sends its WAIT through it. Wrap
-// a Cluster's or a Ring's client and those assumptions fail: give New the client itself.
-// New does not talk to Redis. An invalid option or a nil client does not panic: every call
-// on the Locker then returns an error wrapping [ErrInvalid].
+// taken for a single server (one pub/sub connection for every resource, one script for a whole
+// set, WAIT through it): give New a Cluster's or a Ring's client itself. New does not talk to
+// Redis. An invalid option or a nil client does not panic: every call on the Locker then
+// returns an error wrapping [ErrInvalid].
 //
 // A Ring spreads resources over independent servers; adding or removing a shard moves a
-// resource to a server whose counter is lower, so tokens stop increasing. Prefer a Client or
-// a ClusterClient. On a Ring, waiters poll instead of subscribing, and WithReplicas is an
-// error.
+// resource to a server whose counter is lower, so tokens stop increasing: prefer a Client or a
+// ClusterClient. On a Ring, waiters poll instead of subscribing, and WithReplicas is an error.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
 	l := &Locker{client: client, topo: topology.Of(client), cfg: defaultConfig(), done: make(chan struct{})}
 	for _, o := range opts {
@@ -106,10 +104,9 @@ func isNil(c redis.UniversalClient) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
-// Err reports whether the Locker is usable: it returns the error that every TryAcquire,
-// Acquire and Do call would return before reaching Redis, one wrapping [ErrInvalid] for a nil
-// client or an invalid option given to [New], or [ErrClosed] after Close; nil otherwise. It
-// sends nothing to Redis.
+// Err reports whether the Locker is usable, sending nothing: it returns the error every call
+// would return before reaching Redis, one wrapping [ErrInvalid] for a nil client or an invalid
+// option given to [New], or [ErrClosed] after Close; nil otherwise.
 func (l *Locker) Err() error {
 	if err := l.made(); err != nil {
 		return opErr("locker", "", err)
@@ -137,7 +134,7 @@ func (l *Locker) made() error {
 // client. It is safe to call more than once.
 func (l *Locker) Close() error {
 	if l == nil || l.room == nil {
-		return nil // nothing to free
+		return nil
 	}
 	l.closing.Do(func() {
 		close(l.done)

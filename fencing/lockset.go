@@ -57,8 +57,7 @@ func (s *LockSet) Release(ctx context.Context) error {
 	return errors.Join(s.releaseAll(ctx)...)
 }
 
-// releaseAll releases the set's locks, observed by the hooks as one OpReleaseAll, and returns
-// the error of each, nil for those released.
+// releaseAll is release observed by the hooks as one OpReleaseAll.
 func (s *LockSet) releaseAll(ctx context.Context) []error {
 	ctx = s.hooks.start(ctx, observe.OpReleaseAll, "")
 	begin := time.Now()
@@ -71,10 +70,13 @@ func (s *LockSet) releaseAll(ctx context.Context) []error {
 
 // release releases the set's locks and returns the error of each, nil for those released.
 func (s *LockSet) release(ctx context.Context) []error {
-	errs := make([]error, len(s.locks))
+	errs, ks := make([]error, len(s.locks)), make([]wire.Keys, len(s.locks))
+	for i, k := range s.locks {
+		ks[i] = k.keys
+	}
 	var rs []*wire.Release
-	var which [][]int
-	for _, run := range s.locker.groupKeys(s.keys()) {
+	var which [][]int // the locks of each of rs
+	for _, run := range s.locker.groupKeys(ks) {
 		r := &wire.Release{}
 		var idx []int
 		for _, i := range run {
@@ -124,8 +126,8 @@ func (s *LockSet) Extend(ctx context.Context, ttl time.Duration) error {
 	return errors.Join(s.extendAll(ctx, ttl, observe.OpExtendAll)...)
 }
 
-// extendAll extends every lock of the set to a valid ttl in one pipeline, as op for the hooks
-// (one event for the set), and returns the error of each lock.
+// extendAll extends every lock of the set to a valid ttl in one pipeline, observed as one op,
+// and returns the error of each lock.
 func (s *LockSet) extendAll(ctx context.Context, ttl time.Duration, op observe.Op) []error {
 	ctx = s.hooks.start(ctx, op, "")
 	begin := time.Now()
@@ -143,8 +145,7 @@ func (s *LockSet) extendAll(ctx context.Context, ttl time.Duration, op observe.O
 	return errs
 }
 
-// event returns the hooks' event of an operation on the whole set, given the error of each
-// lock.
+// event returns the hooks' event of op on the whole set, given the error of each lock.
 func (s *LockSet) event(op observe.Op, begin time.Time, errs []error) observe.Event {
 	e := observe.Event{Op: op, Resources: s.names(), Outcome: observe.OutcomeOK, Elapsed: time.Since(begin)}
 	if err := errors.Join(errs...); err != nil {
@@ -160,14 +161,6 @@ func (s *LockSet) names() []string {
 		names[i] = k.resource
 	}
 	return names
-}
-
-func (s *LockSet) keys() []wire.Keys {
-	ks := make([]wire.Keys, len(s.locks))
-	for i, k := range s.locks {
-		ks[i] = k.keys
-	}
-	return ks
 }
 
 // groupKeys splits the indices of ks, in order, into the runs that one script can take: all

@@ -159,9 +159,7 @@ func (l *Locker) attemptAll(ctx context.Context, cfg *config, g []member) ([]*Lo
 		l.releaseOwner(ctx, cfg, a.Keys, owner)
 		return nil, nil, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err())
 	case len(locks) > 0 && !locks[0].valid():
-		// The reply came back after the leases could have run out: the locks may already
-		// belong to someone else. Busy; a wait tries again.
-		l.releaseOwner(ctx, cfg, a.Keys, owner)
+		l.releaseOwner(ctx, cfg, a.Keys, owner) // a late reply, as in try
 		return nil, &BusyError{Resource: g[0].name, Ahead: -1, late: true}, nil
 	case r.Code == wire.Busy:
 		return locks, busyWith(g[len(locks)].name, r.Left), nil

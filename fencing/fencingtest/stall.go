@@ -1,14 +1,9 @@
-// Package fencingtest helps test code that takes fencing locks: [Stall] turns the holder of
-// a lock into a holder paused past its lease, inside one test process, and [Takeover] also
-// runs the work of the holder that comes next, so that a test can show that its store
-// refuses the writes such a holder makes.
-//
-// A lease lock cannot stop a holder that pauses (a GC pause, a stalled call, a suspended VM)
-// past its lease while another process takes the lock: only a store that checks the fencing
-// token refuses the paused holder's late writes. Inside one process that pause is hard to
-// produce: the renewals of fencing.Locker.Do keep the lease alive, and miniredis's
-// FastForward moves Redis's clock but not the holder's. Stall does what the pause does, and
-// leaves the holder's context as it was, so that the test's next write is a stale holder's.
+// Package fencingtest helps test code that takes fencing locks: [Stall] turns the holder of a
+// lock into a holder paused past its lease (a GC pause, a stalled call, a suspended VM), inside
+// one test process, and [Takeover] also runs the work of the holder that comes next, so that a
+// test can show that its store refuses the writes such a holder makes. Such a pause is hard to
+// produce otherwise: the renewals of fencing.Locker.Do keep the lease alive, and miniredis's
+// FastForward moves Redis's clock but not the holder's.
 package fencingtest
 
 import (
@@ -29,8 +24,8 @@ var ErrNoLock = errors.New("fencingtest: the context holds no lock of Do, DoAll 
 //
 //   - the holder's renewals stop, and it is not told of the loss: ctx is not cancelled, and
 //     fencing.ValidUntilFromContext reports a lease that has ended;
-//   - each lease ends in Redis: the resource goes to the next waiters of its queue, as it
-//     would when a waiter finds the lapsed lease, or is free for the next acquirer;
+//   - each lease ends in Redis: the resource goes to the next waiters of its queue, or is
+//     free for the next acquirer;
 //   - Stall returns nil once another acquisition has taken one of the resources (its
 //     counter moved past the holder's token), or ctx.Err() when ctx ends first.
 //
@@ -54,20 +49,18 @@ func Stall(ctx context.Context) error {
 	return nil
 }
 
-// Takeover stalls the holder of the locks that ctx's work holds, as [Stall] does, and then
-// runs successor as the next holder: under a new acquisition of the same resources (those of
-// the innermost Do, DoAll or Lead of ctx), by the same Locker with the same settings, with
-// its own token in successor's context (fencing.TokenFromContext, fencing.TokenFor), renewed
-// and released as Do and DoAll do. It waits for the resources without a limit (behind any
-// waiters queued before it) until ctx ends, and runs successor in a context of its own: it
-// does not hold ctx's locks nor carry ctx's values.
+// Takeover stalls the holder of the locks that ctx's work holds, as [Stall] does, and then runs
+// successor as the next holder: under a new acquisition of the same resources (those of the
+// innermost Do, DoAll or Lead of ctx) by the same Locker with the same settings, renewed and
+// released as Do and DoAll do, with its own token (fencing.TokenFromContext, fencing.TokenFor)
+// in a context of its own, without ctx's locks and values. It waits for the resources, behind
+// any waiters queued before it, until ctx ends.
 //
 // Takeover returns successor's error (matching fencing.ErrNotHeld too when its lock was lost)
-// once successor has returned and its locks are released, so that the next write of the
-// stalled holder, with its own token, is a late write after the successor's: a store that
-// checks tokens refuses it. It returns an error wrapping [ErrNoLock] when ctx holds no lock,
-// changing nothing, and the acquisition's error, without calling successor, when the
-// resources cannot be taken (ctx ended first).
+// once its locks are released, so that the stalled holder's next write is a late write after
+// the successor's, which a store that checks tokens refuses. It returns an error wrapping
+// [ErrNoLock] when ctx holds no lock, changing nothing, and the acquisition's error, without
+// calling successor, when the resources cannot be taken (ctx ended first).
 func Takeover(ctx context.Context, successor func(ctx context.Context) error) error {
 	d := stall.From(ctx)
 	if d == nil {

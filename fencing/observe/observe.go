@@ -94,11 +94,11 @@ type Event struct {
 	// of a term of leadership (OpLead).
 	Held time.Duration
 	// ClockBehind is set on an acquisition with a server-time floor (WithServerTimeFloor,
-	// WithCounterExpiry) when the Redis server's clock was more than a second behind the
-	// last token issued for the resource: the clock stepped back. The token is still higher
-	// than every token before it while the counter exists; a counter that expires and is
-	// created again before the clock catches up would issue lower tokens, which a store that
-	// checks tokens refuses. Zero otherwise, and for locks granted from the queue.
+	// WithCounterExpiry) when the Redis server's clock was more than a second behind the last
+	// token issued for the resource: the clock stepped back. The token is still the highest
+	// while the counter exists; one that expires and is created again before the clock catches
+	// up issues lower tokens, which a store that checks tokens refuses. Zero otherwise, and for
+	// locks granted from the queue.
 	ClockBehind time.Duration
 }
 
@@ -106,19 +106,16 @@ type Event struct {
 // They run synchronously on the calling goroutine (renewals on Do's renewal goroutine), so
 // they must be quick and safe for concurrent use.
 //
-// fencing.Locker.Lead reports two operations of its own. Each campaign is an OpCampaign,
-// from Start to an End whose outcome is OutcomeAcquired when leadership is won (Token is the
-// term's epoch), OutcomeCancelled when the context ended, or OutcomeError (OutcomeBusy under
-// WithMaxWait). A campaign's acquisition is an OpAcquire inside it. Each term is an OpLead:
-// Start when the campaign is won, with the context that fn's context derives from (the
-// term's renewals and its release are inside it), and End when the term ends, with
-// OutcomeNotHeld when leadership was lost, OutcomeError when fn failed, or OutcomeResigned
-// otherwise; Held is the term's length.
+// Each campaign of fencing.Locker.Lead is an OpCampaign whose End's outcome is OutcomeAcquired
+// when leadership is won (Token is the term's epoch), OutcomeCancelled when the context ended,
+// or OutcomeError (OutcomeBusy under WithMaxWait); its acquisition is an OpAcquire inside it.
+// Each term is an OpLead, whose Start's context is the parent of fn's (the term's renewals and
+// release are inside it), and whose End has OutcomeNotHeld when leadership was lost,
+// OutcomeError when fn failed, or OutcomeResigned otherwise; Held is the term's length.
 type Hooks struct {
 	// Start is called when an operation begins; resource is "" for an operation on a set,
-	// whose resources End's Event lists. The context it returns is used for the
-	// operation's Redis calls and passed to End, so a span started here is the parent of
-	// the Redis client's spans.
+	// whose resources End's Event lists. The context it returns is used for the operation's
+	// Redis calls and passed to End, so a span started here is the parent of the client's.
 	Start func(ctx context.Context, op Op, resource string) context.Context
 	// End is called when the operation started by Start ends, with Start's context.
 	End func(ctx context.Context, e Event)
