@@ -145,8 +145,7 @@ func (l *Locker) try(ctx context.Context, cfg *config, resource string, k wire.K
 	return lock, r, nil
 }
 
-// newLock returns the Lock of owner's acquisition of resource with token, sent at sent with a
-// lease of ms.
+// newLock returns the Lock of owner's acquisition, sent at sent with a lease of ms.
 func (l *Locker) newLock(cfg *config, resource string, k wire.Keys, owner string, token int64, sent time.Time, ms int64) *Lock {
 	lock := &Lock{locker: l, hooks: cfg.hooks, resource: resource, keys: k, kind: cfg.kind, label: cfg.label,
 		value: wire.Value(owner, token), token: token, acquired: sent}

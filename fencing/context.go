@@ -31,9 +31,8 @@ func (h *held) with(ctx context.Context) context.Context {
 	return context.WithValue(ctx, heldKey{}, h)
 }
 
-// ContextWithToken returns a copy of ctx that carries a fencing token, which
-// [TokenFromContext] returns until a call nested in ctx holds a lock. [Locker.Do] and the
-// adapters put their tokens there for you.
+// ContextWithToken returns a copy of ctx that carries a fencing token, which [TokenFromContext]
+// returns until a call nested in ctx holds a lock ([Locker.Do] and the adapters put theirs).
 func ContextWithToken(ctx context.Context, token int64) context.Context {
 	return (&held{token: token}).with(ctx)
 }

@@ -13,8 +13,7 @@ import (
 //	fencing: release "orders/42": not held
 //	fencing: acquire "orders/42": not acquired: held by another owner after waiting 2s, first in the queue: context deadline exceeded
 //
-// so the sentinels' own texts carry no prefix, as io/fs's do not. An error that ends a wait
-// also matches the context's error.
+// so the sentinels' own texts carry no prefix, as io/fs's do not.
 var (
 	// ErrNotAcquired means the resource is busy, held by others or waiters queued ahead, or
 	// that Redis granted the lock but the reply came back after the lease could have run out
@@ -23,8 +22,7 @@ var (
 	ErrNotAcquired = errors.New("not acquired")
 
 	// ErrNotHeld means this acquisition no longer owns the lock: it was released, it expired,
-	// or another owner has taken it since. Release and Extend return it and change nothing;
-	// Do cancels its work's context with it as the cause.
+	// or another owner has taken it since. Release and Extend return it and change nothing.
 	ErrNotHeld = errors.New("not held")
 
 	// ErrInvalid means an argument or option is unusable: an empty or oversized resource name,
@@ -61,8 +59,7 @@ type BusyError struct {
 	RetryAfter time.Duration
 	// Waited is how long the call waited in the resource's queue; 0 for a single attempt.
 	Waited time.Duration
-	// Ahead is how many waiters were ahead in the queue when the wait ended, or -1 when
-	// unknown (and for a single attempt).
+	// Ahead is how many waiters were ahead when the wait ended; -1 when unknown or not queued.
 	Ahead int
 
 	late bool // Redis granted the lock, but the reply came after the lease could have run out
@@ -93,8 +90,7 @@ func (e *BusyError) Error() string {
 // Is reports whether target is ErrNotAcquired.
 func (e *BusyError) Is(target error) bool { return target == ErrNotAcquired }
 
-// busyWith returns the BusyError of a single attempt on resource, whose holders had left
-// milliseconds of lease.
+// busyWith returns the BusyError of one attempt on resource; left is the holders' lease in ms.
 func busyWith(resource string, left int64) *BusyError {
 	return &BusyError{Resource: resource, RetryAfter: max(time.Duration(left)*time.Millisecond, 0), Ahead: -1}
 }
@@ -109,8 +105,7 @@ func RetryAfter(err error) (time.Duration, bool) {
 	return 0, false
 }
 
-// opError is the error of a call: `fencing: <op> "<resource>": <cause>`, or without the
-// resource for a call that names none.
+// opError is the error of a call: `fencing: <op> "<resource>": <cause>`, or without resource.
 type opError struct {
 	op, resource string
 	err          error

@@ -23,8 +23,7 @@ type Status struct {
 	Holders []Holder
 	// Shared reports whether the holders hold the resource shared ([Shared]).
 	Shared bool
-	// Limit is the holders' limit: 1 for an exclusive holder, n for [WithLimit](n); 0 when
-	// the resource is free or shared.
+	// Limit is the holders' limit: 1 exclusive, n for [WithLimit](n); 0 when free or shared.
 	Limit int
 	// Waiters are the calls queued for the resource, the next to be served first.
 	Waiters []Waiter
@@ -57,12 +56,10 @@ type Waiter struct {
 	Locker string
 	// Label is the call's label ([WithLabel]), or "".
 	Label string
-	// Shared and Limit are the kind of acquisition it waits for, as in [Status]: Limit 1
-	// for an exclusive one, 0 for a shared one.
+	// Shared and Limit are the kind of acquisition it waits for, as in [Status].
 	Shared bool
 	Limit  int
-	// TimeFloor and CounterExpiry are the rules its grant follows for its token
-	// ([WithServerTimeFloor], [WithCounterExpiry]).
+	// TimeFloor and CounterExpiry ([WithServerTimeFloor], [WithCounterExpiry]) rule its token.
 	TimeFloor     bool
 	CounterExpiry time.Duration
 	// Alive reports whether its Locker still renews its place in the queue; a waiter whose

@@ -9,8 +9,7 @@ import (
 )
 
 // Lead makes this process the leader of name, one leader at a time across every Locker that
-// uses the same Redis and prefix, and runs fn while it leads. It is a loop around [Locker.Do]
-// with name as the resource:
+// uses the same Redis and prefix, and runs fn while it leads, in a loop of [Locker.Do] on name:
 //
 //   - A campaign is an [Locker.Acquire] of name: candidates wait in its first-come, first-served
 //     queue, so a leader that resigns hands over in the same round trip, and one that dies is
@@ -23,14 +22,13 @@ import (
 //     [ErrNotHeld]. Once fn returns, Lead campaigns again. An error fn returns that matches
 //     ErrNotHeld also counts as lost leadership.
 //
-// Lead returns only when ctx ends, with ctx.Err() (a term in progress is ended first: fn's
-// context is cancelled and leadership released); when fn returns while leading and not
-// because leadership was lost, after resigning (releasing the lock, so that the next
-// candidate leads at once), with fn's error, or nil when fn returned nil (or the release's
-// error); or with an error wrapping [ErrInvalid] (an empty or oversized name, a nil fn, an
-// invalid option) or [ErrClosed], before campaigning. Other errors of a campaign (Redis
-// unreachable, [ErrNotReplicated], [ErrNotAcquired] under [WithMaxWait]) are retried after a
-// back-off that starts at 50ms and doubles to 1s, and starts again after a term.
+// Lead returns only when ctx ends, with ctx.Err() (a term in progress is ended first: fn's context
+// is cancelled and leadership released); when fn returns while leading and not because leadership
+// was lost, after resigning (releasing the lock, so that the next candidate leads at once), with
+// fn's error, or else the release's; or before campaigning with an error wrapping [ErrInvalid] (an
+// empty or oversized name, a nil fn, an invalid option) or [ErrClosed]. Other errors of a campaign
+// (Redis unreachable, [ErrNotReplicated], [ErrNotAcquired] under [WithMaxWait]) are retried after a
+// back-off from 50ms doubling to 1s, reset after a term.
 //
 // Options apply to every campaign and term, as they do to one call of Do; [Shared] and
 // [WithLimit] above 1 are errors wrapping ErrInvalid (a leader leads alone). Hooks observe
@@ -55,9 +53,10 @@ func (l *Locker) Lead(ctx context.Context, name string, fn func(ctx context.Cont
 		lock, err := l.campaign(ctx, cfg, name)
 		switch {
 		case ctx.Err() != nil:
-			if err == nil {
-				// Won as the context ended: resign at once.
-				l.resign(ctx, cfg, lock)
+			if err == nil { // won as the context ended: resign at once
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(cfg.ttl, releaseTimeout))
+				_ = lock.Release(rctx)
+				cancel()
 			}
 			return ctx.Err()
 		case errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed):
@@ -99,8 +98,7 @@ func (l *Locker) campaign(ctx context.Context, cfg *config, name string) (*Lock,
 	return lock, err
 }
 
-// term runs fn while lock lasts, observed as an observe.OpLead, and reports whether it ended
-// because leadership was lost.
+// term runs fn while lock lasts, observed as an observe.OpLead, and reports whether it was lost.
 func (l *Locker) term(ctx context.Context, cfg *config, lock *Lock, fn func(ctx context.Context) error) (lost bool, err error) {
 	tctx := cfg.hooks.start(ctx, observe.OpLead, lock.resource)
 	err = l.hold(tctx, cfg, []*Lock{lock}, nil, fn)
@@ -114,11 +112,4 @@ func (l *Locker) term(ctx context.Context, cfg *config, lock *Lock, fn func(ctx 
 	}
 	cfg.hooks.end(tctx, ev)
 	return lost, err
-}
-
-// resign releases a leadership won as the caller gave up, with a fresh context.
-func (l *Locker) resign(ctx context.Context, cfg *config, lock *Lock) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(cfg.ttl, releaseTimeout))
-	_ = lock.Release(rctx)
-	cancel()
 }

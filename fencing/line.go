@@ -15,8 +15,7 @@ import (
 // each delivered one way (deliver) and dated once; what a reply saw held; and a line's life,
 // from the first waiter on a resource to its subscription's end.
 
-// granted gives g, a grant of k's resource, to its waiter when its element is this room's;
-// one no waiter takes is passed on.
+// granted gives g, a grant of k's resource, to its waiter of this room, or passes it on.
 func (r *room) granted(k wire.Keys, g grant) {
 	e, ok := wire.ParseElement(g.elem)
 	if !ok || e.Locker != r.id {
@@ -46,10 +45,9 @@ func (r *room) saw(k wire.Keys, sent time.Time, held string) {
 	ln.mu.Unlock()
 }
 
-// passOn releases value, a grant of kind to a waiter of this room that no waiter takes (or
-// "<element>:" for whatever token its element holds), which grants the resource to the next
-// waiters, keeping its record (Keep: a grant's lease is short). Errors are ignored: the lease
-// then runs out by itself.
+// passOn releases value, a grant of kind that no waiter of this room takes (or "<element>:"
+// for any token of its element), keeping its record (Keep: a grant's lease is short). Errors
+// are ignored: the lease then runs out by itself.
 func (r *room) passOn(k wire.Keys, value string, kind wire.Kind) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
@@ -127,8 +125,7 @@ func (r *room) enter(ctx context.Context, c waitCall) (*line, error) {
 	return ln, nil
 }
 
-// exit ends a call's use of ln; the last one out lets it linger for wire.EntryTTL, keeping its
-// subscription and waiter key for the next wait.
+// exit ends a call's use of ln; the last one out lets it linger for wire.EntryTTL.
 func (r *room) exit(ln *line) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
@@ -165,9 +162,8 @@ func (ln *line) subscribed() bool {
 
 // deliver hands g to its waiter, dated once: after g.after, after the waiter's element was
 // sent, and after any call that saw an older token held. It reports false when no waiter of
-// ln takes the grant (a grant a reply revealed is then left to the leaving waiter, which frees
-// it). Grants reach a line in any order, several at once for shared waiters and the slots of
-// a limit: they are matched by token.
+// ln takes it (a grant a reply revealed is then left to the leaving waiter, which frees it).
+// Grants reach a line in any order, several at once: they are matched by token.
 func (ln *line) deliver(g grant) bool {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
@@ -246,8 +242,7 @@ func (ln *line) wakeFront() {
 	}
 }
 
-// queued reports whether w's element is in the Redis queue as far as the room knows (the
-// checks put it back when dropped).
+// queued reports whether w's element is in the Redis queue, as far as the room knows.
 func queued(w *waiter) bool { return w.joined && !w.got && !w.unsure }
 
 // leave takes w off ln: a grant to w that it did not take is passed on, its element, if still

@@ -162,10 +162,8 @@ func (l *Locker) released(k wire.Keys, value string, kind wire.Kind, sent time.T
 	case l.waits.Load() == 0:
 		return nil
 	}
-	if kind.Exclusive() {
-		// Later tokens were granted after the call was sent; with other holders beside it,
-		// a release dates nothing.
-		l.room.saw(k, sent, value)
+	if kind.Exclusive() { // with other holders beside it, a release dates nothing
+		l.room.saw(k, sent, value) // later tokens were granted after sent
 	}
 	for _, g := range rep.Grants {
 		l.room.granted(k, grant{elem: g.Element, token: g.Token, after: sent})

@@ -11,9 +11,8 @@ import (
 	"github.com/fencekit/fencekit/internal/topology"
 )
 
-// A Locker takes fenced locks on a Redis server. It is safe for concurrent use by many
-// goroutines; create one per client and share it. Close it when done to free the
-// subscription that wakes waiters.
+// A Locker takes fenced locks on a Redis server. It is safe for concurrent use; create one per
+// client and share it. Close it when done to free the subscription that wakes waiters.
 type Locker struct {
 	client redis.UniversalClient
 	topo   topology.Topology
@@ -58,8 +57,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 	return l
 }
 
-// Client returns the Redis client the Locker was created with, nil for a Locker not made
-// by New.
+// Client returns the Redis client the Locker was created with, nil for one not made by New.
 func (l *Locker) Client() redis.UniversalClient {
 	if l == nil {
 		return nil
@@ -82,8 +80,7 @@ type Settings struct {
 	RetryMax        time.Duration // WithRetryBackoff
 }
 
-// Settings returns the Locker's settings, for diagnostics (package servercheck uses them);
-// for a Locker not made by New, the defaults.
+// Settings returns the Locker's settings (the defaults for one not made by New), for diagnostics.
 func (l *Locker) Settings() Settings {
 	c := defaultConfig()
 	if l != nil && l.room != nil {
@@ -128,10 +125,9 @@ func (l *Locker) made() error {
 	return l.cfg.err
 }
 
-// Close frees the Locker's subscription and wakes its waiters, whose Acquire calls then
-// return an error wrapping [ErrClosed]; later TryAcquire, Acquire and Do calls return it too.
-// Locks already held can still be released and extended. Close does not close the Redis
-// client. It is safe to call more than once.
+// Close frees the Locker's subscription and wakes its waiters, whose calls then return an error
+// wrapping [ErrClosed], as later acquisitions do. Locks already held can still be released and
+// extended. Close does not close the Redis client. It is safe to call more than once.
 func (l *Locker) Close() error {
 	if l == nil || l.room == nil {
 		return nil

@@ -20,9 +20,8 @@ type LockSet struct {
 	locks  []*Lock // in the order taken: the canonical order
 }
 
-// Locks returns the set's locks in the order they were taken, which is the canonical order
-// (see [Locker.AcquireAll]). The slice is a copy; the locks are the set's own, so releasing one
-// of them releases it for the set too.
+// Locks returns a copy of the set's slice of locks, in the canonical order ([Locker.AcquireAll]):
+// releasing one of them releases it for the set too.
 func (s *LockSet) Locks() []*Lock {
 	if s == nil {
 		return nil
@@ -126,8 +125,7 @@ func (s *LockSet) Extend(ctx context.Context, ttl time.Duration) error {
 	return errors.Join(s.extendAll(ctx, ttl, observe.OpExtendAll)...)
 }
 
-// extendAll extends every lock of the set to a valid ttl in one pipeline, observed as one op,
-// and returns the error of each lock.
+// extendAll extends the set's locks to a valid ttl in one pipeline, observed as one op.
 func (s *LockSet) extendAll(ctx context.Context, ttl time.Duration, op observe.Op) []error {
 	ctx = s.hooks.start(ctx, op, "")
 	begin := time.Now()
@@ -147,20 +145,15 @@ func (s *LockSet) extendAll(ctx context.Context, ttl time.Duration, op observe.O
 
 // event returns the hooks' event of op on the whole set, given the error of each lock.
 func (s *LockSet) event(op observe.Op, begin time.Time, errs []error) observe.Event {
-	e := observe.Event{Op: op, Resources: s.names(), Outcome: observe.OutcomeOK, Elapsed: time.Since(begin)}
+	e := observe.Event{Op: op, Resources: make([]string, len(s.locks)), Outcome: observe.OutcomeOK, Elapsed: time.Since(begin)}
+	for i, k := range s.locks {
+		e.Resources[i] = k.resource
+	}
 	if err := errors.Join(errs...); err != nil {
 		e.Outcome, e.Err = outcomeOf(err), err
 		e.Resource = s.locks[slices.IndexFunc(errs, func(err error) bool { return err != nil })].resource
 	}
 	return e
-}
-
-func (s *LockSet) names() []string {
-	names := make([]string, len(s.locks))
-	for i, k := range s.locks {
-		names[i] = k.resource
-	}
-	return names
 }
 
 // groupKeys splits the indices of ks, in order, into the runs that one script can take: all

@@ -20,8 +20,7 @@ const maxMemoTTL = 366 * 24 * time.Hour
 // while the acquisition still holds the lock ([Lock.ReleaseWith], [LeaveMemo] in [Locker.Do]),
 // so that no later acquisition can have run. An acquisition with [UnlessMemo] looks for it
 // first and takes nothing when it exists. Together they make work that runs once per resource:
-// a request with an idempotency key (the Echo middleware's Idempotent), a job per order, a
-// webhook per delivery id.
+// a request with an idempotency key, a job per order, a webhook per delivery id.
 type Memo struct {
 	// Name names the memo among the resource's keys, "<prefix>{R}:<Name>": 1 to 64 letters,
 	// digits, '-' and '_', other than lock, fence, queue, grant and b64.
@@ -30,11 +29,10 @@ type Memo struct {
 	Value string
 	// TTL is how long Redis keeps it, from the release: between [MinTTL] and 366 days.
 	TTL time.Duration
-	// ExpireCounter makes the same step give the resource's token counter the memo's TTL,
-	// unless the counter expires already: for resources locked once or a few times (one per
-	// request, per job), whose counters would otherwise stay in Redis for ever. It needs the
-	// time floor ([WithServerTimeFloor], or [WithCounterExpiry]), with which a counter created
-	// again starts above every token issued before it.
+	// ExpireCounter makes the same step give the resource's token counter the memo's TTL, unless
+	// the counter expires already: for resources locked once or a few times, whose counters would
+	// otherwise stay in Redis for ever. It needs the time floor ([WithServerTimeFloor] or
+	// [WithCounterExpiry]), with which a counter created again starts above every earlier token.
 	ExpireCounter bool
 }
 
@@ -79,9 +77,8 @@ func (m Memo) wire() wire.Memo {
 // LeaveMemo, called with the context of the function of [Locker.Do] (or of a term of
 // [Locker.Lead]), makes the release at the end of Do write memo in the same step, only while
 // the lock is still held: Do returns an error matching [ErrNotHeld] when it was not. A later
-// call replaces the memo to write. It returns an error wrapping [ErrInvalid] for an invalid
-// memo, and for a context that holds no lock of Do of one resource ([Locker.DoAll]'s of
-// several included).
+// call replaces the memo. It returns an error wrapping [ErrInvalid] for an invalid memo, and
+// for a context that holds no lock of Do of one resource (such as [Locker.DoAll]'s).
 func LeaveMemo(ctx context.Context, memo Memo) error {
 	h, _ := ctx.Value(heldKey{}).(*held)
 	if h == nil || h.hold == nil || len(h.hold.locks) != 1 {

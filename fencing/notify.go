@@ -30,8 +30,7 @@ const (
 
 // A route tells a notifier where a channel is heard.
 type route interface {
-	// owner returns the address of the server that carries ch, and a function that opens an
-	// unconnected PubSub on it.
+	// owner returns the address of the server of ch, and how to open a PubSub on it.
 	owner(ctx context.Context, ch string) (addr string, open func() *redis.PubSub, err error)
 	// subscribe subscribes ps to ch, or unsubscribes it when on is false.
 	subscribe(ctx context.Context, ps *redis.PubSub, ch string, on bool) error
@@ -55,8 +54,7 @@ func (serverRoute) subscribe(ctx context.Context, ps *redis.PubSub, ch string, o
 
 func (serverRoute) refresh(context.Context) {}
 
-// clusterRoute is a Cluster, through a PubSub of go-redis's client for the channel's primary
-// (which always dials that node's address).
+// clusterRoute is a Cluster: a channel is heard on its slot's primary, via go-redis's node client.
 type clusterRoute struct{ topo topology.Topology }
 
 func (r clusterRoute) owner(ctx context.Context, ch string) (string, func() *redis.PubSub, error) {
@@ -112,8 +110,7 @@ func newNotifier(r route, to *room) *notifier {
 	}
 }
 
-// listen subscribes to ch (the server's confirmation calls the room's subscribed), or with on
-// false unsubscribes.
+// listen subscribes to ch (the room's subscribed follows), or with on false unsubscribes.
 func (n *notifier) listen(ch string, on bool) {
 	n.post(func(ctx context.Context) {
 		switch f, ok := n.chans[ch]; {
@@ -314,8 +311,7 @@ func passing(err error) bool {
 		redis.IsMaxClientsError(err) || redis.HasErrorPrefix(err, "BUSY ") || moved || ask
 }
 
-// backoff is the delay between attempts that fail, or between polls while no announcement can
-// come: from first, doubling up to most.
+// backoff is the delay between failed attempts, or polls: from first, doubling up to most.
 type backoff struct{ next, first, most time.Duration }
 
 func newBackoff(first, most time.Duration) backoff {
@@ -329,8 +325,7 @@ func (b *backoff) step() time.Duration {
 	return d
 }
 
-// after returns the delay after n failures in a row counted elsewhere: first doubled n times,
-// at most most.
+// after returns the delay after n failures in a row, counted elsewhere.
 func (b backoff) after(n int) time.Duration {
 	return min(b.first<<min(max(n, 0), 30), b.most)
 }

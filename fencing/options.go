@@ -20,8 +20,7 @@ const (
 	MaxTTL = 7 * 24 * time.Hour
 	// MinCounterExpiry is the shortest idle period [WithCounterExpiry] accepts.
 	MinCounterExpiry = time.Second
-	// MinTTL is the shortest lease: Redis counts TTLs in milliseconds. A TTL that is not a
-	// whole number of milliseconds is rounded up.
+	// MinTTL is the shortest lease: Redis counts in milliseconds, to which a TTL is rounded up.
 	MinTTL = time.Millisecond
 	// MaxLimit is the largest limit [WithLimit] accepts.
 	MaxLimit = 1024
@@ -40,10 +39,9 @@ const (
 	campaignFirst, campaignMost = 50 * time.Millisecond, time.Second
 )
 
-// An Option configures a [Locker]: give it to [New]. The settings that every process locking
-// the same resources must agree on ([WithPrefix], [WithServerTimeFloor], [WithCounterExpiry])
-// and the Locker's own ([WithRetryBackoff]) are Options only; the others are also a
-// [CallOption].
+// An Option configures a [Locker]: give it to [New]. The settings every process locking the
+// same resources must agree on ([WithPrefix], [WithServerTimeFloor], [WithCounterExpiry]) and
+// the Locker's own ([WithRetryBackoff]) are Options only; the others are [CallOption]s too.
 type Option interface {
 	apply(*config)
 }
@@ -139,13 +137,12 @@ func WithPrefix(p string) Option {
 // The limit is recorded in Redis with the holders: every caller of a resource should use the
 // same. A call that asks for another limit than the live holders' (limit 1 and [Shared]
 // included) returns an error wrapping [ErrInvalid] that names both, and changes nothing; once
-// no holder is left, the new limit takes effect. n outside 1 to [MaxLimit], or above 1 with
-// Shared or a set of resources, makes every call return an error wrapping ErrInvalid, sending
-// nothing.
+// no holder is left, the new limit takes effect. Every call with n outside 1 to [MaxLimit], or
+// above 1 with Shared or a set of resources, returns an error wrapping ErrInvalid, sending nothing.
 //
-// A token orders the acquisitions but does not exclude the other n-1 holders (a store check
-// keyed by the resource would refuse the older of two live holders): fence per entity
-// written, or per holder slot (see docs/limits.md).
+// A token orders the acquisitions but does not exclude the other n-1 holders (a store check by
+// resource would refuse the older of two live ones): fence per entity written, or per holder
+// slot (see docs/limits.md).
 func WithLimit(n int) CallOption {
 	return callOption(func(c *config) {
 		if (n < 1 || n > MaxLimit) && c.err == nil {
@@ -161,13 +158,11 @@ func WithLimit(n int) CallOption {
 // queue, first come, first served: a shared request waits behind an exclusive one queued
 // before it, so readers never starve a writer, and a release grants a run of shared waiters
 // at the head of the queue at once. Both take tokens from the resource's one counter, so a
-// writer's token is above every reader's before it, and a reader's above every writer's
-// before it (see docs/shared.md for the store pattern).
+// writer's token is above every reader's before it, and the reverse (see docs/shared.md).
 //
 // Shared with [WithLimit] above 1, with a set of resources or [Locker.Lead], or given to [New],
-// is an error wrapping [ErrInvalid], and nothing is sent. A shared request on a resource that
-// live holders hold with a limit above 1 (or the reverse) returns an error wrapping ErrInvalid
-// that names both, and changes nothing.
+// is an error wrapping [ErrInvalid], and nothing is sent. A request of another kind than the
+// live holders' is refused, changing nothing, as [WithLimit] says.
 func Shared() CallOption {
 	return callOption(func(c *config) { c.kind.Shared = true })
 }
@@ -220,9 +215,8 @@ func WithReplicas(n int, timeout time.Duration) CallOption {
 // microseconds (TIME), so tokens keep increasing even when the counter is lost: a restart
 // without persistence, a failover before replication, an eviction. It assumes the server
 // clocks do not step back and stay roughly in sync across a failover, and fewer than a million
-// acquisitions per second per resource. Tokens become large (about 1.8e15) but stay exact.
-// A grant from the queue follows the waiting Locker's setting, whichever Locker releases.
-// Default: off (tokens count 1, 2, 3, …).
+// acquisitions per second per resource. Tokens become large (about 1.8e15) but stay exact. A
+// grant follows the waiting Locker's setting. Default: off (tokens count 1, 2, 3, …).
 func WithServerTimeFloor() Option {
 	return lockerOption(func(c *config) { c.timeFloor = true })
 }
@@ -273,8 +267,7 @@ func validLabel(label string) error {
 	return nil
 }
 
-// conflict returns an error wrapping ErrInvalid when c's options, each valid, cannot be
-// used together.
+// conflict returns an error wrapping ErrInvalid when c's valid options do not go together.
 func (c *config) conflict() error {
 	switch {
 	case c.expiry > 0 && c.ttl > c.expiry:

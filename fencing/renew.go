@@ -132,8 +132,7 @@ func (r *renewer) lose(k *Lock, cause error) {
 	}
 }
 
-// renew extends every lease once and returns when to renew next, or false when the work was
-// cancelled because a lock is lost.
+// renew extends every lease once and returns when to renew next, or false when a lock is lost.
 func (r *renewer) renew() (time.Duration, bool) {
 	first, k := r.earliest()
 	if !time.Now().Before(first) {

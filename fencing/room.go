@@ -14,10 +14,9 @@ import (
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
-// The waiting room of a Locker (docs/waiting.md has the design): its calls' places in the
-// queues that Redis keeps beside each lock, and their checks with Redis (the front waiter of a
-// line polls) while no grant comes (line.go). It alone subscribes, polls, delivers grants and
-// releases those nobody takes.
+// The waiting room of a Locker (docs/waiting.md): its calls' places in the queues that Redis
+// keeps beside each lock, and their checks with Redis (a line's front waiter polls) while no
+// grant comes (line.go). It alone subscribes, polls, delivers grants and frees those not taken.
 
 const (
 	// pollEvery is the longest time (less jitter) between a line's checks with Redis when no
@@ -94,8 +93,7 @@ type grant struct {
 	after time.Time
 }
 
-// granted is a grant delivered to its waiter: its lock value, token and lease, which began
-// after start.
+// granted is a grant delivered to its waiter: its lock value, token and lease, begun after start.
 type granted struct {
 	value string
 	token int64
@@ -145,8 +143,7 @@ func newRoom(l *Locker, listen bool) *room {
 	return r
 }
 
-// close ends the subscriptions and waits for the notifier's goroutines (the Locker's closed
-// done channel wakes the waiters).
+// close ends the subscriptions and waits for the notifier's goroutines.
 func (r *room) close() {
 	r.mu.Lock()
 	for _, ln := range r.lines {
@@ -259,9 +256,7 @@ func (r *room) queue(ctx, parent context.Context, c waitCall, ln *line, w *waite
 		ln.mu.Unlock()
 		switch {
 		case unsure:
-			// Its join went unanswered: it joins again (a check cannot, as the holders may
-			// refuse its kind).
-			lock, err = r.join(parent, c, ln, w)
+			lock, err = r.join(parent, c, ln, w) // not a check: the holders may refuse its kind
 			continue
 		case !front:
 			lock, err = nil, failing // no news
@@ -277,8 +272,7 @@ func (r *room) queue(ctx, parent context.Context, c waitCall, ln *line, w *waite
 	}
 }
 
-// join adds w to ln (the first time) and its element to the Redis queue, or returns the lock
-// the acquire script took at once (free, nobody waiting).
+// join adds w to ln (once) and its element to the Redis queue, or returns the lock it took.
 func (r *room) join(ctx context.Context, c waitCall, ln *line, w *waiter) (*Lock, error) {
 	ln.mu.Lock()
 	others := slices.ContainsFunc(ln.waiters, queued)
@@ -294,8 +288,7 @@ func (r *room) join(ctx context.Context, c waitCall, ln *line, w *waiter) (*Lock
 	ln.mu.Unlock()
 	pushed := false
 	if others && entry == "" {
-		// Other waiters of this room are queued: the queue exists (their polls keep it alive)
-		// and the newcomer cannot be first.
+		// Others of this room are queued: the queue exists and the newcomer cannot be first.
 		n, err := r.locker.client.RPushX(ctx, ln.k.Queue, w.elem).Result()
 		pushed = err == nil && n > 0
 	}
@@ -303,8 +296,7 @@ func (r *room) join(ctx context.Context, c waitCall, ln *line, w *waiter) (*Lock
 	if !pushed {
 		lock, rep, err := c.join(ctx, w.elem, entry)
 		if err != nil || lock != nil {
-			// Without Redis's answer the element may be queued: leave takes it out; after an
-			// error that can pass it joins again.
+			// Without Redis's answer the element may be queued (leave takes it out).
 			var answer redis.Error
 			ln.mu.Lock()
 			w.joined = err != nil && !errors.As(err, &answer)

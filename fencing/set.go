@@ -30,18 +30,14 @@ func (l *Locker) TryAcquireAll(ctx context.Context, resources []string, opts ...
 	return l.acquireAll(ctx, &cfg, observe.OpTryAcquireAll, resources)
 }
 
-// AcquireAll takes the locks of all resources together, each with its own fencing token,
-// waiting while some are busy.
-//
-// The resources are deduplicated (a duplicate is not an error) and taken in one canonical
-// order, whatever order they are listed in, so that overlapping sets never deadlock: by name,
-// or on a *redis.ClusterClient by the Cluster hash slot of the resource's keys, then by name;
-// no resource is waited for while one later in that order is held. On one server (a
-// *redis.Client) or in one Cluster slot, the free resources at the head of the order are taken
-// in one round trip, all of them when all are free (other slots follow, one after the other).
-// A busy resource is waited for as [Locker.Acquire] waits, in its FIFO queue, never ahead of
-// its waiters, while the locks already taken are renewed every third of the TTL. With
-// [WithReplicas], each resource is taken on its own, with its WAIT.
+// AcquireAll takes the locks of all resources together, each with its own fencing token, waiting
+// while some are busy. The resources are deduplicated (a duplicate is no error) and taken in one
+// canonical order, whatever order they are listed in, so that overlapping sets never deadlock: by
+// name, or on a *redis.ClusterClient by the Cluster hash slot of their keys, then by name; none is
+// waited for while a later one is held. On one server (a *redis.Client) or Cluster slot, the free
+// resources at the head of the order are taken in one round trip (other slots follow). A busy one
+// is waited for as [Locker.Acquire] waits, in its FIFO queue, never ahead of its waiters, while
+// the locks taken are renewed every third of the TTL. With [WithReplicas], each is taken alone.
 //
 // When the wait ends (ctx, [WithMaxWait], which bounds the whole call, or [Locker.Close]),
 // every lock already taken is released, and the error names the resource waited for and wraps
@@ -120,9 +116,8 @@ func (l *Locker) members(cfg *config, resources []string) ([]member, error) {
 }
 
 // attemptAll runs the set's acquire script once on g, resources of one server or slot. It
-// returns the locks taken, in g's order, and when not all, the BusyError of the next one; or an
-// error, and then nothing is held but the locks it returns (a refusal of the next resource),
-// which the caller frees.
+// returns the locks taken, in g's order, and when not all, the next one's BusyError; or an
+// error, and then nothing is held but the locks it returns, which the caller frees.
 func (l *Locker) attemptAll(ctx context.Context, cfg *config, g []member) ([]*Lock, *BusyError, error) {
 	owner, err := newOwner()
 	if err != nil {
@@ -210,8 +205,7 @@ func (l *Locker) takeAll(ctx context.Context, cfg *config, ms []member) (set *Lo
 		}
 	}()
 	for start := 0; start < len(ms); {
-		// The next run that one script can take (see groupKeys; one with WithReplicas, each
-		// with its own WAIT).
+		// The next run that one script can take (see groupKeys; one each with WithReplicas).
 		end := start + 1
 		if l.topo.OneScript() && cfg.replicas == 0 {
 			for end < len(ms) && ms[end].slot == ms[start].slot {

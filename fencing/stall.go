@@ -46,9 +46,8 @@ func pause(ctx context.Context, holds []*hold) []*Lock {
 	return locks
 }
 
-// Stall makes every hold in ctx behave as a process paused past its lease (see pause), and
-// returns once another acquisition has taken one of the resources (its counter moved past the
-// holder's token), or with ctx.Err() when ctx ends.
+// Stall pauses every hold in ctx and returns once another acquisition has taken one of the
+// resources (its counter moved past the holder's token), or with ctx.Err() when ctx ends.
 func (door) Stall(ctx context.Context) error {
 	holds := holdsIn(ctx)
 	if len(holds) == 0 {

@@ -10,8 +10,7 @@ import (
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
-// Waiting: Acquire makes one attempt, and when the resource is busy it waits in the room
-// (room.go), whose grant take turns into a Lock.
+// Waiting: Acquire makes one attempt, then waits in the room (room.go) for a grant to take.
 
 // releaseTimeout bounds releases made with a fresh context.
 const releaseTimeout = 5 * time.Second
@@ -189,8 +188,8 @@ func (k *Lock) extendLater(ttl time.Duration) {
 	k.mu.Unlock()
 }
 
-// keepUp schedules a set's lock's extension to ttl, as Acquire's, unless one is pending or at
-// least half of ttl is left.
+// keepUp schedules the extension of a set's lock to ttl unless one is pending or half of ttl
+// is left.
 func (k *Lock) keepUp(ttl time.Duration) {
 	k.mu.Lock()
 	pending := k.later != nil

@@ -1,8 +1,7 @@
-// Package observe holds the types with which hooks watch a fencing.Locker's operations:
-// give an [observe.Hooks] to fencing.WithHooks, and its functions see every operation start
-// and end, and every lock that work loses. Package tracing turns them into OpenTelemetry
-// spans and metrics; a program of its own can count or log them. A Locker without hooks
-// pays nothing for them.
+// Package observe holds the types with which hooks watch a fencing.Locker's operations: give
+// an [Hooks] to fencing.WithHooks, and its functions see every operation start and end, and
+// every lock that work loses (package tracing turns them into OpenTelemetry spans and
+// metrics). A Locker without hooks pays nothing for them.
 package observe
 
 import (
@@ -21,8 +20,7 @@ const (
 	OpExtend                   // Lock.Extend
 	OpRenew                    // one background renewal inside Do, or of the whole set inside DoAll (with Event.Resources)
 
-	// The operations on a set of resources (see fencing.LockSet): one event for the whole
-	// set, with Event.Resources.
+	// The operations on a set of resources (fencing.LockSet): one event, with Event.Resources.
 	OpAcquireAll    // AcquireAll, and the acquisition inside DoAll: may wait
 	OpTryAcquireAll // TryAcquireAll: no wait
 	OpReleaseAll    // LockSet.Release, and the release at the end of DoAll
@@ -73,8 +71,7 @@ type Event struct {
 	// that made the operation fail (the busy one, or the first that was not held), or "".
 	Resource string
 	// Resources is the set of an operation on several resources, deduplicated and in the
-	// canonical order (see fencing.Locker.AcquireAll); nil for the operations on one
-	// resource.
+	// canonical order (see fencing.Locker.AcquireAll); nil for one resource.
 	Resources []string
 	// Token is the acquisition's fencing token, or 0 when nothing was acquired; for
 	// ForceRelease, the token of the holder it freed.
@@ -90,8 +87,7 @@ type Event struct {
 	Attempts int
 	// Elapsed is the time from Start to End: for an acquisition, the time spent waiting.
 	Elapsed time.Duration
-	// Held is the time since the acquisition was sent, for releases, lost locks and the end
-	// of a term of leadership (OpLead).
+	// Held is the time since the acquisition was sent, for releases, lost locks and OpLead.
 	Held time.Duration
 	// ClockBehind is set on an acquisition with a server-time floor (WithServerTimeFloor,
 	// WithCounterExpiry) when the Redis server's clock was more than a second behind the last
@@ -103,8 +99,8 @@ type Event struct {
 }
 
 // Hooks observe a Locker's operations; any field may be nil. Give them to fencing.WithHooks.
-// They run synchronously on the calling goroutine (renewals on Do's renewal goroutine), so
-// they must be quick and safe for concurrent use.
+// They run on the calling goroutine (renewals on Do's timer's), so they must be quick and safe
+// for concurrent use.
 //
 // Each campaign of fencing.Locker.Lead is an OpCampaign whose End's outcome is OutcomeAcquired
 // when leadership is won (Token is the term's epoch), OutcomeCancelled when the context ended,
@@ -119,7 +115,7 @@ type Hooks struct {
 	Start func(ctx context.Context, op Op, resource string) context.Context
 	// End is called when the operation started by Start ends, with Start's context.
 	End func(ctx context.Context, e Event)
-	// Lost is called when Do finds its lock gone (or its lease run out unrenewed), with the
-	// work's context just before it is cancelled.
+	// Lost is called when Do finds its lock gone (or its lease run out), with the work's
+	// context, just before it is cancelled.
 	Lost func(ctx context.Context, e Event)
 }

@@ -10,8 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The calls of the scripts: one type per verb, whose Run builds the script's KEYS and ARGV and
-// reads its reply.
+// The calls of the scripts: one type per verb, whose Run sends it and reads its reply.
 
 // trimmed returns args without its trailing arguments equal to defaults, those of its last
 // len(defaults) arguments in order.
@@ -36,8 +35,7 @@ func runOn(ctx context.Context, c redis.UniversalClient, s *Script, k Keys, memo
 	return s.send(ctx, c, append(cmd, args...))
 }
 
-// An Acquire takes one resource, or queues for it: acquire.lua for an exclusive lock,
-// shared_acquire.lua for the other kinds.
+// An Acquire takes one resource, or queues for it: acquire.lua, or shared_acquire.lua.
 type Acquire struct {
 	Keys    Keys
 	Owner   string // random per acquisition (with its label, see Labeled)
@@ -201,9 +199,8 @@ func ParseSet(res any, n int) (SetReply, error) {
 	return r, nil
 }
 
-// A Release frees a resource of one holder and grants it to the next waiters:
-// release.lua for exclusive locks (also several of one server or slot, a set's),
-// shared_release.lua for the other kinds.
+// A Release frees a resource of one holder and grants it to the next waiters: release.lua for
+// exclusive locks (also several of one server or slot, a set's), or shared_release.lua.
 type Release struct {
 	Keys    []Keys
 	Values  []string // of each: "<owner>:<token>", or "<owner>:" for whatever token the owner holds
@@ -278,8 +275,7 @@ func ParseRelease(res any) (ReleaseReply, error) {
 	return ReleaseReply{}, unexpected(res)
 }
 
-// An Extend resets or reads the lease of one holder: extend.lua for an exclusive lock,
-// shared_extend.lua for the other kinds.
+// An Extend resets or reads the lease of one holder: extend.lua, or shared_extend.lua.
 type Extend struct {
 	Keys  Keys
 	Value string

@@ -46,8 +46,7 @@ func (k Keys) Base() string { return strings.TrimSuffix(k.Lock, "lock") }
 // Waiter returns the waiter key of the Locker with id.
 func (k Keys) Waiter(id string) string { return k.Base() + "w:" + id }
 
-// Grants returns the channel on which grants to the waiters of the Locker with id are
-// announced.
+// Grants returns the channel that announces grants to the waiters of the Locker with id.
 func (k Keys) Grants(id string) string { return k.Channel + ":" + id }
 
 // Record returns the key of the outcome of the release of lock value v.
@@ -56,8 +55,7 @@ func (k Keys) Record(v string) string { return k.Base() + "r:" + v }
 // Memo returns the key of the resource's memo name (see ValidMemo).
 func (k Keys) Memo(name string) string { return k.Base() + name }
 
-// GrantsOf returns the keys of the resource whose grants to Locker id are announced on ch, and
-// false when ch is not such a channel.
+// GrantsOf returns the keys whose Grants(id) is ch, and false when there are none.
 func GrantsOf(ch, id string) (Keys, bool) {
 	base, ok := strings.CutSuffix(ch, ":"+id)
 	if !ok {

@@ -29,16 +29,14 @@ const (
 const (
 	// EntryTTL is how long a waiter key and the queue outlive their last renewal.
 	EntryTTL = 3 * time.Second
-	// RecordTTL is how long Redis keeps the outcome of a release, for a call sent again
-	// after a lost reply.
+	// RecordTTL is how long Redis keeps a release's outcome, for a retry after a lost reply.
 	RecordTTL = 10 * time.Second
 	// hashMeta is the number of a hash's fields that are not holders: k, q, e, x, t.
 	hashMeta = 5
 )
 
-// constants are the Lua locals a script may start with, written from the Go definitions above
-// (the lifetimes as strings, which Redis takes as they are, where a Lua number would be formatted
-// on every call).
+// constants are the Lua locals a script may start with, from the Go definitions above (the
+// lifetimes as strings, which Redis takes as they are, where it would format a Lua number).
 var constants = []struct{ name, value string }{
 	{"BUSY", strconv.Itoa(Busy)}, {"TAKEN", strconv.Itoa(Taken)}, {"GRANTED", strconv.Itoa(Granted)},
 	{"QUEUED", strconv.Itoa(Queued)}, {"RELEASED", strconv.Itoa(Released)}, {"NOT_HELD", strconv.Itoa(NotHeld)},
@@ -128,8 +126,7 @@ func (s *Script) Hash() string { return s.sha.(string) }
 // Is reports whether body, the second argument of an EVAL or EVALSHA, is s.
 func (s *Script) Is(body any) bool { return body == s.sha || body == s.box }
 
-// Run sends s on keys with args: with EVALSHA, and again with EVAL when Redis does not know
-// the script.
+// Run sends s on keys with args: with EVALSHA, then with EVAL when Redis does not know it.
 func (s *Script) Run(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
 	return s.send(ctx, c, s.command("evalsha", keys, args))
 }

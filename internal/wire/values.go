@@ -45,8 +45,7 @@ func ParseKind(s string) (Kind, bool) {
 // Value returns the lock value of an acquisition: "<owner>:<token>".
 func Value(owner string, token int64) string { return owner + ":" + strconv.FormatInt(token, 10) }
 
-// SplitValue splits a lock value "<owner>:<token>", with or without the mark '+' of a lock with
-// waiters queued.
+// SplitValue splits a lock value "<owner>:<token>", with or without a queue's mark '+'.
 func SplitValue(v string) (owner string, token int64, ok bool) {
 	v = strings.TrimSuffix(v, "+")
 	i := strings.LastIndexByte(v, ':')
@@ -137,10 +136,9 @@ func (e Element) String() string {
 	return Labeled(string(b), e.Label)
 }
 
-// Rules returns the rules of tokens, as an element and the acquire scripts write them (the
-// scripts' token.lua reads them): "" for the counter alone, "f" for tokens at or above the
-// server clock in microseconds (floor), "e<ms>" for a counter that expires (which implies the
-// floor).
+// Rules returns the rules of tokens as elements and the acquire scripts write them (token.lua
+// reads them): "" for the counter alone, "f" for tokens at or above the server clock in
+// microseconds (floor), "e<ms>" for a counter that expires (and the floor).
 func Rules(floor bool, expiry time.Duration) string {
 	switch {
 	case expiry > 0:
@@ -198,12 +196,10 @@ func digitsEnd(s string, i int) int {
 	return i
 }
 
-// WaiterValue returns the value of a Locker's waiter key: when it began waiting, in unix
-// milliseconds.
+// WaiterValue returns the value of a Locker's waiter key: since when it waits, in unix ms.
 func WaiterValue(since time.Time) string { return strconv.FormatInt(since.UnixMilli(), 10) }
 
-// ParseWaiterValue reads a waiter key's value; it also reads the earlier form
-// "<lease>:<floor>:<since>".
+// ParseWaiterValue reads a waiter key's value, also in the earlier form "<lease>:<floor>:<since>".
 func ParseWaiterValue(v string) (time.Time, bool) {
 	ms, err := strconv.ParseInt(v[strings.LastIndexByte(v, ':')+1:], 10, 64)
 	if err != nil || ms <= 0 {
