@@ -12,23 +12,21 @@ import (
 	"github.com/fencekit/fencekit/fencing/internal/stall"
 )
 
-// Do takes the lock on resource (waiting as [Locker.Acquire] does), runs fn while holding
-// it, and releases it. fn's context carries the fencing token ([TokenFromContext], and
-// [TokenFor] with the resource); pass the token to every write fn makes.
+// Do takes the lock on resource (waiting as [Locker.Acquire] does), runs fn while holding it,
+// and releases it. fn's context carries the fencing token ([TokenFromContext], and [TokenFor]
+// with the resource); pass the token to every write fn makes.
 //
-// While fn runs, Do renews the lease in the background. It cancels fn's context, with a cause
-// matching [ErrNotHeld] (see [context.Cause]), as soon as a renewal finds the lock gone, or
-// when the lease's local validity (counted on the monotonic clock from when the acquire was
-// sent) runs out before a renewal succeeds. Transient Redis errors during renewal are
-// retried while validity remains. fn should stop writing once its context is done; a store
-// that checks the token rejects its late writes in any case.
+// While fn runs, Do renews the lease in the background every third of the TTL, retrying
+// transient Redis errors while the lease lasts. It cancels fn's context, with a cause matching
+// [ErrNotHeld] (see [context.Cause]), as soon as a renewal finds the lock gone or the lease's
+// local validity (on the monotonic clock, from when the acquire was sent) runs out unrenewed.
+// fn should stop writing then; a store that checks the token rejects its late writes anyway.
 //
-// Do returns fn's error. When the lock was lost, the error also matches ErrNotHeld. When
-// the lock cannot be taken, Do returns Acquire's error and does not call fn. The lock is
-// released when fn returns or panics, with a fresh context (the caller's may be done), so a
-// cancelled caller does not leave it held until its TTL. No goroutine started by Do outlives
-// it: Do returns once a renewal in progress has returned, which against a hung server takes
-// up to the client's ReadTimeout (fn's context is cancelled on time regardless).
+// Do returns fn's error, which also matches ErrNotHeld when the lock was lost, or Acquire's
+// error without calling fn. The lock is released when fn returns or panics, with a fresh
+// context, so a cancelled caller does not leave it held until its TTL. No goroutine started by
+// Do outlives it: Do returns once a renewal in progress has returned, which against a hung
+// server takes up to the client's ReadTimeout (fn's context is cancelled on time regardless).
 func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Context) error, opts ...CallOption) error {
 	if fn == nil {
 		return opErr("do", resource, invalidf("nil function"))

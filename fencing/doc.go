@@ -29,23 +29,12 @@
 // token is its epoch; package leader's Elector gives a scheduler that asks before each run
 // (gocron v2) the same leadership and epoch.
 //
-// # Readers and writers
+// # Other kinds
 //
-// [Shared] makes an acquisition shared: any number of shared holders at once, an exclusive
-// holder alone, one queue and one token counter for both (see docs/shared.md).
-//
-// # Several resources
-//
-// [Locker.DoAll], [Locker.AcquireAll] and [Locker.TryAcquireAll] lock a set of resources
-// together, each with its own token ([TokenFor]), in one canonical order (by name; on a
-// Cluster by hash slot, then name) so that overlapping sets never deadlock; a free set on one
-// server or slot takes one round trip. See docs/resources.md.
-//
-// # N at a time
-//
-// [WithLimit] lets up to n holders hold a resource at once (a counting semaphore: at most n
-// jobs per customer), each with its own [Lock] and token, which cannot exclude the other n-1
-// holders: fence each entity the holders write, not the resource (see docs/limits.md).
+// [Shared] makes an acquisition shared, a read/write lock (docs/shared.md). [WithLimit] lets up
+// to n holders hold a resource at once, a counting semaphore whose tokens cannot exclude the
+// other n-1 holders (docs/limits.md). [Locker.DoAll] and [Locker.AcquireAll] lock a set of
+// resources together, each with its own token, deadlock-free (docs/resources.md).
 //
 // # What is not guaranteed
 //

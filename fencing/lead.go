@@ -9,18 +9,14 @@ import (
 )
 
 // Lead makes this process the leader of name, one leader at a time across every Locker that
-// uses the same Redis and prefix, and runs fn while it leads, in a loop of [Locker.Do] on name:
-//
-//   - A campaign is an [Locker.Acquire] of name: candidates wait in its first-come, first-served
-//     queue, so a leader that resigns hands over in the same round trip, and one that dies is
-//     replaced about a round trip after its lease ends: no polling interval to tune.
-//   - A term runs fn with the leadership's fencing token, its epoch, in fn's context
-//     ([TokenFromContext]): epochs strictly increase, so a store that checks the token refuses
-//     the late writes of a leader replaced without knowing it. [ValidUntilFromContext] tells fn
-//     how long its lease certainly lasts. The lease is renewed as Do renews it.
-//   - When leadership is lost, fn's context is cancelled as Do's is, with a cause matching
-//     [ErrNotHeld]. Once fn returns, Lead campaigns again. An error fn returns that matches
-//     ErrNotHeld also counts as lost leadership.
+// uses the same Redis and prefix, and runs fn while it leads, in a loop of [Locker.Do] on name.
+// A campaign is an [Locker.Acquire] of name: candidates wait in its queue, so a leader that
+// resigns hands over in the same round trip, and one that dies is replaced about a round trip
+// after its lease ends. A term runs fn with the leadership's token, its epoch, in fn's context
+// ([TokenFromContext], [ValidUntilFromContext]): epochs strictly increase, so a store that
+// checks the token refuses the late writes of a leader replaced without knowing it. When
+// leadership is lost, fn's context is cancelled as Do's is, and once fn returns Lead campaigns
+// again; an error fn returns that matches [ErrNotHeld] also counts as lost leadership.
 //
 // Lead returns only when ctx ends, with ctx.Err() (a term in progress is ended first: fn's context
 // is cancelled and leadership released); when fn returns while leading and not because leadership

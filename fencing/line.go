@@ -45,9 +45,8 @@ func (r *room) saw(k wire.Keys, sent time.Time, held string) {
 	ln.mu.Unlock()
 }
 
-// passOn releases value, a grant of kind that no waiter of this room takes (or "<element>:"
-// for any token of its element), keeping its record (Keep: a grant's lease is short). Errors
-// are ignored: the lease then runs out by itself.
+// passOn releases value, a grant of kind that no waiter takes (or "<element>:", any token of
+// its element), keeping its record (a grant's lease is short). Errors are ignored: it lapses.
 func (r *room) passOn(k wire.Keys, value string, kind wire.Kind) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
@@ -151,14 +150,7 @@ func (r *room) drop(ln *line) {
 }
 
 // subscribed reports whether the server confirmed ln's subscription.
-func (ln *line) subscribed() bool {
-	select {
-	case <-ln.ready:
-		return true
-	default:
-		return false
-	}
-}
+func (ln *line) subscribed() bool { return isDone(ln.ready) }
 
 // deliver hands g to its waiter, dated once: after g.after, after the waiter's element was
 // sent, and after any call that saw an older token held. It reports false when no waiter of
@@ -199,10 +191,9 @@ func (ln *line) deliver(g grant) bool {
 	return true
 }
 
-// leaseSeen records that the holders of ln's resource had left of their lease when a reply
-// came back at replied: the front waiter checks as soon as it ends (a holder that died
-// announces nothing), unless its next poll comes first. A left of 0 (PTTL clamps a lease
-// that ran out after the script's start to 0) checks at once; a negative one (no lease), never.
+// leaseSeen records that the holders had left of their lease when a reply came back at replied:
+// the front waiter checks as soon as it ends (a holder that died announces nothing), unless its
+// next poll comes first; at once for a left of 0 (PTTL's for a lease ended during the script).
 func (ln *line) leaseSeen(replied time.Time, left time.Duration) {
 	if left < 0 {
 		return

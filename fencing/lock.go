@@ -15,9 +15,6 @@ import (
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
-// A lock's life after it was taken (acquire.go, wait.go): Extend and TTL keep and read its
-// lease, Release frees it and hands it to the queue's next waiters in the same script.
-
 // A Lock is one acquisition of a resource, with its fencing token. Its methods are safe for
 // concurrent use; Release and Extend take effect in the order Redis runs them, and once the
 // lock is released or lost every later call returns [ErrNotHeld]. The methods of a nil *Lock
@@ -169,16 +166,14 @@ func (l *Locker) released(k wire.Keys, value string, kind wire.Kind, sent time.T
 		l.room.granted(k, grant{elem: g.Element, token: g.Token, after: sent})
 	}
 	if len(rep.Grants) > 0 {
-		// The grant went to a waiter of this Locker, now runnable: let it run before this
-		// goroutine goes on, which would otherwise delay the next holder's start by its own
-		// work until it blocks (docs/benchmarks.md, "The hand-off's own floor").
+		// A waiter of this Locker got it: let it run before this goroutine's own work delays the
+		// next holder's start (docs/benchmarks.md, "The hand-off's own floor").
 		runtime.Gosched()
 	}
 	return nil
 }
 
-// releaseOwner frees whatever owner's acquisition holds of ks, with a fresh, short context (the
-// caller's may be done). Errors are ignored: the leases then run out by themselves.
+// releaseOwner frees what owner's acquisition holds of ks with a fresh context, ignoring errors.
 func (l *Locker) releaseOwner(ctx context.Context, cfg *config, ks []wire.Keys, owner string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
@@ -194,11 +189,10 @@ func (l *Locker) releaseOwner(ctx context.Context, cfg *config, ks []wire.Keys, 
 }
 
 // Extend resets the lease to ttl, counted from now, if this acquisition still holds the
-// resource. It returns an error wrapping [ErrNotHeld] and changes nothing when the lease has
-// run out or the resource belongs to a newer acquisition; it never takes a free resource
-// again. A ttl outside [MinTTL, MaxTTL] returns an error wrapping [ErrInvalid], sends nothing
-// and changes nothing. A lock taken from the queue of a resource keeps its pending extension
-// to the TTL (see [Locker.Acquire]) until an extension has taken effect.
+// resource; otherwise (the lease ran out, or a newer acquisition holds it) it returns an error
+// wrapping [ErrNotHeld] and changes nothing, never taking a free resource again. A ttl outside
+// [MinTTL, MaxTTL] returns an error wrapping [ErrInvalid], sending nothing. A lock from the
+// queue keeps its pending extension to the TTL ([Locker.Acquire]) until one takes effect.
 func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if k == nil || k.locker == nil {
 		return opErr("extend", "", errNoLock)
@@ -228,8 +222,7 @@ func (k *Lock) extend(ctx context.Context, ttl time.Duration, op observe.Op) err
 
 // extension returns the extend script's call for k to ttl.
 func (k *Lock) extension(ttl time.Duration) wire.Call {
-	e := &wire.Extend{Keys: k.keys, Value: k.value, Kind: k.kind, Lease: millis(ttl)}
-	return e.Call(k.locker.client)
+	return (&wire.Extend{Keys: k.keys, Value: k.value, Kind: k.kind, Lease: millis(ttl)}).Call(k.locker.client)
 }
 
 // extended returns the error of an extension to ttl sent at begin, given whether the script
@@ -271,14 +264,12 @@ func (k *Lock) event(op observe.Op, begin time.Time, err error) observe.Event {
 	return e
 }
 
-// setValidUntil records that the lease lasts ttl from sent, by the local monotonic clock,
-// less a margin of 1% for clock drift between this host and Redis.
+// setValidUntil records that the lease lasts ttl from sent, less 1% for clock drift.
 func (k *Lock) setValidUntil(sent time.Time, ttl time.Duration) {
 	k.validUntil.Store(int64(sent.Sub(k.acquired) + ttl - ttl/100))
 }
 
-// keepRecord reports whether the lease has less than wire.RecordTTL left by the local clock,
-// so that the record of its release must outlive it (see the release script).
+// keepRecord reports whether the lease has less than wire.RecordTTL left (release.lua's keep).
 func (k *Lock) keepRecord() bool { return time.Until(k.deadline()) < wire.RecordTTL }
 
 // deadline returns the local end of the lease.

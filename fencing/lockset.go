@@ -43,12 +43,11 @@ func (s *LockSet) Token(resource string) int64 {
 	return 0
 }
 
-// Release frees every lock of the set that this acquisition still holds, in one round trip
-// per server (a pipeline), handing each to its resource's longest-waiting waiter as
-// [Lock.Release] does. It returns nil when all were released; otherwise the errors of the
-// others joined ([errors.Join]), each naming its resource: one wrapping [ErrNotHeld] for a
-// lock that had expired, passed on or been released already (nothing is changed for it), a
-// Redis error for one that then stays held until its TTL runs out.
+// Release frees every lock of the set that this acquisition still holds, in one round trip per
+// server, handing each on as [Lock.Release] does. It returns nil when all were released, or the
+// others' errors joined, each naming its resource: one wrapping [ErrNotHeld] for a lock that had
+// expired, passed on or been released already (nothing is changed for it), a Redis error for
+// one that then stays held until its TTL runs out.
 func (s *LockSet) Release(ctx context.Context) error {
 	if s == nil || len(s.locks) == 0 {
 		return opErr("release", "", errNoLock)
@@ -107,11 +106,11 @@ func (s *LockSet) release(ctx context.Context) []error {
 	return errs
 }
 
-// Extend resets the TTL of every lock of the set to ttl, counted from now, in one round trip
-// per server, for the locks this acquisition still holds; it never takes a free lock again.
-// It returns nil when all were extended, or the errors of the others joined, each naming its
-// resource (wrapping [ErrNotHeld] for a lock no longer held, which is left as it is). A ttl
-// outside [MinTTL, MaxTTL] returns an error wrapping [ErrInvalid] and sends nothing.
+// Extend resets the TTL of every lock of the set that this acquisition still holds to ttl, in
+// one round trip per server, as [Lock.Extend] does. It returns nil when all were extended, or
+// the others' errors joined, each naming its resource (wrapping ErrNotHeld for a lock no longer
+// held, left as it is). A ttl outside [MinTTL, MaxTTL] returns an error wrapping [ErrInvalid]
+// and sends nothing.
 func (s *LockSet) Extend(ctx context.Context, ttl time.Duration) error {
 	if s == nil || len(s.locks) == 0 {
 		return opErr("extend", "", errNoLock)

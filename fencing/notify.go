@@ -228,8 +228,7 @@ func (n *notifier) home(ctx context.Context, ch string) {
 	}
 }
 
-// detach unsubscribes f from ch, closing f when it carries nothing else. An error reply (the
-// slot has moved) is of no consequence.
+// detach unsubscribes f from ch (an error reply is of no consequence), or closes f when empty.
 func (n *notifier) detach(ctx context.Context, f *feed, ch string) {
 	if f.chans--; f.chans == 0 {
 		n.drop(f)

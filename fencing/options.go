@@ -127,22 +127,19 @@ func WithPrefix(p string) Option {
 	})
 }
 
-// WithLimit lets up to n holders hold the resource at once: a counting semaphore, for "at
-// most n at a time for this key" across every process. Default: 1, the exclusive lock. It
-// works with [Locker.TryAcquire], [Locker.Acquire] and [Locker.Do]. Each holder gets its own
-// [Lock] and token (tokens still strictly increase per acquisition), and releases, extends and
-// loses only its own lease. Waiting is the resource's queue, first come, first served: a freed
-// slot goes to the longest waiter, and a newcomer takes no free slot ahead of queued waiters.
+// WithLimit lets up to n holders hold the resource at once, a counting semaphore across every
+// process, with [Locker.TryAcquire], [Locker.Acquire] and [Locker.Do]. Default: 1, the
+// exclusive lock. Each holder gets its own [Lock] and token, and releases, extends and loses only
+// its own lease. The resource's queue is first come, first served: a freed slot goes to the
+// longest waiter, and a newcomer takes no free slot ahead of queued waiters. A token orders the
+// acquisitions but does not exclude the other n-1 holders: fence per entity written, or per
+// holder slot (see docs/limits.md).
 //
-// The limit is recorded in Redis with the holders: every caller of a resource should use the
-// same. A call that asks for another limit than the live holders' (limit 1 and [Shared]
-// included) returns an error wrapping [ErrInvalid] that names both, and changes nothing; once
-// no holder is left, the new limit takes effect. Every call with n outside 1 to [MaxLimit], or
-// above 1 with Shared or a set of resources, returns an error wrapping ErrInvalid, sending nothing.
-//
-// A token orders the acquisitions but does not exclude the other n-1 holders (a store check by
-// resource would refuse the older of two live ones): fence per entity written, or per holder
-// slot (see docs/limits.md).
+// The limit is recorded with the holders: every caller of a resource should use the same. A
+// call that asks for another limit than the live holders' (limit 1 and [Shared] included)
+// returns an error wrapping [ErrInvalid] that names both, and changes nothing; once no holder
+// is left, the new limit takes effect. Every call with n outside 1 to [MaxLimit], or above 1
+// with Shared or a set of resources, returns an error wrapping ErrInvalid, sending nothing.
 func WithLimit(n int) CallOption {
 	return callOption(func(c *config) {
 		if (n < 1 || n > MaxLimit) && c.err == nil {
@@ -152,17 +149,14 @@ func WithLimit(n int) CallOption {
 	})
 }
 
-// Shared makes one acquisition shared (a read/write lock): any number of shared holders may
-// hold a resource at once, and no exclusive holder while any does. It works with
-// [Locker.TryAcquire], [Locker.Acquire] and [Locker.Do]. Both kinds wait in the resource's one
-// queue, first come, first served: a shared request waits behind an exclusive one queued
-// before it, so readers never starve a writer, and a release grants a run of shared waiters
-// at the head of the queue at once. Both take tokens from the resource's one counter, so a
-// writer's token is above every reader's before it, and the reverse (see docs/shared.md).
-//
-// Shared with [WithLimit] above 1, with a set of resources or [Locker.Lead], or given to [New],
-// is an error wrapping [ErrInvalid], and nothing is sent. A request of another kind than the
-// live holders' is refused, changing nothing, as [WithLimit] says.
+// Shared makes one acquisition shared, a read/write lock, with [Locker.TryAcquire],
+// [Locker.Acquire] and [Locker.Do]: any number of shared holders may hold a resource at once,
+// and no exclusive holder while any does. Both kinds wait in the resource's one queue, first
+// come, first served, so readers never starve a writer queued before them, and a release grants
+// a run of shared waiters at once. Both take tokens from one counter, so a writer's token is
+// above every reader's before it, and the reverse (see docs/shared.md). Shared with [WithLimit]
+// above 1, with a set of resources or [Locker.Lead], or given to [New], is an error wrapping
+// [ErrInvalid], sending nothing; so is a kind the live holders do not share (see WithLimit).
 func Shared() CallOption {
 	return callOption(func(c *config) { c.kind.Shared = true })
 }

@@ -22,8 +22,7 @@ const (
 	// pollEvery is the longest time (less jitter) between a line's checks with Redis when no
 	// announcement arrives, which renew the waiter key well within wire.EntryTTL.
 	pollEvery = time.Second
-	// grantLease is the longest lease of a grant from the queue: a waiter process that dies
-	// with a grant on its way holds the resource up for that and a round trip.
+	// grantLease is the longest lease of a grant: how long a dead waiter holds the resource up.
 	grantLease = 3 * time.Second
 	// renewAfter is how long after a write of the room's waiter key and the queue's TTL a join
 	// need not write them again: the waiter polls, at most 1.2 pollEvery later, before they end.
@@ -35,8 +34,7 @@ const (
 	// subscribePatience is how long a new line waits for its subscription to be confirmed
 	// before it joins the queue (a grant announced before is not heard; a check catches it).
 	subscribePatience = 50 * time.Millisecond
-	// givenFor is how long a line remembers a token it delivered: longer than an announcement
-	// or a reply that reveals the grant can take to arrive.
+	// givenFor is how long a line remembers a token it delivered, longer than news of it takes.
 	givenFor = 4 * (grantLease + wire.EntryTTL)
 )
 
@@ -131,13 +129,10 @@ func (e *waitEnded) Error() string { return "wait ended" }
 func newRoom(l *Locker, listen bool) *room {
 	id, _ := newOwner() // crypto/rand never fails
 	r := &room{id: id, locker: l, publish: l.topo.Publish(), outage: outageWait, lines: map[string]*line{}}
-	if !listen {
-		return r
-	}
-	switch l.topo.Kind {
-	case topology.Cluster:
+	switch {
+	case listen && l.topo.Kind == topology.Cluster:
 		r.notes = newNotifier(clusterRoute{l.topo}, r)
-	case topology.Server:
+	case listen && l.topo.Kind == topology.Server:
 		r.notes = newNotifier(serverRoute{l.client}, r)
 	}
 	return r
@@ -172,8 +167,7 @@ func (r *room) listening(k wire.Keys) bool {
 	return ln != nil && ln.subscribed()
 }
 
-// queuedOn reports whether the room has elements queued for one of ks's resources: a release
-// then names the room, and a grant to one comes back in its reply.
+// queuedOn reports whether the room has elements queued for ks's resources (wire.Release.Self).
 func (r *room) queuedOn(ks []wire.Keys) bool {
 	for _, k := range ks {
 		if ln := r.line(k.Channel); ln != nil {
@@ -215,8 +209,7 @@ func (r *room) wait(ctx, parent context.Context, c waitCall) (*Lock, granted, er
 // queue adds w to ln and its element to the Redis queue, and waits for a grant.
 func (r *room) queue(ctx, parent context.Context, c waitCall, ln *line, w *waiter) (*Lock, granted, error) {
 	quiet := newBackoff(r.locker.cfg.pollMin, r.locker.cfg.pollMax) // polls while no announcement can come
-	var failing error                                               // see waitEnded
-	var failingSince time.Time
+	failing, failingSince := error(nil), time.Time{}                // see waitEnded
 	lock, err := r.join(parent, c, ln, w)
 	for {
 		switch {
@@ -324,8 +317,8 @@ func (r *room) join(ctx context.Context, c waitCall, ln *line, w *waiter) (*Lock
 	return nil, nil
 }
 
-// check runs the poll script for ln: it renews the room's waiter key, puts back its dropped
-// elements, and finds a grant whose announcement was lost or a lease that ran out.
+// check runs the poll script for ln: it renews the waiter key, puts back dropped elements, and
+// finds a grant whose announcement was lost or a lease that ran out.
 func (r *room) check(ctx context.Context, ln *line) error {
 	ln.turn.Lock()
 	defer ln.turn.Unlock()

@@ -102,12 +102,7 @@ func (l *Locker) members(cfg *config, resources []string) ([]member, error) {
 		ms[i] = member{name: r, keys: wire.For(cfg.prefix, r)}
 		ms[i].slot = l.topo.Slot(ms[i].keys.Lock)
 	}
-	slices.SortFunc(ms, func(a, b member) int {
-		if c := cmp.Compare(a.slot, b.slot); c != 0 {
-			return c
-		}
-		return strings.Compare(a.name, b.name)
-	})
+	slices.SortFunc(ms, func(a, b member) int { return cmp.Or(cmp.Compare(a.slot, b.slot), strings.Compare(a.name, b.name)) })
 	ms = slices.CompactFunc(ms, func(a, b member) bool { return a.name == b.name })
 	if len(ms) > MaxResources {
 		return nil, invalidf("%d resources exceed %d", len(ms), MaxResources)
@@ -162,8 +157,8 @@ func (l *Locker) attemptAll(ctx context.Context, cfg *config, g []member) ([]*Lo
 	return locks, nil, nil
 }
 
-// takeAll takes the locks of ms in order (see AcquireAll). It returns the set, or the
-// resource that failed and the cause; attempts counts the acquire scripts sent.
+// takeAll takes ms in order; it returns the set, or the resource that failed and why, and the
+// number of acquire scripts sent.
 func (l *Locker) takeAll(ctx context.Context, cfg *config, ms []member) (set *LockSet, failed string, attempts int, err error) {
 	set = &LockSet{locker: l, hooks: cfg.hooks, locks: make([]*Lock, 0, len(ms))}
 	var deadline time.Time

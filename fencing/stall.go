@@ -28,7 +28,7 @@ func holdsIn(ctx context.Context) []*hold {
 }
 
 // pause stops the renewals of holds, without cancelling the work, and ends each lease in Redis
-// (the resource goes to its next waiters) and by the local clock. It returns the locks.
+// and locally. It returns the locks.
 func pause(ctx context.Context, holds []*hold) []*Lock {
 	var locks []*Lock
 	for _, h := range holds {

@@ -16,21 +16,19 @@ import (
 const releaseTimeout = 5 * time.Second
 
 // Acquire takes resource as TryAcquire does, waiting while it is busy. Waiting is first come,
-// first served across every process that locks the resource, in a queue kept in Redis: while
-// waiters are queued, neither TryAcquire nor Acquire takes the resource ahead of them, even
-// when it is free, and a shared request waits behind an exclusive one queued before it. A
-// release hands the resource to the longest-waiting waiters in the same round trip and wakes
-// only their processes; a holder whose lease runs out is replaced about a round trip after
-// its end. The Lock returned may start with a shorter lease than the TTL and is extended to
-// it in the background, unless it is released or extended first (see docs/waiting.md).
+// first served across every process, in a queue kept in Redis: while waiters are queued, no
+// acquisition takes the resource ahead of them, even when it is free. A release hands the
+// resource to the longest-waiting waiters in the same round trip and wakes only their
+// processes; a holder whose lease runs out is replaced about a round trip after its end. The
+// Lock returned may start with a lease shorter than the TTL, extended to it in the background
+// unless it is released or extended first (see docs/waiting.md).
 //
 // When ctx ends first, Acquire returns an error that matches both [ErrNotAcquired] and
 // ctx.Err(), whose [BusyError.RetryAfter] is the holders' lease left when the waiter left the
 // queue, and holds nothing (a grant to it meanwhile goes to the next waiter). A waiter keeps
 // its place through errors that can pass by themselves (a lost connection, a timeout, LOADING,
 // READONLY, CLUSTERDOWN, MASTERDOWN, TRYAGAIN, BUSY: a restart or a failover) for up to 30s of
-// them in a row; the error that ends the wait then also matches the last of them. Any other
-// error ends it at once.
+// them in a row, then fails with an error that also matches the last. Any other error ends it.
 func (l *Locker) Acquire(ctx context.Context, resource string, opts ...CallOption) (*Lock, error) {
 	return l.acquire(ctx, l.config(opts), resource)
 }
@@ -188,8 +186,7 @@ func (k *Lock) extendLater(ttl time.Duration) {
 	k.mu.Unlock()
 }
 
-// keepUp schedules the extension of a set's lock to ttl unless one is pending or half of ttl
-// is left.
+// keepUp extends a set's lock to ttl later, unless that is pending or half of ttl is left.
 func (k *Lock) keepUp(ttl time.Duration) {
 	k.mu.Lock()
 	pending := k.later != nil

@@ -19,20 +19,16 @@ var ErrNoLock = errors.New("fencingtest: the context holds no lock of Do, DoAll 
 
 // Stall makes the holder of the locks that ctx's work holds behave as a process paused past its
 // lease. Call it inside work that holds a lock: the function of fencing.Locker.Do, DoAll or
-// Lead, a handler behind the Echo middleware (with the request's context) or the Asynq adapter.
-// Then
-//
-//   - the holder's renewals stop, and it is not told of the loss: ctx is not cancelled, and
-//     fencing.ValidUntilFromContext reports a lease that has ended;
-//   - each lease ends in Redis: the resource goes to the next waiters of its queue, or is free;
-//   - Stall returns nil once another acquisition has taken one of the resources (its counter
-//     moved past the holder's token), or ctx.Err() when ctx ends first.
-//
-// Every enclosing hold in ctx (a Do nested in another) stalls too, as a whole process would.
-// After Stall, a write with the holder's token is the late write of a paused holder, which a
-// store that saw the next holder's write refuses, and Do finds the lock lost (its error matches
-// fencing.ErrNotHeld). Stall returns an error wrapping [ErrNoLock], changing nothing, when ctx
-// holds no such lock. It works on miniredis and on Redis.
+// Lead, or a handler behind the Echo middleware (with the request's context) or the Asynq
+// adapter. The holder's renewals stop and it is not told: ctx is not cancelled, and
+// fencing.ValidUntilFromContext reports a lease that has ended. Each lease ends in Redis, where
+// the resource goes to the next waiter or is free; every enclosing hold in ctx stalls too, as a
+// whole process would. Stall returns nil once another acquisition has taken one of the
+// resources (its counter moved past the holder's token), or ctx.Err() when ctx ends first.
+// After it, a write with the holder's token is a paused holder's late write, which a store that
+// saw the next holder's write refuses, and Do finds the lock lost (fencing.ErrNotHeld). Stall
+// returns an error wrapping [ErrNoLock], changing nothing, when ctx holds no such lock. It
+// works on miniredis and on Redis.
 func Stall(ctx context.Context) error {
 	d := stall.From(ctx)
 	if d == nil {

@@ -12,8 +12,7 @@ import (
 
 // The calls of the scripts: one type per verb, whose Run sends it and reads its reply.
 
-// trimmed returns args without its trailing arguments equal to defaults, those of its last
-// len(defaults) arguments in order.
+// trimmed returns args without its trailing arguments equal to defaults, the last ones' own.
 func trimmed(args []any, defaults ...any) []any {
 	n, d := len(args), len(defaults)
 	for n > 0 && d > 0 && args[n-1] == defaults[d-1] {

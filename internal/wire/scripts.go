@@ -99,8 +99,7 @@ func expand(name string) string {
 	return strings.Join(lines, "")
 }
 
-// header returns the line a script whose text is body starts with: the constants it names,
-// and only those (each costs the script a step on every call).
+// header returns the line that declares the constants body names (each costs a step per call).
 func header(body string) string {
 	var names, values []string
 	for _, c := range constants {
