@@ -86,8 +86,7 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k wi
 	return lock, nil, err
 }
 
-// try is attempt returning the script's reply: busy, no lock and no error, but a BusyError as
-// the error of a late reply.
+// try is attempt with the script's reply; busy, no lock and no error (late, a BusyError).
 func (l *Locker) try(ctx context.Context, cfg *config, resource string, k wire.Keys, elem, entry string) (*Lock, wire.AcquireReply, error) {
 	owner, err := newOwner()
 	if err != nil {

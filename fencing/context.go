@@ -37,12 +37,11 @@ func ContextWithToken(ctx context.Context, token int64) context.Context {
 	return (&held{token: token}).with(ctx)
 }
 
-// TokenFromContext returns the fencing token ctx carries, put there by [Locker.Do],
-// [Locker.DoAll] of one resource, [Locker.Lead], the Echo middleware, the Asynq adapter or
-// [ContextWithToken]. The second result is false when ctx carries none, and when ctx holds the
-// locks of more than one resource (a DoAll of several, a Do nested in another Do of another
-// resource, a Do inside ContextWithToken's context): tokens of different resources come from
-// unrelated counters, so use [TokenFor] with the resource whose writes the token fences.
+// TokenFromContext returns the fencing token ctx carries, put there by [Locker.Do], [Locker.DoAll]
+// of one resource, [Locker.Lead], the Echo middleware, the Asynq adapter or [ContextWithToken].
+// The second result is false when ctx carries none, and when it holds the locks of more than one
+// resource (a DoAll of several, nested Do calls of different resources, a Do inside
+// ContextWithToken's context), whose tokens come from unrelated counters: use [TokenFor].
 func TokenFromContext(ctx context.Context) (int64, bool) {
 	h, _ := ctx.Value(heldKey{}).(*held)
 	switch {
@@ -56,9 +55,8 @@ func TokenFromContext(ctx context.Context) (int64, bool) {
 	return h.locks[0].token, true
 }
 
-// TokenFor returns the fencing token of resource held by the innermost enclosing
-// [Locker.Do], [Locker.DoAll] or [Locker.Lead] that holds it (also when several are nested).
-// The second result is false when none of them holds resource.
+// TokenFor returns the fencing token of resource held by the innermost enclosing [Locker.Do],
+// [Locker.DoAll] or [Locker.Lead] that holds it, and false when none of them does.
 func TokenFor(ctx context.Context, resource string) (int64, bool) {
 	for h, _ := ctx.Value(heldKey{}).(*held); h != nil; h = h.outer {
 		for _, k := range h.locks {
@@ -71,12 +69,11 @@ func TokenFor(ctx context.Context, resource string) (int64, bool) {
 }
 
 // ValidUntilFromContext returns the local end of the lease that the work of [Locker.Do],
-// [Locker.DoAll] of one resource or [Locker.Lead] runs under, given that work's context: the
-// time, by this host's monotonic clock, until which the lock is certainly held (renewals move
-// it on; a release or a loss, which cancels the context, does not move it back). Work that
-// must not act without the lock, such as a schedule's leader, checks that enough of it is left
-// before each action. The second result is false when ctx comes from none of them, and when it
-// holds the locks of more than one resource (as for [TokenFromContext]).
+// [Locker.DoAll] of one resource or [Locker.Lead] runs under, given its context: the time, by
+// this host's monotonic clock, until which the lock is certainly held (renewals move it on; a
+// release or a loss, which cancels the context, does not move it back), for work that must not
+// act without the lock. The second result is false when ctx comes from none of them, and when
+// it holds the locks of more than one resource (as for [TokenFromContext]).
 func ValidUntilFromContext(ctx context.Context) (time.Time, bool) {
 	h, _ := ctx.Value(heldKey{}).(*held)
 	if h == nil || h.locks == nil || !h.single {

@@ -47,8 +47,7 @@ func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Co
 // context is cancelled as soon as any lock is lost, with a cause matching [ErrNotHeld] whose
 // text names the lost resource. DoAll returns fn's error, which also matches ErrNotHeld when a
 // lock was lost, or AcquireAll's error without calling fn, holding nothing. The locks are
-// released with a fresh context, in one round trip per server. No goroutine started by DoAll
-// outlives it.
+// released with a fresh context. No goroutine started by DoAll outlives it.
 func (l *Locker) DoAll(ctx context.Context, resources []string, fn func(ctx context.Context) error, opts ...CallOption) error {
 	if fn == nil {
 		return opErr("do all", "", invalidf("nil function"))

@@ -1,16 +1,14 @@
-// Package fencing takes locks on Redis that stay safe when a lease runs out: every
-// acquisition comes with a fencing token, an integer per resource that is higher than every
-// token issued before it, so the data store can reject the writes of a holder that lost the
-// lock without knowing it.
+// Package fencing takes locks on Redis that stay safe when a lease runs out: every acquisition
+// comes with a fencing token, an integer per resource higher than every token issued before it,
+// so the data store can reject the writes of a holder that lost the lock without knowing it.
 //
 // # Why a token
 //
-// A lease lock cannot by itself keep two processes out of the same critical section: a
-// holder can pause (a GC pause, a slow call, a network stall) past its TTL while another
-// process takes the lock, then wake and write. Checking the lease before writing does not
-// help, since the pause can fall between the check and the write. The store must check the
-// token instead: it accepts a write only with a token at least as high as the highest it has
-// seen, for example
+// A lease lock cannot by itself keep two processes out of the same critical section: a holder
+// can pause (a GC pause, a slow call, a network stall) past its TTL while another process takes
+// the lock, then wake and write, and checking the lease first does not help, as the pause can
+// fall between the check and the write. The store must check the token instead, accepting a
+// write only with a token at least as high as the highest it has seen, for example
 //
 //	UPDATE orders SET ..., fence_token = $token WHERE id = $id AND fence_token <= $token
 //

@@ -27,10 +27,9 @@ type Status struct {
 	Limit int
 	// Waiters are the calls queued for the resource, the next to be served first.
 	Waiters []Waiter
-	// NextToken is the lowest token the next acquisition of the resource gets: the last
-	// token issued plus one, or 1 when the resource has no counter (with
-	// [WithServerTimeFloor] it is at least the server's clock in microseconds). At the
-	// int64 maximum, where no acquisition succeeds, it is that maximum.
+	// NextToken is the lowest token the next acquisition gets: the last one plus one, or 1 with
+	// no counter (at least the server's clock in microseconds with [WithServerTimeFloor]); at
+	// the int64 maximum, where no acquisition succeeds, that maximum.
 	NextToken int64
 	// CounterTTL is how long the resource's counter lives without a new token
 	// ([WithCounterExpiry]); 0 when it never expires or there is none.

@@ -238,8 +238,7 @@ func (k *Lock) extended(begin time.Time, ttl time.Duration, held bool, err error
 	return nil
 }
 
-// TTL returns the remaining lease as Redis counts it, or an error wrapping [ErrNotHeld] when
-// this acquisition no longer holds the resource.
+// TTL returns the lease left as Redis counts it, or an error wrapping [ErrNotHeld] once lost.
 func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if k == nil || k.locker == nil {
 		return 0, opErr("ttl", "", errNoLock)

@@ -26,11 +26,10 @@ type Locker struct {
 
 // New returns a Locker that keeps its locks on client: a *redis.Client (also from
 // redis.NewFailoverClient), a *redis.ClusterClient (also from redis.NewFailoverClusterClient)
-// or a *redis.Ring. A client of any other type, such as one that wraps a *redis.Client, is
-// taken for a single server (one pub/sub connection for every resource, one script for a whole
-// set, WAIT through it): give New a Cluster's or a Ring's client itself. New does not talk to
-// Redis. An invalid option or a nil client does not panic: every call on the Locker then
-// returns an error wrapping [ErrInvalid].
+// or a *redis.Ring. A client of any other type, such as one that wraps a *redis.Client, is taken
+// for a single server (one pub/sub connection, one script for a whole set, WAIT through it):
+// give New a Cluster's or a Ring's client itself. New does not talk to Redis, nor panic: with an
+// invalid option or a nil client, every call on the Locker returns an error wrapping [ErrInvalid].
 //
 // A Ring spreads resources over independent servers; adding or removing a shard moves a
 // resource to a server whose counter is lower, so tokens stop increasing: prefer a Client or a

@@ -29,8 +29,7 @@ func (s *LockSet) Locks() []*Lock {
 	return slices.Clone(s.locks)
 }
 
-// Token returns the fencing token of resource in the set, or 0 when resource is not in it.
-// Pass each resource's token to the writes of that resource.
+// Token returns the fencing token of resource in the set, for its writes, or 0 when not in it.
 func (s *LockSet) Token(resource string) int64 {
 	if s == nil {
 		return 0
@@ -106,11 +105,10 @@ func (s *LockSet) release(ctx context.Context) []error {
 	return errs
 }
 
-// Extend resets the TTL of every lock of the set that this acquisition still holds to ttl, in
-// one round trip per server, as [Lock.Extend] does. It returns nil when all were extended, or
-// the others' errors joined, each naming its resource (wrapping ErrNotHeld for a lock no longer
-// held, left as it is). A ttl outside [MinTTL, MaxTTL] returns an error wrapping [ErrInvalid]
-// and sends nothing.
+// Extend resets the TTL of every lock of the set to ttl, in one round trip per server, as
+// [Lock.Extend] does. It returns nil when all were extended, or the others' errors joined, each
+// naming its resource (wrapping ErrNotHeld for a lock no longer held, left as it is). A ttl
+// outside [MinTTL, MaxTTL] returns an error wrapping [ErrInvalid] and sends nothing.
 func (s *LockSet) Extend(ctx context.Context, ttl time.Duration) error {
 	if s == nil || len(s.locks) == 0 {
 		return opErr("extend", "", errNoLock)

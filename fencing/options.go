@@ -103,9 +103,8 @@ func (c *config) with(opts []CallOption) *config {
 	return &n
 }
 
-// WithTTL sets the lease length: how long the lock stays held without renewal. Default:
-// [DefaultTTL] (30s). It must be between [MinTTL] and [MaxTTL]; otherwise every call returns
-// an error wrapping [ErrInvalid].
+// WithTTL sets the lease length, how long the lock stays held unrenewed. Default: [DefaultTTL]
+// (30s). Outside [MinTTL] to [MaxTTL], every call returns an error wrapping [ErrInvalid].
 func WithTTL(d time.Duration) CallOption {
 	return callOption(func(c *config) {
 		if err := validTTL(d); err != nil && c.err == nil {

@@ -55,9 +55,7 @@ func startRenewer(work context.Context, cfg *config, locks []*Lock, extend func(
 }
 
 // earliest returns the earliest local end of the leases, and its lock.
-func (r *renewer) earliest() (time.Time, *Lock) {
-	var first time.Time
-	var which *Lock
+func (r *renewer) earliest() (first time.Time, which *Lock) {
 	for _, k := range r.locks {
 		if d := k.deadline(); which == nil || d.Before(first) {
 			first, which = d, k

@@ -52,9 +52,8 @@ func (l *Locker) pipeWait(ctx context.Context, cfg *config, call wire.Call) (any
 	return res, acks, err
 }
 
-// confirm resets a lock granted from the queue to the lease cfg asks for and, with
-// WithReplicas, waits for the replicas to acknowledge it: the WAIT follows a write of this
-// connection's, so it also covers the grant that came before.
+// confirm extends a lock granted from the queue to cfg's TTL, with WithReplicas followed by a
+// WAIT, which also covers the grant before it.
 func (l *Locker) confirm(ctx context.Context, cfg *config, k *Lock) error {
 	if cfg.replicas == 0 {
 		return k.Extend(ctx, cfg.ttl)

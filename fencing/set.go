@@ -157,8 +157,7 @@ func (l *Locker) attemptAll(ctx context.Context, cfg *config, g []member) ([]*Lo
 	return locks, nil, nil
 }
 
-// takeAll takes ms in order; it returns the set, or the resource that failed and why, and the
-// number of acquire scripts sent.
+// takeAll takes ms in order; it returns the set, or the failed resource and cause, and attempts.
 func (l *Locker) takeAll(ctx context.Context, cfg *config, ms []member) (set *LockSet, failed string, attempts int, err error) {
 	set = &LockSet{locker: l, hooks: cfg.hooks, locks: make([]*Lock, 0, len(ms))}
 	var deadline time.Time

@@ -27,8 +27,7 @@ func holdsIn(ctx context.Context) []*hold {
 	return holds
 }
 
-// pause stops the renewals of holds, without cancelling the work, and ends each lease in Redis
-// and locally. It returns the locks.
+// pause stops the holds' renewals, not their work, and ends each lease in Redis and locally.
 func pause(ctx context.Context, holds []*hold) []*Lock {
 	var locks []*Lock
 	for _, h := range holds {

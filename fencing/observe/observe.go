@@ -91,16 +91,14 @@ type Event struct {
 	Held time.Duration
 	// ClockBehind is set on an acquisition with a server-time floor (WithServerTimeFloor,
 	// WithCounterExpiry) when the Redis server's clock was more than a second behind the last
-	// token issued for the resource: the clock stepped back. The token is still the highest
-	// while the counter exists; one that expires and is created again before the clock catches
-	// up issues lower tokens, which a store that checks tokens refuses. Zero otherwise, and for
-	// locks granted from the queue.
+	// token issued for the resource: the clock stepped back. The token is still the highest while
+	// the counter exists; one created again before the clock catches up issues lower tokens,
+	// which a store that checks tokens refuses. Zero otherwise, and for grants from the queue.
 	ClockBehind time.Duration
 }
 
 // Hooks observe a Locker's operations; any field may be nil. Give them to fencing.WithHooks.
-// They run on the calling goroutine (renewals on Do's timer's), so they must be quick and safe
-// for concurrent use.
+// They run on the calling goroutine (renewals on a timer's): be quick and safe for concurrent use.
 //
 // Each campaign of fencing.Locker.Lead is an OpCampaign whose End's outcome is OutcomeAcquired
 // when leadership is won (Token is the term's epoch), OutcomeCancelled when the context ended,
@@ -115,7 +113,6 @@ type Hooks struct {
 	Start func(ctx context.Context, op Op, resource string) context.Context
 	// End is called when the operation started by Start ends, with Start's context.
 	End func(ctx context.Context, e Event)
-	// Lost is called when Do finds its lock gone (or its lease run out), with the work's
-	// context, just before it is cancelled.
+	// Lost is called with the work's context when Do loses its lock, just before cancelling it.
 	Lost func(ctx context.Context, e Event)
 }

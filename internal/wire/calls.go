@@ -124,8 +124,7 @@ func ParseAcquire(res any) (AcquireReply, error) {
 	return a, nil
 }
 
-// An AcquireAll takes the exclusive locks of several resources of one server or Cluster slot,
-// in order, as far as they are free (acquireall.lua).
+// An AcquireAll (acquireall.lua) takes one server's or slot's exclusive locks up to a busy one.
 type AcquireAll struct {
 	Keys    []Keys
 	Owner   string

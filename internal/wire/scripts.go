@@ -209,8 +209,7 @@ func (c Call) Run(ctx context.Context, client redis.UniversalClient) *redis.Cmd 
 // count them up to the first key that is not one, and name the others after them) and, on a
 // *redis.ClusterClient, each one's fence and queue keys and the key of memo when not "" (ks then
 // has one resource). A Cluster checks declared keys: while their slot migrates it answers
-// TRYAGAIN rather than run the script on a node without the counter, which would issue tokens
-// again from 1.
+// TRYAGAIN rather than run a script without the counter, which would issue tokens from 1 again.
 func Declare(c redis.UniversalClient, ks []Keys, memo string) []string {
 	_, cluster := c.(*redis.ClusterClient)
 	n := len(ks)

@@ -61,9 +61,8 @@ func SplitValue(v string) (owner string, token int64, ok bool) {
 var labels = base32.StdEncoding.WithPadding(base32.NoPadding)
 
 // Labeled returns s, an owner or an element (which, unlike an owner, holds a '.'), with label
-// (fencing.WithLabel; if not "") after a '~': in an owner as it is but for '%', ':', '.' and '~',
-// which become "%XX" (a lock value splits at its last ':', an element at its '.'); in an element
-// encoded by labels.
+// (fencing.WithLabel; if not "") after a '~': in an element encoded by labels, in an owner as it
+// is but for '%', ':', '.' and '~', "%XX" (a lock value splits at its last ':', an element at '.').
 func Labeled(s, label string) string {
 	if label == "" {
 		return s
@@ -91,16 +90,12 @@ func LabelOf(owner string) string {
 		return ""
 	}
 	if strings.IndexByte(owner, '.') >= 0 { // an element
-		b, err := labels.DecodeString(owner[i+1:])
-		if err != nil {
-			return ""
+		if b, err := labels.DecodeString(owner[i+1:]); err == nil {
+			return string(b)
 		}
-		return string(b)
-	}
-	label, err := url.PathUnescape(owner[i+1:])
-	if err != nil {
 		return ""
 	}
+	label, _ := url.PathUnescape(owner[i+1:]) // "" on error
 	return label
 }
 

@@ -1,7 +1,6 @@
 // Package stall carries, in the context of work that holds locks, the functions that make the
 // holder behave as a process paused past its lease and run its successor: package fencing puts
-// them in the work context of Do, DoAll and Lead, and fencing/fencingtest calls them. It is no
-// part of fencing's API.
+// them in the work context of Do, DoAll and Lead, and fencing/fencingtest calls them.
 package stall
 
 import "context"
