@@ -23,9 +23,8 @@
 // lost. A busy resource has a first-come, first-served queue in Redis, next to the lock: the
 // release script hands the lock to the longest-waiting waiter of any Locker in the same round
 // trip and announces it with pub/sub (sharded on a Cluster), so a release wakes one waiter,
-// not every process. [Locker.Lead] elects a leader per name on the same machinery: each term's
-// token is its epoch; package leader's Elector gives a scheduler that asks before each run
-// (gocron v2) the same leadership and epoch.
+// not every process. [Locker.Lead] elects a leader per name on the same machinery, each term's
+// token its epoch (package leader's Elector serves a scheduler such as gocron v2).
 //
 // # Other kinds
 //

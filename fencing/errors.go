@@ -38,19 +38,17 @@ var (
 	// acquisition in time. The lock was released before the error was returned.
 	ErrNotReplicated = errors.New("acquisition not replicated")
 
-	// ErrLayout means a shared or limited resource's lock is a hash in the key layout of a
-	// fencekit version before v0.1.0's (layout 1), which processes of that version hold during
-	// a rolling deploy. The call changed and took nothing; the resource is usable again once
-	// those holders are gone. See docs/design.md, "Rolling deploys".
+	// ErrLayout means a shared or limited resource's lock is in the key layout of a version
+	// before v0.1.0 (layout 1), held by its processes during a rolling deploy (see docs/design.md,
+	// "Rolling deploys"). The call changed and took nothing; retry once those holders are gone.
 	ErrLayout = errors.New("lock in the key layout of an earlier fencekit version, which this one does not change: finish the rolling deploy")
 )
 
 // A BusyError is the cause of an acquisition that found its resource busy: held by others (an
 // exclusive holder, shared holders for an exclusive call, every slot of a limit) or waiters
-// queued ahead of it. It matches [ErrNotAcquired]; read it with [errors.As]. TryAcquire and
-// the set calls return it when the resource is busy; Acquire and Do when [WithMaxWait] runs
-// out, and with the context's error (and the last Redis error, when the waiter's checks were
-// failing) when the context ends the wait.
+// queued ahead of it. It matches [ErrNotAcquired]; read it with [errors.As]. TryAcquire and the
+// set calls return it when the resource is busy; Acquire and Do when [WithMaxWait] runs out, or
+// the context ends the wait (with its error, and the last Redis error of failing checks).
 type BusyError struct {
 	// Resource is the busy resource; for a set of resources, the one waited for.
 	Resource string

@@ -31,8 +31,7 @@ type Status struct {
 	// no counter (at least the server's clock in microseconds with [WithServerTimeFloor]); at
 	// the int64 maximum, where no acquisition succeeds, that maximum.
 	NextToken int64
-	// CounterTTL is how long the resource's counter lives without a new token
-	// ([WithCounterExpiry]); 0 when it never expires or there is none.
+	// CounterTTL is how long the counter lives without a new token ([WithCounterExpiry]), or 0.
 	CounterTTL time.Duration
 }
 

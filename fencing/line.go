@@ -12,8 +12,7 @@ import (
 )
 
 // A room's lines: the grants that reach one (announced, in a release's reply or in a poll's),
-// each delivered one way (deliver) and dated once; what a reply saw held; and a line's life,
-// from the first waiter on a resource to its subscription's end.
+// each delivered once (deliver); what a reply saw held; and a line's life.
 
 // granted gives g, a grant of k's resource, to its waiter of this room, or passes it on.
 func (r *room) granted(k wire.Keys, g grant) {
@@ -61,8 +60,7 @@ func (r *room) heard(ch, payload string) {
 	}
 }
 
-// subscribed makes the front waiter of ch's resource check with Redis now: the server has
-// just confirmed the subscription, perhaps on a new connection that lost an announcement.
+// subscribed makes ch's front waiter check now: the confirmation may follow a lost announcement.
 func (r *room) subscribed(ch string) {
 	k, ok := wire.GrantsOf(ch, r.id)
 	ln := r.line(k.Channel)
@@ -203,8 +201,8 @@ func (ln *line) leaseSeen(replied time.Time, left time.Duration) {
 	ln.mu.Unlock()
 }
 
-// nextPoll returns how long after now w waits before its next check with Redis: d, or less
-// when w is the front waiter and the holders' lease ends sooner.
+// nextPoll returns how long w waits for its next check: d, or less for a front waiter whose
+// holders' lease ends sooner.
 func (ln *line) nextPoll(w *waiter, d time.Duration, now time.Time) time.Duration {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
@@ -236,10 +234,9 @@ func (ln *line) wakeFront() {
 // queued reports whether w's element is in the Redis queue, as far as the room knows.
 func queued(w *waiter) bool { return w.joined && !w.got && !w.unsure }
 
-// leave takes w off ln: a grant to w that it did not take is passed on, its element, if still
-// queued, removed. It waits for a check in flight, which would put back as dropped the element
-// of a grant w took and released meanwhile. It returns how many waiters were ahead of w's
-// element then, and the holders' lease left, each -1 when unknown.
+// leave takes w off ln, after a check in flight (which would put back the element of a grant w
+// released), passing on a grant it did not take, or removing its element. It returns how many
+// waiters were ahead of it and the holders' lease left, each -1 when unknown.
 func (r *room) leave(ln *line, w *waiter) (ahead int, left time.Duration) {
 	ln.turn.Lock()
 	defer ln.turn.Unlock()

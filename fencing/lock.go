@@ -40,9 +40,8 @@ type Lock struct {
 	laterTTL time.Duration // the lease that extension sets
 }
 
-// Token returns the fencing token issued with this acquisition: a positive integer that is
-// higher than every token issued before it for the same resource. Pass it to the store,
-// which must reject writes carrying a lower token than it has seen.
+// Token returns the fencing token of this acquisition, higher than every token issued before
+// it for the resource: pass it to the store, which must reject writes with a lower one.
 func (k *Lock) Token() int64 {
 	if k == nil {
 		return 0

@@ -100,9 +100,8 @@ func isNil(c redis.UniversalClient) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
-// Err reports whether the Locker is usable, sending nothing: it returns the error every call
-// would return before reaching Redis, one wrapping [ErrInvalid] for a nil client or an invalid
-// option given to [New], or [ErrClosed] after Close; nil otherwise.
+// Err returns the error, if any, that every call would return before reaching Redis, sending
+// nothing: one wrapping [ErrInvalid] for a nil client or an invalid option of [New], [ErrClosed].
 func (l *Locker) Err() error {
 	if err := l.made(); err != nil {
 		return opErr("locker", "", err)

@@ -20,8 +20,7 @@ type LockSet struct {
 	locks  []*Lock // in the order taken: the canonical order
 }
 
-// Locks returns a copy of the set's slice of locks, in the canonical order ([Locker.AcquireAll]):
-// releasing one of them releases it for the set too.
+// Locks returns a copy of the set's slice of locks (its own), in the canonical order.
 func (s *LockSet) Locks() []*Lock {
 	if s == nil {
 		return nil

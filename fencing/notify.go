@@ -144,8 +144,7 @@ func (n *notifier) close() {
 }
 
 // run does the queued work until close, and compares the connections with the slot map every
-// checkEvery, every second for 3s after a slot moved (the node that reports the map may not
-// know yet), and while channels are homeless after a back-off that grows with failures.
+// checkEvery, each second for 3s after a slot moved, and while channels are homeless more often.
 func (n *notifier) run() {
 	defer close(n.ended)
 	timer := time.NewTimer(checkEvery)
@@ -197,8 +196,7 @@ func (n *notifier) homeless() bool {
 	return false
 }
 
-// home subscribes to ch on its owner's connection, opening it if needed, and moves it there
-// from another connection. On failure ch stays where it was or homeless, and run tries again.
+// home moves ch to its owner's connection, opening it if needed; on failure run tries again.
 func (n *notifier) home(ctx context.Context, ch string) {
 	addr, open, err := n.route.owner(ctx, ch)
 	f := n.chans[ch]
@@ -251,9 +249,8 @@ func (n *notifier) drop(f *feed) {
 	_ = f.ps.Close()
 }
 
-// read hands f's announcements and confirmations on until f is closed. A connection in doubt
-// goes back to run to be replaced: any error but a timeout answered by a PONG (error replies
-// too: MOVED, CROSSSLOT), and a channel the server unsubscribed unless run asked for that.
+// read hands f's news on until f is closed. It sends back to run, to be replaced, a connection in
+// doubt: an error but a timeout answered by a PONG, or a channel unsubscribed by the server.
 func (n *notifier) read(f *feed) {
 	defer n.readers.Done()
 	ctx := context.Background()

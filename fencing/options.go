@@ -129,10 +129,9 @@ func WithPrefix(p string) Option {
 // WithLimit lets up to n holders hold the resource at once, a counting semaphore across every
 // process, with [Locker.TryAcquire], [Locker.Acquire] and [Locker.Do]. Default: 1, the
 // exclusive lock. Each holder gets its own [Lock] and token, and releases, extends and loses only
-// its own lease. The resource's queue is first come, first served: a freed slot goes to the
-// longest waiter, and a newcomer takes no free slot ahead of queued waiters. A token orders the
-// acquisitions but does not exclude the other n-1 holders: fence per entity written, or per
-// holder slot (see docs/limits.md).
+// its own lease. A freed slot goes to the longest waiter, never to a newcomer ahead of queued
+// waiters. A token orders the acquisitions but does not exclude the other n-1 holders: fence per
+// entity written, or per holder slot (see docs/limits.md).
 //
 // The limit is recorded with the holders: every caller of a resource should use the same. A
 // call that asks for another limit than the live holders' (limit 1 and [Shared] included)
@@ -231,13 +230,12 @@ func WithCounterExpiry(d time.Duration) Option {
 	})
 }
 
-// WithLabel gives an acquisition a label of the caller's choosing, such as a task ID, a
-// request ID or a host name, which [Locker.Inspect] (and fencekit show and locks, and the
-// operators' page) shows for its holder and, while it waits, its waiter. It is kept in Redis
-// with the lock, at the cost of its length. A label is at most [MaxLabelLen] bytes of UTF-8
-// without control characters; any other is an error wrapping [ErrInvalid] of every call it is
-// given to, which then sends nothing. Default: none (""). It applies to one acquisition: given
-// to [New], where every acquisition would carry it, it is an error too.
+// WithLabel gives an acquisition a label of the caller's choosing, such as a task ID, a request
+// ID or a host name, which [Locker.Inspect] (and fencekit show and locks, and the operators'
+// page) shows for its holder or waiter. It is kept in Redis with the lock, at the cost of its
+// length. A label is at most [MaxLabelLen] bytes of UTF-8 without control characters; any other
+// is an error wrapping [ErrInvalid] of every call it is given to, which then sends nothing.
+// Default: none (""). It applies to one acquisition: given to [New], it is an error too.
 func WithLabel(label string) CallOption {
 	return callOption(func(c *config) {
 		if err := validLabel(label); err != nil && c.err == nil {

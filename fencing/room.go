@@ -19,17 +19,15 @@ import (
 // grant comes (line.go). It alone subscribes, polls, delivers grants and frees those not taken.
 
 const (
-	// pollEvery is the longest time (less jitter) between a line's checks with Redis when no
-	// announcement arrives, which renew the waiter key well within wire.EntryTTL.
+	// pollEvery bounds the time (less jitter) between a line's checks, well within wire.EntryTTL.
 	pollEvery = time.Second
 	// grantLease is the longest lease of a grant: how long a dead waiter holds the resource up.
 	grantLease = 3 * time.Second
 	// renewAfter is how long after a write of the room's waiter key and the queue's TTL a join
 	// need not write them again: the waiter polls, at most 1.2 pollEvery later, before they end.
 	renewAfter = wire.EntryTTL - 3*pollEvery/2
-	// outageWait is how long a waiter goes on checking while every check fails with an error
-	// that can pass: long enough for a restart, a Cluster's failover with the default
-	// cluster-node-timeout (15s) and the CLUSTERDOWN of a primary that rejoins.
+	// outageWait is how long a waiter goes on through errors that can pass: a restart, a Cluster's
+	// failover (cluster-node-timeout 15s) and the CLUSTERDOWN of a primary that rejoins.
 	outageWait = 30 * time.Second
 	// subscribePatience is how long a new line waits for its subscription to be confirmed
 	// before it joins the queue (a grant announced before is not heard; a check catches it).
@@ -83,8 +81,7 @@ type waiter struct {
 	wake   chan struct{} // capacity 1: check with Redis now
 }
 
-// A grant is one that a reply or an announcement revealed: to the queue element elem, with
-// token, made after the call sent at after (zero when unknown).
+// A grant, revealed by a reply or an announcement, is to elem with token, made after after.
 type grant struct {
 	elem  string
 	token int64
@@ -182,10 +179,9 @@ func (r *room) queuedOn(ks []wire.Keys) bool {
 	return false
 }
 
-// wait waits in the queue of c's resource until it is granted to the call, ctx ends or the
-// Locker closes (a *waitEnded), or checks fail with an error that cannot pass or for longer
-// than the outage allowance. parent is the call's own context, whose end (not a bound of the
-// wait) also ends a wait for a grant already made. A lock the join took is returned as it is.
+// wait waits in the queue of c's resource for a grant, until ctx ends or the Locker closes (a
+// *waitEnded), or checks fail for good or too long. parent is the call's own context, whose end
+// also ends a wait for a grant already made. A lock the join took is returned as it is.
 func (r *room) wait(ctx, parent context.Context, c waitCall) (*Lock, granted, error) {
 	ln, err := r.enter(ctx, c)
 	if err != nil {
@@ -318,7 +314,7 @@ func (r *room) join(ctx context.Context, c waitCall, ln *line, w *waiter) (*Lock
 }
 
 // check runs the poll script for ln: it renews the waiter key, puts back dropped elements, and
-// finds a grant whose announcement was lost or a lease that ran out.
+// finds lost grants and lapsed leases.
 func (r *room) check(ctx context.Context, ln *line) error {
 	ln.turn.Lock()
 	defer ln.turn.Unlock()

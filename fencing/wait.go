@@ -46,8 +46,8 @@ func (l *Locker) acquire(ctx context.Context, cfg *config, resource string) (*Lo
 	return lock, err
 }
 
-// wait is Acquire's loop: one attempt, unless this Locker waits on the resource already, then
-// the room's wait. It returns how many scripts it sent, for the hooks.
+// wait is Acquire's loop, one attempt (unless this Locker waits there) then the room's wait;
+// it returns how many scripts it sent.
 func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock, int, error) {
 	k := wire.For(cfg.prefix, resource)
 	parent, attempts, begin := ctx, 0, time.Now()

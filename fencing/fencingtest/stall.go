@@ -1,9 +1,8 @@
 // Package fencingtest helps test code that takes fencing locks: [Stall] turns the holder of a
-// lock into a holder paused past its lease (a GC pause, a stalled call, a suspended VM), inside
-// one test process, and [Takeover] also runs the work of the holder that comes next, so that a
-// test can show that its store refuses the writes such a holder makes. Such a pause is hard to
-// produce otherwise: the renewals of fencing.Locker.Do keep the lease alive, and miniredis's
-// FastForward moves Redis's clock but not the holder's.
+// lock into one paused past its lease (a GC pause, a stalled call), which a test cannot easily
+// produce (Do's renewals keep the lease alive; miniredis's FastForward moves Redis's clock, not
+// the holder's), and [Takeover] also runs the next holder's work, so that a test shows that its
+// store refuses the writes of such a holder.
 package fencingtest
 
 import (
@@ -47,8 +46,7 @@ func Stall(ctx context.Context) error {
 // successor as the next holder: under a new acquisition of the same resources (those of the
 // innermost Do, DoAll or Lead of ctx) by the same Locker with the same settings, renewed and
 // released as Do and DoAll do, with its own token (fencing.TokenFromContext, fencing.TokenFor)
-// in a context of its own, without ctx's locks and values. It waits for the resources, behind
-// any waiters queued before it, until ctx ends.
+// in a context of its own, without ctx's locks and values, waiting for them until ctx ends.
 //
 // Takeover returns successor's error (matching fencing.ErrNotHeld too when its lock was lost)
 // once its locks are released, so that the stalled holder's next write is a late write after

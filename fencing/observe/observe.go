@@ -73,17 +73,14 @@ type Event struct {
 	// Resources is the set of an operation on several resources, deduplicated and in the
 	// canonical order (see fencing.Locker.AcquireAll); nil for one resource.
 	Resources []string
-	// Token is the acquisition's fencing token, or 0 when nothing was acquired; for
-	// ForceRelease, the token of the holder it freed.
+	// Token is the acquisition's fencing token, 0 when none; for ForceRelease, the holder's.
 	Token   int64
 	Outcome Outcome
 	// Label is the acquisition's label (fencing.WithLabel), or "".
 	Label string
-	// Err is the error the operation returned; nil for OutcomeAcquired, OutcomeBusy
-	// (from TryAcquire, which returns ErrNotAcquired) and OutcomeOK.
+	// Err is the operation's error; nil for OutcomeAcquired, OutcomeOK and TryAcquire's busy.
 	Err error
-	// Attempts is the number of acquire scripts sent (acquisitions only; for a set, the
-	// multi-resource scripts and the single ones of its waits).
+	// Attempts is the number of acquire scripts an acquisition sent (for a set, all of them).
 	Attempts int
 	// Elapsed is the time from Start to End: for an acquisition, the time spent waiting.
 	Elapsed time.Duration

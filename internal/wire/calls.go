@@ -209,8 +209,8 @@ type Release struct {
 	Memo    Memo   // with one resource: written with the release, while it is held
 }
 
-// Memo is what a release writes with it (see fencing.Memo): a memo named Name with Value for
-// TTL milliseconds, and an expiry of Counter milliseconds for the counter unless it has one.
+// Memo is what a release writes (fencing.Memo): Name's Value for TTL ms, and Counter ms of expiry
+// for a counter without one.
 type Memo struct {
 	Name, Value  string
 	TTL, Counter int64
@@ -376,8 +376,7 @@ func ParsePoll(res []any) (PollReply, error) {
 	return PollReply{}, unexpected(res)
 }
 
-// parseGrants reads the grants of a reply {Granted, element, token, ...} (step 2) or of the
-// poll script's {Granted, element, token, now, ...} (step 3).
+// parseGrants reads the grants of {Granted, element, token, ...} (step 2; 3 with now, a poll's).
 func parseGrants(arr []any, step int) ([]Grant, error) {
 	if len(arr) < 1+step || (len(arr)-1)%step != 0 {
 		return nil, unexpected(arr)

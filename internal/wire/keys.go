@@ -65,8 +65,7 @@ func GrantsOf(ch, id string) (Keys, bool) {
 	return Keys{Lock: b + "lock", Fence: b + "fence", Queue: b + "queue", Channel: base}, true
 }
 
-// ResourceOf returns the resource whose lock key, under prefix, is key, and false when key is
-// no such key: the reverse of For, for a scan of the lock keys.
+// ResourceOf returns the resource whose lock key under prefix is key (For's reverse), or false.
 func ResourceOf(prefix, key string) (string, bool) {
 	rest, ok := strings.CutPrefix(key, prefix+"{")
 	if !ok {

@@ -99,9 +99,9 @@ func LabelOf(owner string) string {
 	return label
 }
 
-// An Element is a waiter's entry in a resource's queue: "<Locker id>.<n>.<lease ms>", the Rules of
-// its grant's token, then 's' for a shared waiter or 'l<n>' for one of n slots, then its label
-// (see Labeled). A grant to it follows those rules, whichever Locker grants it.
+// An Element is a waiter's entry in a resource's queue: "<Locker id>.<n>.<lease ms>", its grant's
+// Rules (followed whichever Locker grants it), 's' for a shared waiter or 'l<n>' for one of n
+// slots, then its label (see Labeled).
 type Element struct {
 	Locker string        // the waiting Locker's id
 	Seq    uint64        // numbers the Locker's waiters
@@ -144,8 +144,8 @@ func Rules(floor bool, expiry time.Duration) string {
 	return ""
 }
 
-// ParseElement reads an element as the scripts do (grants.lua's parse); ok is false for what
-// they cannot read, which they drop, without a grant, when it reaches the head of the queue.
+// ParseElement reads an element as element.lua does; ok is false for what it cannot read, which
+// the scripts drop, without a grant, at the head of the queue.
 func ParseElement(s string) (e Element, ok bool) {
 	id, rest, found := strings.Cut(s, ".")
 	if !found {
@@ -203,9 +203,8 @@ func ParseWaiterValue(v string) (time.Time, bool) {
 	return time.UnixMilli(ms), true
 }
 
-// HashHolders reads the hash of a shared or limited lock, as HGETALL returns it, in this layout or
-// the earlier one (old), as the inspect script does: the holders' kind and every holder, whose
-// lease may have ended (End by the server's clock).
+// HashHolders reads the hash of a shared or limited lock from HGETALL, in this layout or the
+// earlier one (old), as inspect.lua does: the holders' kind and every holder, live or not.
 func HashHolders(fields map[string]string) (kind Kind, holders []Holder, old bool) {
 	if v, ok := fields["limit"]; ok {
 		old = true
