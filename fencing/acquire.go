@@ -29,10 +29,8 @@ import (
 // is held. Options override the Locker's settings for this call, such as [WithTTL].
 func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...CallOption) (*Lock, error) {
 	cfg := l.config(opts)
-	ctx = cfg.hooks.start(ctx, observe.OpTryAcquire, resource)
-	begin := time.Now()
-	lock, err := (*Lock)(nil), l.check(ctx, cfg, resource)
-	attempts := 0
+	ctx, begin := cfg.hooks.start(ctx, observe.OpTryAcquire, resource), time.Now()
+	lock, attempts, err := (*Lock)(nil), 0, l.check(ctx, cfg, resource)
 	if err == nil {
 		var busy *BusyError
 		attempts = 1
@@ -96,8 +94,7 @@ func (l *Locker) try(ctx context.Context, cfg *config, resource string, k wire.K
 		Keys: k, Owner: wire.Labeled(owner, cfg.label), Lease: millis(cfg.ttl), Kind: cfg.kind, Element: elem,
 		Entry: entry, Publish: l.topo.Publish(), Floor: cfg.timeFloor, Expiry: millis(cfg.expiry), Memo: cfg.memo,
 	}
-	sent := time.Now()
-	var r wire.AcquireReply
+	sent, r := time.Now(), wire.AcquireReply{}
 	if cfg.replicas > 0 {
 		var res any
 		res, err = l.replicated(ctx, cfg, a.Call(l.client), func(res any) bool {

@@ -25,17 +25,16 @@ var (
 	// or another owner has taken it since. Release and Extend return it and change nothing.
 	ErrNotHeld = errors.New("not held")
 
-	// ErrInvalid means an argument or option is unusable: an empty or oversized resource name,
-	// a TTL out of range, a nil client, a prefix containing '{' or '}', options that do not go
-	// together. Nothing was sent to Redis, except for a call of a kind that the resource's live
-	// holders cannot admit (see [WithLimit], [Shared]), which changed nothing.
+	// ErrInvalid means an argument or option is unusable: an empty or oversized resource name, a
+	// TTL out of range, a nil client, a prefix with '{' or '}', options that do not go together.
+	// Nothing was sent, but for a kind the live holders refuse ([WithLimit]): nothing changed.
 	ErrInvalid = errors.New("invalid argument")
 
 	// ErrClosed means the Locker was closed; Release and Extend still work on its locks.
 	ErrClosed = errors.New("locker closed")
 
-	// ErrNotReplicated means fewer replicas than required by [WithReplicas] acknowledged an
-	// acquisition in time. The lock was released before the error was returned.
+	// ErrNotReplicated means too few replicas acknowledged an acquisition ([WithReplicas]), which
+	// was then released.
 	ErrNotReplicated = errors.New("acquisition not replicated")
 
 	// ErrLayout means a shared or limited resource's lock is in the key layout of a version

@@ -12,14 +12,12 @@ import (
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
-// A Status is what Redis holds of one resource at one moment, as [Locker.Inspect] reads it:
-// for diagnostics, dashboards and operators (fencekit show and locks print it). It is a
-// snapshot: by the time it is read, holders may have released, expired or been replaced.
+// A Status is what Redis holds of one resource at one moment, as [Locker.Inspect] reads it for
+// diagnostics and operators: by the time it is read, holders may have changed.
 type Status struct {
 	// Resource is the resource's name.
 	Resource string
-	// Holders are the acquisitions that hold the resource, by token: one exclusive holder,
-	// or the shared or limited holders whose lease has not ended. Empty when it is free.
+	// Holders are the live acquisitions that hold the resource, by token; none when it is free.
 	Holders []Holder
 	// Shared reports whether the holders hold the resource shared ([Shared]).
 	Shared bool
@@ -74,10 +72,8 @@ type Waiter struct {
 // shared or limited resource in an earlier version's key layout. Hooks observe it.
 func (l *Locker) Inspect(ctx context.Context, resource string) (*Status, error) {
 	cfg := l.config(nil)
-	ctx = cfg.hooks.start(ctx, observe.OpInspect, resource)
-	begin := time.Now()
-	var st *Status
-	err := cmp.Or(l.made(), validResource(resource))
+	ctx, begin := cfg.hooks.start(ctx, observe.OpInspect, resource), time.Now()
+	st, err := (*Status)(nil), cmp.Or(l.made(), validResource(resource))
 	if err == nil {
 		var raw wire.State
 		raw, err = (&wire.Inspect{Keys: wire.For(l.cfg.prefix, resource)}).Run(ctx, l.client)
@@ -126,18 +122,16 @@ func statusOf(resource string, raw wire.State) *Status {
 	return st
 }
 
-// ForceRelease frees resource from its holder with token, as that holder's own Release would:
-// the resource goes to the next waiters of its queue at once, and the holder's Release and
-// Extend then return [ErrNotHeld]. It is for operators freeing a lock whose holder is stuck
-// (fencekit release --force, the operators' page): the holder is not told and may still be
-// working, so this is safe for data only when the store checks tokens. It returns an error
-// wrapping ErrNotHeld, and changes nothing, when no holder of resource has token (released,
+// ForceRelease frees resource from its holder with token, as that holder's Release would (the
+// next waiters get it at once; the holder's Release and Extend then return [ErrNotHeld]). It is
+// for operators freeing a lock whose holder is stuck (fencekit release --force): the holder is
+// not told and may still be working, so this is safe for data only when the store checks tokens.
+// It returns an error wrapping ErrNotHeld, changing nothing, when no holder has token (released,
 // expired or replaced meanwhile); [ErrInvalid] for an invalid name, sending nothing; other
 // errors come from Redis. Hooks observe it, with the holder's token and label.
 func (l *Locker) ForceRelease(ctx context.Context, resource string, token int64) error {
 	cfg := l.config(nil)
-	ctx = cfg.hooks.start(ctx, observe.OpForceRelease, resource)
-	begin := time.Now()
+	ctx, begin := cfg.hooks.start(ctx, observe.OpForceRelease, resource), time.Now()
 	e := observe.Event{Op: observe.OpForceRelease, Resource: resource, Token: token, Outcome: observe.OutcomeOK}
 	st, err := l.Inspect(ctx, resource) // its error names the call that failed
 	if err == nil {

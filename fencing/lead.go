@@ -81,8 +81,7 @@ func (l *Locker) Lead(ctx context.Context, name string, fn func(ctx context.Cont
 
 // campaign waits for leadership of name once, observed as an observe.OpCampaign.
 func (l *Locker) campaign(ctx context.Context, cfg *config, name string) (*Lock, error) {
-	cctx := cfg.hooks.start(ctx, observe.OpCampaign, name)
-	begin := time.Now()
+	cctx, begin := cfg.hooks.start(ctx, observe.OpCampaign, name), time.Now()
 	lock, err := l.acquire(cctx, cfg, name)
 	ev := observe.Event{Op: observe.OpCampaign, Resource: name, Elapsed: time.Since(begin)}
 	if err != nil {

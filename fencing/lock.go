@@ -62,13 +62,11 @@ func (k *Lock) Shared() bool {
 	return k != nil && k.kind.Shared
 }
 
-// Release frees the resource if this acquisition still holds it. When waiters are queued for
-// the resource, it goes straight to the longest-waiting ones that it now admits, with new
-// tokens, in the same round trip. It returns an error wrapping [ErrNotHeld] and changes
-// nothing when the lease has run out or the resource belongs to a newer acquisition. Other
-// errors come from Redis; the resource then stays held until the lease runs out. A release
-// that go-redis retries after losing the reply returns what its first run did: nil when that
-// run released the lock, ErrNotHeld only when the lock had passed on before it.
+// Release frees the resource if this acquisition still holds it, handing it in the same round
+// trip to the longest-waiting waiters it now admits, with new tokens. It returns an error
+// wrapping [ErrNotHeld] and changes nothing when the lease has run out or the resource belongs
+// to a newer acquisition. Other errors come from Redis; the resource then stays held until the
+// lease runs out. A release retried after a lost reply returns what its first run did.
 func (k *Lock) Release(ctx context.Context) error {
 	return k.release(ctx, wire.Memo{})
 }
@@ -79,8 +77,7 @@ func (k *Lock) release(ctx context.Context, m wire.Memo) error {
 		return opErr("release", "", errNoLock)
 	}
 	k.stopLater()
-	ctx = k.hooks.start(ctx, observe.OpRelease, k.resource)
-	begin := time.Now()
+	ctx, begin := k.hooks.start(ctx, observe.OpRelease, k.resource), time.Now()
 	err := error(ErrNotHeld) // once released, the record in Redis would answer as to a retry
 	if !k.released.Load() {
 		err = k.locker.release(ctx, &wire.Release{Keys: []wire.Keys{k.keys}, Values: []string{k.value}, Kind: k.kind, Keep: k.keepRecord(), Memo: m})[0][0]
@@ -107,8 +104,7 @@ func (l *Locker) release(ctx context.Context, rs ...*wire.Release) [][]error {
 		}
 		calls[i] = r.Call(l.client)
 	}
-	sent := time.Now()
-	cmds := wire.Pipe(ctx, l.client, calls)
+	sent, cmds := time.Now(), wire.Pipe(ctx, l.client, calls)
 	var lost []wire.Call
 	for i, cmd := range cmds {
 		if lostReply(ctx, cmd.Err()) {
@@ -207,8 +203,7 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 
 // extend is Extend as op for the hooks, leaving the pending extension as it is.
 func (k *Lock) extend(ctx context.Context, ttl time.Duration, op observe.Op) error {
-	ctx = k.hooks.start(ctx, op, k.resource)
-	begin := time.Now()
+	ctx, begin := k.hooks.start(ctx, op, k.resource), time.Now()
 	err := validTTL(ttl)
 	if err == nil {
 		_, held, rerr := wire.ParseExtend(k.extension(ttl).Run(ctx, k.locker.client).Result())

@@ -85,11 +85,9 @@ func (l *Locker) Settings() Settings {
 	if l != nil && l.room != nil {
 		c = l.cfg
 	}
-	return Settings{
-		TTL: c.ttl, Prefix: c.prefix, MaxWait: c.maxWait, Limit: max(c.kind.Limit, 1),
-		Replicas: c.replicas, ReplicaTimeout: c.replicaTO, ServerTimeFloor: c.timeFloor,
-		CounterExpiry: c.expiry, RetryMin: c.pollMin, RetryMax: c.pollMax,
-	}
+	return Settings{TTL: c.ttl, Prefix: c.prefix, MaxWait: c.maxWait, Limit: max(c.kind.Limit, 1),
+		Replicas: c.replicas, ReplicaTimeout: c.replicaTO, ServerTimeFloor: c.timeFloor, CounterExpiry: c.expiry,
+		RetryMin: c.pollMin, RetryMax: c.pollMax}
 }
 
 func isNil(c redis.UniversalClient) bool {

@@ -55,8 +55,7 @@ func (s *LockSet) Release(ctx context.Context) error {
 
 // releaseAll is release observed by the hooks as one OpReleaseAll.
 func (s *LockSet) releaseAll(ctx context.Context) []error {
-	ctx = s.hooks.start(ctx, observe.OpReleaseAll, "")
-	begin := time.Now()
+	ctx, begin := s.hooks.start(ctx, observe.OpReleaseAll, ""), time.Now()
 	errs := s.release(ctx)
 	ev := s.event(observe.OpReleaseAll, begin, errs)
 	ev.Held = time.Since(s.locks[0].acquired)
@@ -123,8 +122,7 @@ func (s *LockSet) Extend(ctx context.Context, ttl time.Duration) error {
 
 // extendAll extends the set's locks to a valid ttl in one pipeline, observed as one op.
 func (s *LockSet) extendAll(ctx context.Context, ttl time.Duration, op observe.Op) []error {
-	ctx = s.hooks.start(ctx, op, "")
-	begin := time.Now()
+	ctx, begin := s.hooks.start(ctx, op, ""), time.Now()
 	calls := make([]wire.Call, len(s.locks))
 	for i, k := range s.locks {
 		calls[i] = k.extension(ttl)

@@ -50,11 +50,10 @@ func (m Memo) check(cfg *config) error {
 }
 
 // ReleaseWith releases the lock as [Lock.Release] does and, in the same step, only while this
-// acquisition holds the lock, writes memo. It returns nil when both were done; an error wrapping
-// [ErrNotHeld] when the lock was lost, and then nothing was written; an error wrapping
-// [ErrInvalid] for an invalid memo, and then nothing was sent (the lock is still held). Other
-// errors come from Redis: the lock then stays held until its lease runs out, and the memo may
-// have been written (by a first run whose reply was lost).
+// acquisition holds it, writes memo. It returns nil when both were done; one wrapping
+// [ErrNotHeld], having written nothing, when the lock was lost; one wrapping [ErrInvalid],
+// sending nothing, for an invalid memo. Other errors come from Redis: the lock then stays held
+// until its lease runs out, and a first run whose reply was lost may have written the memo.
 func (k *Lock) ReleaseWith(ctx context.Context, memo Memo) error {
 	if k == nil || k.locker == nil {
 		return opErr("release", "", errNoLock)
@@ -74,11 +73,10 @@ func (m Memo) wire() wire.Memo {
 	return w
 }
 
-// LeaveMemo, called with the context of the function of [Locker.Do] (or of a term of
-// [Locker.Lead]), makes the release at the end of Do write memo in the same step, only while
-// the lock is still held: Do returns an error matching [ErrNotHeld] when it was not. A later
-// call replaces the memo. It returns an error wrapping [ErrInvalid] for an invalid memo, and
-// for a context that holds no lock of Do of one resource (such as [Locker.DoAll]'s).
+// LeaveMemo, called with the context of [Locker.Do]'s function (or of a term of [Locker.Lead]),
+// makes the release at the end write memo in the same step, only while the lock is still held
+// (Do returns an error matching [ErrNotHeld] when not); a later call replaces it. It returns an
+// error wrapping [ErrInvalid] for an invalid memo, or a context without Do's one lock (DoAll's).
 func LeaveMemo(ctx context.Context, memo Memo) error {
 	h, _ := ctx.Value(heldKey{}).(*held)
 	if h == nil || h.hold == nil || len(h.hold.locks) != 1 {
@@ -93,12 +91,11 @@ func LeaveMemo(ctx context.Context, memo Memo) error {
 	return nil
 }
 
-// UnlessMemo makes an acquisition look for the resource's memo name first (see [Memo]): when it
-// exists, nothing is taken, and the call returns a [*MemoError] (matching [ErrNotAcquired])
-// that holds its value, in the same round trip. It applies to [Locker.TryAcquire],
-// [Locker.Acquire] and [Locker.Do]; a call granted the lock from the queue was not checked,
-// and should read the memo itself ([Locker.ReadMemo]) before the work. An invalid name is an
-// error wrapping [ErrInvalid] of every call it is given to, as is a set of resources or Lead.
+// UnlessMemo makes [Locker.TryAcquire], [Locker.Acquire] or [Locker.Do] look for the resource's
+// memo name first, in the same round trip (see [Memo]): when it exists, nothing is taken, and the
+// call returns a [*MemoError] (matching [ErrNotAcquired]) that holds its value. A call granted the
+// lock from the queue was not checked, and should read the memo ([Locker.ReadMemo]) before the
+// work. An invalid name, a set of resources or Lead is an error wrapping [ErrInvalid].
 func UnlessMemo(name string) CallOption {
 	return callOption(func(c *config) {
 		if !wire.ValidMemo(name) && c.err == nil {

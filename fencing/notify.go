@@ -103,11 +103,9 @@ type feed struct {
 }
 
 func newNotifier(r route, to *room) *notifier {
-	return &notifier{
-		route: r, to: to, retry: newBackoff(10*time.Millisecond, retryMaxDelay),
+	return &notifier{route: r, to: to, retry: newBackoff(10*time.Millisecond, retryMaxDelay), checked: time.Now(),
 		ops: make(chan func(context.Context), opsQueued), done: make(chan struct{}), ended: make(chan struct{}),
-		chans: map[string]*feed{}, feeds: map[string]*feed{}, checked: time.Now(),
-	}
+		chans: map[string]*feed{}, feeds: map[string]*feed{}}
 }
 
 // listen subscribes to ch (the room's subscribed follows), or with on false unsubscribes.

@@ -46,10 +46,9 @@ type Option interface {
 	apply(*config)
 }
 
-// A CallOption configures one call of [Locker.TryAcquire], [Locker.Acquire], [Locker.Do],
-// [Locker.TryAcquireAll], [Locker.AcquireAll], [Locker.DoAll] or [Locker.Lead], where it
-// overrides the Locker's setting for that call only. Every CallOption is also an [Option]:
-// given to [New], it sets the Locker's default (except [Shared], which applies to one call).
+// A CallOption overrides the Locker's setting for one call of [Locker.TryAcquire],
+// [Locker.Acquire], [Locker.Do], [Locker.TryAcquireAll], [Locker.AcquireAll], [Locker.DoAll] or
+// [Locker.Lead]; given to [New], as an [Option], it sets the default (not [Shared], [WithLabel]).
 type CallOption interface {
 	Option
 	callOption()
@@ -159,12 +158,11 @@ func Shared() CallOption {
 	return callOption(func(c *config) { c.kind.Shared = true })
 }
 
-// WithRetryBackoff sets how often a queued [Locker.Acquire] checks with Redis when no
-// announcement of a grant arrives: on a Ring, where nothing is announced, or until the
-// Locker's subscription is confirmed, from min doubling up to max, with ±20% jitter; once
-// subscribed, every max. Either way at least once a second, which keeps its place in the
-// queue alive. Default: 50ms to 1s. Values below 1ms, or max below min, are rejected with
-// [ErrInvalid]. Failed renewals and campaigns have back-offs of their own.
+// WithRetryBackoff sets how often a queued [Locker.Acquire] checks with Redis when no grant is
+// announced: on a Ring, or until the subscription is confirmed, from min doubling up to max with
+// ±20% jitter, once subscribed every max; at least once a second either way (keeping its place).
+// Default: 50ms to 1s. Values below 1ms, or max below min, are rejected with [ErrInvalid].
+// Failed renewals and campaigns have back-offs of their own.
 func WithRetryBackoff(min, max time.Duration) Option {
 	return lockerOption(func(c *config) {
 		if (min < time.Millisecond || max < min) && c.err == nil {
@@ -174,11 +172,10 @@ func WithRetryBackoff(min, max time.Duration) Option {
 	})
 }
 
-// WithMaxWait bounds how long [Locker.Acquire] and [Locker.Do] wait for a busy resource:
-// after d they give up with a [*BusyError] (matching [ErrNotAcquired]) whose RetryAfter is
-// the holder's remaining lease. WithMaxWait(0) makes a single attempt, as TryAcquire does.
-// Default: wait until the context ends. A negative d is rejected with [ErrInvalid]. It is
-// meant for one call, as the Echo middleware and the Asynq adapter use it.
+// WithMaxWait bounds how long [Locker.Acquire] and [Locker.Do] wait for a busy resource: after
+// d they give up with a [*BusyError] (matching [ErrNotAcquired]) whose RetryAfter is the
+// holder's remaining lease; 0 makes a single attempt, as TryAcquire does. Default: wait until
+// the context ends. A negative d is rejected with [ErrInvalid]. It is meant for one call.
 func WithMaxWait(d time.Duration) CallOption {
 	return callOption(func(c *config) {
 		if d < 0 && c.err == nil {

@@ -338,11 +338,11 @@ func (r *room) check(ctx context.Context, ln *line) error {
 		return ErrLayout
 	}
 	for _, g := range rep.Grants {
+		gr := grant{elem: g.Element, token: g.Token}
 		if g.Now {
-			r.granted(ln.k, grant{elem: g.Element, token: g.Token, after: sent}) // by this poll
-		} else {
-			r.granted(ln.k, grant{elem: g.Element, token: g.Token})
+			gr.after = sent // by this poll
 		}
+		r.granted(ln.k, gr)
 	}
 	if rep.Code == wire.Busy {
 		r.saw(ln.k, sent, rep.Held)

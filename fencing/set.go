@@ -51,10 +51,8 @@ func (l *Locker) AcquireAll(ctx context.Context, resources []string, opts ...Cal
 
 // acquireAll is TryAcquireAll and AcquireAll with the call's settings resolved.
 func (l *Locker) acquireAll(ctx context.Context, cfg *config, op observe.Op, resources []string) (*LockSet, error) {
-	ctx = cfg.hooks.start(ctx, op, "")
-	begin := time.Now()
-	var ms []member
-	err := l.made()
+	ctx, begin := cfg.hooks.start(ctx, op, ""), time.Now()
+	ms, err := []member(nil), l.made()
 	if err == nil {
 		ms, err = l.members(cfg, resources)
 	}

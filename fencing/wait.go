@@ -35,8 +35,7 @@ func (l *Locker) Acquire(ctx context.Context, resource string, opts ...CallOptio
 
 // acquire is Acquire with the call's settings resolved.
 func (l *Locker) acquire(ctx context.Context, cfg *config, resource string) (*Lock, error) {
-	ctx = cfg.hooks.start(ctx, observe.OpAcquire, resource)
-	begin := time.Now()
+	ctx, begin := cfg.hooks.start(ctx, observe.OpAcquire, resource), time.Now()
 	lock, attempts, err := (*Lock)(nil), 0, l.check(ctx, cfg, resource)
 	if err == nil {
 		lock, attempts, err = l.wait(ctx, cfg, resource)
@@ -165,8 +164,7 @@ func (l *Locker) take(ctx context.Context, cfg *config, resource string, k wire.
 // through errors that can pass while it lasts. An extension, Release and Do's renewals cancel it.
 func (k *Lock) extendLater(ttl time.Duration) {
 	retry := newBackoff(retryFirst, retryMost)
-	var run func()
-	run = func() {
+	run := func() {
 		k.mu.Lock()
 		defer k.mu.Unlock()
 		if k.later == nil {

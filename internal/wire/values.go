@@ -206,16 +206,14 @@ func ParseWaiterValue(v string) (time.Time, bool) {
 // HashHolders reads the hash of a shared or limited lock from HGETALL, in this layout or the
 // earlier one (old), as inspect.lua does: the holders' kind and every holder, live or not.
 func HashHolders(fields map[string]string) (kind Kind, holders []Holder, old bool) {
-	if v, ok := fields["limit"]; ok {
-		old = true
-		if v == "shared" {
-			kind = Kind{Shared: true}
-		} else {
-			n, _ := strconv.Atoi(v)
-			kind = Kind{Limit: n}
-		}
-	} else {
+	v, old := fields["limit"]
+	switch n, _ := strconv.Atoi(v); {
+	case !old:
 		kind, _ = ParseKind(fields["k"])
+	case v == "shared":
+		kind = Kind{Shared: true}
+	default:
+		kind = Kind{Limit: n}
 	}
 	for f, v := range fields {
 		if len(f) <= 1 || f == "limit" || f == "until" {
