@@ -16,8 +16,7 @@ import (
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
-// Taking a lock: one attempt is one acquire script, TryAcquire's and Acquire's first step
-// (wait.go), whose waiter joins the queue with the same script.
+// Taking a lock: one attempt is one acquire script, as TryAcquire's and Acquire's (wait.go).
 
 // TryAcquire makes one attempt to take resource: exclusively, or with [Shared] beside other
 // shared holders, or with [WithLimit] one of its slots. It returns the lock and its fencing
@@ -68,10 +67,9 @@ func (l *Locker) check(ctx context.Context, cfg *config, resource string) error 
 	return nil
 }
 
-// attempt runs the acquire script once on resource, whose keys are k, with the waiter's queue
-// element elem (if not "") and entry for the Locker's waiter key (see wire.Acquire). It returns
-// the lock taken, or the BusyError of a resource it did not take, or an error, and then nothing
-// is held: a script that may have run without its reply reaching us is undone.
+// attempt runs the acquire script once on resource, whose keys are k, with a waiter's elem and
+// entry (see wire.Acquire). It returns the lock taken, or the BusyError of a resource not taken,
+// or an error, and then nothing is held (a script that may have run unanswered is undone).
 func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k wire.Keys, elem, entry string) (*Lock, *BusyError, error) {
 	lock, r, err := l.try(ctx, cfg, resource, k, elem, entry)
 	var busy *BusyError

@@ -8,8 +8,7 @@ import (
 // heldKey is the context key of a *held.
 type heldKey struct{}
 
-// held is what one Do, DoAll or Lead put in its work's context (its locks), or a token that
-// ContextWithToken put there (locks nil), linked to what the enclosing calls put there.
+// held is what a Do, DoAll or Lead (locks) or ContextWithToken (token) put in a context.
 type held struct {
 	locks []*Lock
 	token int64 // ContextWithToken's

@@ -85,10 +85,8 @@ func (l *Locker) hold(ctx context.Context, cfg *config, locks []*Lock, set *Lock
 		for i, e := range errs {
 			switch {
 			case lost == nil && errors.Is(e, ErrNotHeld):
-				// The lease lapsed between two renewals.
-				lost = e
-				k := locks[i]
-				cfg.hooks.lost(work, observe.Event{Op: observe.OpRelease, Resource: k.resource, Token: k.token, Label: k.label, Outcome: observe.OutcomeNotHeld, Err: e, Held: time.Since(k.acquired)})
+				lost = e // the lease lapsed between two renewals
+				locks[i].lost(work, cfg.hooks, observe.OpRelease, e)
 			case e != nil && !errors.Is(e, ErrNotHeld) && err == nil:
 				err = e // the release failed: the lock stays held until its lease runs out
 			}

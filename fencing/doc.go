@@ -26,8 +26,6 @@
 // not every process. [Locker.Lead] elects a leader per name on the same machinery, each term's
 // token its epoch (package leader's Elector serves a scheduler such as gocron v2).
 //
-// # Other kinds
-//
 // [Shared] makes an acquisition shared, a read/write lock (docs/shared.md). [WithLimit] lets up
 // to n holders hold a resource at once, a counting semaphore whose tokens cannot exclude the
 // other n-1 holders (docs/limits.md). [Locker.DoAll] and [Locker.AcquireAll] lock a set of

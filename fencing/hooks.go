@@ -50,8 +50,7 @@ func (hs hookList) lost(ctx context.Context, e observe.Event) {
 	}
 }
 
-// acquired returns the event of an acquisition op of resource, begun at begin, that sent
-// attempts scripts and took lock or failed with err; a single attempt's busy answer is no error.
+// acquired returns the event of an acquisition; a single attempt's busy answer is no error.
 func acquired(op observe.Op, resource string, attempts int, begin time.Time, lock *Lock, err error) observe.Event {
 	e := observe.Event{Op: op, Resource: resource, Attempts: attempts, Elapsed: time.Since(begin)}
 	switch {

@@ -103,8 +103,7 @@ func (r *room) enter(ctx context.Context, c waitCall) (*line, error) {
 		r.mu.Unlock()
 		return nil, invalidf("this Locker waits for the resource as %s, this call %s", kindName(wire.Kind{Limit: max(have, 1)}), kindName(c.kind))
 	}
-	ln.limit = limit
-	ln.users++
+	ln.limit, ln.users = limit, ln.users+1
 	if ln.linger != nil {
 		ln.linger.Stop()
 		ln.linger = nil
@@ -295,8 +294,7 @@ func holdersLeft(pttl *redis.DurationCmd, hash *redis.MapStringStringCmd) time.D
 	}
 	now := time.UnixMilli(t).Add(-d)
 	kind, holders, _ := wire.HashHolders(fields)
-	var latest, earliest time.Time
-	live := 0
+	latest, earliest, live := time.Time{}, time.Time{}, 0
 	for _, h := range holders {
 		if !h.End.After(now) {
 			continue

@@ -91,10 +91,9 @@ func (k *Lock) release(ctx context.Context, m wire.Memo) error {
 	return err
 }
 
-// release runs the release scripts rs (each of the resources of one script, see groupKeys) in
-// one round trip per server, and returns the error of each value: nil when released, ErrNotHeld
-// when not held. A lost reply is asked for again with the same call, which its release record
-// answers as the first run went. The grants to this Locker's waiters in the replies go to them.
+// release runs the release scripts rs (each of one script's resources, see groupKeys) in one
+// round trip per server and returns each value's error, nil or ErrNotHeld. A lost reply is asked
+// again, which the release record answers as the first run went. Grants to its waiters go to them.
 func (l *Locker) release(ctx context.Context, rs ...*wire.Release) [][]error {
 	calls := make([]wire.Call, len(rs))
 	for i, r := range rs {
@@ -219,8 +218,7 @@ func (k *Lock) extension(ttl time.Duration) wire.Call {
 	return (&wire.Extend{Keys: k.keys, Value: k.value, Kind: k.kind, Lease: millis(ttl)}).Call(k.locker.client)
 }
 
-// extended returns the error of an extension to ttl sent at begin, given whether the script
-// found the lock held or its error, and records the new validity when it took effect.
+// extended returns an extension's error, given the script's, and records its validity.
 func (k *Lock) extended(begin time.Time, ttl time.Duration, held bool, err error) error {
 	switch {
 	case err != nil:

@@ -163,9 +163,7 @@ func (l *Locker) groupKeys(ks []wire.Keys) [][]int {
 		s := l.topo.Slot(k.Lock)
 		j, ok := bySlot[s]
 		if !ok {
-			j = len(runs)
-			bySlot[s] = j
-			runs = append(runs, nil)
+			j, bySlot[s], runs = len(runs), len(runs), append(runs, nil)
 		}
 		runs[j] = append(runs[j], i)
 	}

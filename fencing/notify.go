@@ -15,10 +15,9 @@ import (
 	"github.com/fencekit/fencekit/internal/topology"
 )
 
-// Notifications (docs/waiting.md, "Notifications"): a room's notifier keeps it subscribed to
-// its waiters' channels, each with a command of its own, replaces a connection in doubt rather
-// than repair it (redis/go-redis#3133), and hands each announcement to the room. One goroutine
-// (run) owns the tables and sends every subscription command; each connection has a reader.
+// Notifications (docs/waiting.md, "Notifications"): a room's notifier keeps it subscribed to its
+// waiters' channels, one command each, replacing a connection in doubt (redis/go-redis#3133); one
+// goroutine (run) owns the tables and sends every command, and each connection has a reader.
 
 const (
 	pingEvery      = time.Second      // a silent connection is pinged; silent three times: dead
@@ -216,8 +215,7 @@ func (n *notifier) home(ctx context.Context, ch string) {
 		n.drop(f)
 		return
 	}
-	n.chans[ch] = f
-	f.chans++
+	n.chans[ch], f.chans = f, f.chans+1
 	if fresh {
 		n.readers.Add(1)
 		go n.read(f)

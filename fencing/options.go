@@ -186,11 +186,10 @@ func WithMaxWait(d time.Duration) CallOption {
 }
 
 // WithReplicas makes every acquisition wait until n replicas acknowledge it, for at most
-// timeout, using WAIT on the same connection as the acquire script (one pipeline). If fewer
-// acknowledge, the lock is released and the call fails with [ErrNotReplicated]. This narrows,
-// but does not close, the window in which a failover loses a lock or a token (see the
-// README's guarantees). Default: 0 (no wait). timeout must be positive and below the
-// client's ReadTimeout. Not supported on a [redis.Ring] (an error wrapping [ErrInvalid]).
+// timeout, with WAIT in the acquire script's pipeline; if fewer do, the lock is released and the
+// call fails with [ErrNotReplicated]. This narrows, but does not close, the window in which a
+// failover loses a lock or a token. Default: 0 (no wait). timeout must be positive and below the
+// client's ReadTimeout. On a [redis.Ring] it is an error wrapping [ErrInvalid].
 func WithReplicas(n int, timeout time.Duration) CallOption {
 	return callOption(func(c *config) {
 		if (n < 0 || (n > 0 && timeout <= 0)) && c.err == nil {
@@ -212,12 +211,11 @@ func WithServerTimeFloor() Option {
 
 // WithCounterExpiry lets a resource's fence counter expire once no token has been issued for
 // it for d, so that Redis does not keep a counter for every resource ever locked. It implies
-// [WithServerTimeFloor]: a counter created again starts at the server clock in microseconds,
-// above every earlier token unless that clock stepped back by more than d (see the guarantees
-// in docs/design.md). Every acquisition and grant resets the expiry in the same script; a
-// grant follows the waiting Locker's setting. d must be at least [MinCounterExpiry] and the
-// lease ([WithTTL]); otherwise calls return an error wrapping [ErrInvalid]. Every Locker of the
-// same resources must use the same setting. Default: counters never expire.
+// [WithServerTimeFloor]: a counter created again starts above every earlier token unless the
+// server clock stepped back by more than d (see docs/design.md). Every acquisition and grant
+// resets the expiry in the same script. d must be at least [MinCounterExpiry] and the lease
+// ([WithTTL]); otherwise calls return an error wrapping [ErrInvalid]. Every Locker of the same
+// resources must use the same setting. Default: counters never expire.
 func WithCounterExpiry(d time.Duration) Option {
 	return lockerOption(func(c *config) {
 		if d < MinCounterExpiry && c.err == nil {

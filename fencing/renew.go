@@ -123,10 +123,11 @@ func (r *renewer) lapsed() {
 	r.lose(k, errLeaseLapsed)
 }
 
-// lose cancels the work once, for the loss of k.
+// lose tells the hooks of the loss of k and cancels the work, once.
 func (r *renewer) lose(k *Lock, cause error) {
 	if r.lost.CompareAndSwap(false, true) {
-		k.lose(r.work, r.cfg, r.cancelOf(k), cause)
+		k.lost(r.work, r.cfg.hooks, observe.OpRenew, cause)
+		r.cancelOf(k)(cause)
 	}
 }
 
@@ -163,8 +164,7 @@ func (r *renewer) renew() (time.Duration, bool) {
 	return min(r.retry, wait), true
 }
 
-// lose reports the loss to the hooks, then cancels the work.
-func (k *Lock) lose(work context.Context, cfg *config, cancel context.CancelCauseFunc, cause error) {
-	cfg.hooks.lost(work, observe.Event{Op: observe.OpRenew, Resource: k.resource, Token: k.token, Label: k.label, Outcome: observe.OutcomeNotHeld, Err: cause, Held: time.Since(k.acquired)})
-	cancel(cause)
+// lost tells hs, with the work's ctx, that op found k lost with err.
+func (k *Lock) lost(ctx context.Context, hs hookList, op observe.Op, err error) {
+	hs.lost(ctx, observe.Event{Op: op, Resource: k.resource, Token: k.token, Label: k.label, Outcome: observe.OutcomeNotHeld, Err: err, Held: time.Since(k.acquired)})
 }

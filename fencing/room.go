@@ -14,9 +14,8 @@ import (
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
-// The waiting room of a Locker (docs/waiting.md): its calls' places in the queues that Redis
-// keeps beside each lock, and their checks with Redis (a line's front waiter polls) while no
-// grant comes (line.go). It alone subscribes, polls, delivers grants and frees those not taken.
+// The waiting room of a Locker (docs/waiting.md): its calls' places in Redis's queues (line.go)
+// and their checks. It alone subscribes, polls, delivers grants and frees those not taken.
 
 const (
 	// pollEvery bounds the time (less jitter) between a line's checks, well within wire.EntryTTL.

@@ -69,10 +69,9 @@ func (door) Stall(ctx context.Context) error {
 	}
 }
 
-// Takeover pauses every hold in ctx, then runs successor as the next holder of the innermost
-// hold's resources: the same Locker takes them again with the hold's settings (waiting without
-// a limit and without UnlessMemo), and runs successor under them as Do or DoAll would, in a
-// context of its own (none of ctx's holds or values) that ends when ctx does.
+// Takeover pauses every hold in ctx and runs successor as the next holder of the innermost hold's
+// resources, as Do or DoAll would, by the same Locker with its settings (no wait limit, no
+// UnlessMemo), in a context of its own (no ctx's holds or values) that ends when ctx does.
 func (door) Takeover(ctx context.Context, successor func(ctx context.Context) error) error {
 	holds := holdsIn(ctx)
 	if len(holds) == 0 {

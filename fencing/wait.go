@@ -23,12 +23,12 @@ const releaseTimeout = 5 * time.Second
 // Lock returned may start with a lease shorter than the TTL, extended to it in the background
 // unless it is released or extended first (see docs/waiting.md).
 //
-// When ctx ends first, Acquire returns an error that matches both [ErrNotAcquired] and
-// ctx.Err(), whose [BusyError.RetryAfter] is the holders' lease left when the waiter left the
-// queue, and holds nothing (a grant to it meanwhile goes to the next waiter). A waiter keeps
-// its place through errors that can pass by themselves (a lost connection, a timeout, LOADING,
-// READONLY, CLUSTERDOWN, MASTERDOWN, TRYAGAIN, BUSY: a restart or a failover) for up to 30s of
-// them in a row, then fails with an error that also matches the last. Any other error ends it.
+// When ctx ends first, Acquire holds nothing (a grant meanwhile goes to the next waiter) and
+// returns an error matching both [ErrNotAcquired] and ctx.Err(), whose [BusyError.RetryAfter] is
+// the holders' lease left when the waiter left the queue. A waiter keeps its place through errors
+// that can pass by themselves (a lost connection, a timeout, LOADING, READONLY, CLUSTERDOWN,
+// MASTERDOWN, TRYAGAIN, BUSY: a restart or a failover) for up to 30s of them in a row, then fails
+// with an error that also matches the last. Any other error ends it.
 func (l *Locker) Acquire(ctx context.Context, resource string, opts ...CallOption) (*Lock, error) {
 	return l.acquire(ctx, l.config(opts), resource)
 }
@@ -123,10 +123,9 @@ func (l *Locker) waitErr(parent context.Context, resource string, begin time.Tim
 // errLapsed is take's error when the grant had lapsed: the caller queues again.
 var errLapsed = errors.New("grant lapsed")
 
-// take turns a grant into a Lock, or returns errLapsed. When at least half of the grant's lease
-// (the TTL, at most grantLease) is left, it returns at once, and a lease shorter than the TTL is
-// extended later (extendLater). Otherwise, and always with WithReplicas (whose WAIT must come
-// first), it extends the lock to the TTL first, through errors that can pass while it lasts.
+// take turns a grant into a Lock, or returns errLapsed. With half of the grant's lease left, it
+// returns at once, extending a lease shorter than the TTL later; otherwise, and always with
+// WithReplicas (whose WAIT comes first), it extends the lock to the TTL first, retrying.
 func (l *Locker) take(ctx context.Context, cfg *config, resource string, k wire.Keys, g granted) (*Lock, error) {
 	lock := &Lock{locker: l, hooks: cfg.hooks, resource: resource, keys: k, kind: cfg.kind, label: cfg.label, value: g.value, token: g.token, acquired: time.Now()}
 	lock.setValidUntil(g.start, g.lease)
@@ -159,9 +158,8 @@ func (l *Locker) take(ctx context.Context, cfg *config, resource string, k wire.
 	return nil, err
 }
 
-// extendLater extends a lock taken from the queue with a grant's shorter lease to ttl, a third
-// of the way into the lease, off the hand-off path (a lock released sooner never needs it),
-// through errors that can pass while it lasts. An extension, Release and Do's renewals cancel it.
+// extendLater extends a grant's shorter lease to ttl a third of the way into it, off the hand-off
+// path, retrying while it lasts; an extension, Release and Do's renewals cancel it.
 func (k *Lock) extendLater(ttl time.Duration) {
 	retry := newBackoff(retryFirst, retryMost)
 	run := func() {

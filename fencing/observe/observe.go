@@ -1,7 +1,6 @@
-// Package observe holds the types with which hooks watch a fencing.Locker's operations: give
-// an [Hooks] to fencing.WithHooks, and its functions see every operation start and end, and
-// every lock that work loses (package tracing turns them into OpenTelemetry spans and
-// metrics). A Locker without hooks pays nothing for them.
+// Package observe holds the types with which hooks watch a fencing.Locker's operations: give a
+// [Hooks] to fencing.WithHooks, and its functions see every operation start and end, and every
+// lock that work loses (package tracing turns them into spans and metrics), free without hooks.
 package observe
 
 import (

@@ -209,8 +209,8 @@ type Release struct {
 	Memo    Memo   // with one resource: written with the release, while it is held
 }
 
-// Memo is what a release writes (fencing.Memo): Name's Value for TTL ms, and Counter ms of expiry
-// for a counter without one.
+// Memo is what a release writes (fencing.Memo): Name's Value for TTL ms, and an expiry of
+// Counter ms for the counter unless it has one.
 type Memo struct {
 	Name, Value  string
 	TTL, Counter int64

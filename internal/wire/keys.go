@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/base64"
+	"slices"
 	"strings"
 )
 
@@ -88,11 +89,7 @@ func ResourceOf(prefix, key string) (string, bool) {
 // ValidMemo reports whether name may name a memo of a resource: 1 to 64 letters, digits, '-'
 // and '_', and none of the resource's own names.
 func ValidMemo(name string) bool {
-	if name == "" || len(name) > 64 {
-		return false
-	}
-	switch name {
-	case "lock", "fence", "queue", "grant", "b64":
+	if name == "" || len(name) > 64 || slices.Contains([]string{"lock", "fence", "queue", "grant", "b64"}, name) {
 		return false
 	}
 	for i := 0; i < len(name); i++ {

@@ -76,15 +76,14 @@ type Script struct {
 	sha  any // its SHA1 digest, for EVALSHA
 }
 
-// load returns the script of file name: its text with each line "-- #include <file>" replaced
-// by that file's text (itself expanded), after a line declaring the constants it names.
+// load returns the script of file name, expanded, after a line declaring the constants it names.
 func load(name string) *Script {
 	body := expand(name)
 	src := header(body) + body
 	return &Script{name: name, src: src, box: src, sha: redis.NewScript(src).Hash()}
 }
 
-// expand returns the text of file name with its includes expanded.
+// expand returns the text of file name with each line "-- #include <file>" replaced by its text.
 func expand(name string) string {
 	b, err := sources.ReadFile(name)
 	if err != nil {
@@ -168,8 +167,7 @@ func NoScript(err error) bool {
 	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }
 
-// Pipe runs each call, with EVALSHA in one pipeline (one round trip per server), then the
-// calls that Redis answered with NOSCRIPT again with EVAL, in a second pipeline.
+// Pipe runs each call with EVALSHA in one pipeline, then those answered NOSCRIPT with EVAL.
 func Pipe(ctx context.Context, c redis.UniversalClient, calls []Call) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	if len(calls) == 1 {

@@ -10,8 +10,7 @@ type Door interface {
 	// Stall makes every hold in the context behave as a process paused past its lease, and
 	// returns once another acquirer holds one of the resources, or ctx ends.
 	Stall(ctx context.Context) error
-	// Takeover stalls as Stall does and runs successor as the next holder of the innermost
-	// hold's resources, returning its error once its locks are released.
+	// Takeover stalls as Stall does and runs successor as the next holder, returning its error.
 	Takeover(ctx context.Context, successor func(ctx context.Context) error) error
 }
 
