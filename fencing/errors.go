@@ -33,8 +33,8 @@ var (
 	// ErrClosed means the Locker was closed; Release and Extend still work on its locks.
 	ErrClosed = errors.New("locker closed")
 
-	// ErrNotReplicated means too few replicas acknowledged an acquisition ([WithReplicas]), which
-	// was then released.
+	// ErrNotReplicated means too few replicas acknowledged an acquisition in time ([WithReplicas]);
+	// the lock was released.
 	ErrNotReplicated = errors.New("acquisition not replicated")
 
 	// ErrLayout means a shared or limited resource's lock is in the key layout of a version

@@ -45,7 +45,7 @@ func (r *room) saw(k wire.Keys, sent time.Time, held string) {
 }
 
 // passOn releases value, a grant of kind that no waiter takes (or "<element>:", any token of
-// its element), keeping its record (a grant's lease is short). Errors are ignored: it lapses.
+// its element), keeping its record (a grant's lease is short). Errors are ignored: it lapses then.
 func (r *room) passOn(k wire.Keys, value string, kind wire.Kind) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()

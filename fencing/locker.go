@@ -99,7 +99,7 @@ func isNil(c redis.UniversalClient) bool {
 }
 
 // Err returns the error, if any, that every call would return before reaching Redis, sending
-// nothing: one wrapping [ErrInvalid] for a nil client or an invalid option of [New], [ErrClosed].
+// nothing: [ErrClosed] after Close, or one wrapping [ErrInvalid] for a nil client or bad option.
 func (l *Locker) Err() error {
 	if err := l.made(); err != nil {
 		return opErr("locker", "", err)

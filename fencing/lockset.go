@@ -20,7 +20,8 @@ type LockSet struct {
 	locks  []*Lock // in the order taken: the canonical order
 }
 
-// Locks returns a copy of the set's slice of locks (its own), in the canonical order.
+// Locks returns the set's locks in the canonical order, in a new slice: releasing one of them
+// releases it for the set too.
 func (s *LockSet) Locks() []*Lock {
 	if s == nil {
 		return nil

@@ -141,7 +141,8 @@ func (n *notifier) close() {
 }
 
 // run does the queued work until close, and compares the connections with the slot map every
-// checkEvery, each second for 3s after a slot moved, and while channels are homeless more often.
+// checkEvery, each second for 3s after a slot moved, and while channels are homeless after a
+// back-off that grows with failures.
 func (n *notifier) run() {
 	defer close(n.ended)
 	timer := time.NewTimer(checkEvery)
@@ -245,8 +246,8 @@ func (n *notifier) drop(f *feed) {
 	_ = f.ps.Close()
 }
 
-// read hands f's news on until f is closed. It sends back to run, to be replaced, a connection in
-// doubt: an error but a timeout answered by a PONG, or a channel unsubscribed by the server.
+// read hands f's messages on until f is closed, and sends back to run a connection in doubt, to
+// be replaced: any error but a timeout answered by a PONG, or a channel the server unsubscribed.
 func (n *notifier) read(f *feed) {
 	defer n.readers.Done()
 	ctx := context.Background()

@@ -41,14 +41,14 @@ const (
 
 // An Option configures a [Locker]: give it to [New]. The settings every process locking the
 // same resources must agree on ([WithPrefix], [WithServerTimeFloor], [WithCounterExpiry]) and
-// the Locker's own ([WithRetryBackoff]) are Options only; the others are [CallOption]s too.
+// the Locker's own ([WithRetryBackoff]) are Options only; the others are also a [CallOption].
 type Option interface {
 	apply(*config)
 }
 
 // A CallOption overrides the Locker's setting for one call of [Locker.TryAcquire],
 // [Locker.Acquire], [Locker.Do], [Locker.TryAcquireAll], [Locker.AcquireAll], [Locker.DoAll] or
-// [Locker.Lead]; given to [New], as an [Option], it sets the default (not [Shared], [WithLabel]).
+// [Locker.Lead]; given to [New], it sets the default (but [Shared] and [WithLabel] are per call).
 type CallOption interface {
 	Option
 	callOption()

@@ -28,10 +28,10 @@ const (
 	// outageWait is how long a waiter goes on through errors that can pass: a restart, a Cluster's
 	// failover (cluster-node-timeout 15s) and the CLUSTERDOWN of a primary that rejoins.
 	outageWait = 30 * time.Second
-	// subscribePatience is how long a new line waits for its subscription to be confirmed
-	// before it joins the queue (a grant announced before is not heard; a check catches it).
+	// subscribePatience is how long a new line waits for its subscription before joining (a
+	// grant announced before is not heard; a check catches it).
 	subscribePatience = 50 * time.Millisecond
-	// givenFor is how long a line remembers a token it delivered, longer than news of it takes.
+	// givenFor is how long a line remembers a token it delivered: longer than news of it can take.
 	givenFor = 4 * (grantLease + wire.EntryTTL)
 )
 

@@ -125,7 +125,8 @@ var errLapsed = errors.New("grant lapsed")
 
 // take turns a grant into a Lock, or returns errLapsed. With half of the grant's lease left, it
 // returns at once, extending a lease shorter than the TTL later; otherwise, and always with
-// WithReplicas (whose WAIT comes first), it extends the lock to the TTL first, retrying.
+// WithReplicas (whose WAIT comes first), it extends the lock to the TTL first, through errors
+// that can pass while the lease lasts.
 func (l *Locker) take(ctx context.Context, cfg *config, resource string, k wire.Keys, g granted) (*Lock, error) {
 	lock := &Lock{locker: l, hooks: cfg.hooks, resource: resource, keys: k, kind: cfg.kind, label: cfg.label, value: g.value, token: g.token, acquired: time.Now()}
 	lock.setValidUntil(g.start, g.lease)

@@ -46,7 +46,7 @@ func Stall(ctx context.Context) error {
 // successor as the next holder: under a new acquisition of the same resources (those of the
 // innermost Do, DoAll or Lead of ctx) by the same Locker with the same settings, renewed and
 // released as Do and DoAll do, with its own token (fencing.TokenFromContext, fencing.TokenFor)
-// in a context of its own, without ctx's locks and values, waiting for them until ctx ends.
+// in a context of its own (no locks or values of ctx); it waits for the resources until ctx ends.
 //
 // Takeover returns successor's error (matching fencing.ErrNotHeld too when its lock was lost)
 // once its locks are released, so that the stalled holder's next write is a late write after

@@ -197,8 +197,7 @@ func ParseSet(res any, n int) (SetReply, error) {
 	return r, nil
 }
 
-// A Release frees a resource of one holder and grants it to the next waiters: release.lua for
-// exclusive locks (also several of one server or slot, a set's), or shared_release.lua.
+// A Release frees a holder's resources for the next waiters: release.lua, or shared_release.lua.
 type Release struct {
 	Keys    []Keys
 	Values  []string // of each: "<owner>:<token>", or "<owner>:" for whatever token the owner holds

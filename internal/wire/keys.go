@@ -14,10 +14,9 @@ type Keys struct {
 	Channel string // grants to a Locker's waiters are announced on Channel + ":<Locker id>"
 }
 
-// For returns the keys of resource under prefix: <prefix>{R}:lock, :fence, :queue and the
-// channel base :grant for a name R without '{' or '}'. Any other name is encoded as unpadded
-// base64url, which has no brace, with a marker after the tag that keeps the two forms apart:
-// <prefix>{base64url(R)}:b64:lock. The tag is never empty as long as the name is not.
+// For returns the keys of resource under prefix: <prefix>{R}:lock, :fence, :queue and the channel
+// base :grant for a name R without '{' or '}'; any other is encoded as unpadded base64url, with a
+// marker that keeps the forms apart: <prefix>{base64url(R)}:b64:lock. Only an empty R has no tag.
 func For(prefix, resource string) Keys {
 	tag, kind := resource, ""
 	if strings.ContainsAny(resource, "{}") {

@@ -12,8 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The reply codes of the scripts, one numbering for all of them (each script's header says
-// which it returns): the first element of an array reply, or the whole reply.
+// The scripts' reply codes, one numbering for all (see their headers): a reply, or its first item.
 const (
 	Busy     = 0 // busy: {Busy, left}; from the poll script {Busy, held, left}
 	Taken    = 1 // taken, or still held: {Taken, token, behind}; Extend's Taken; TTL's {Taken, left}

@@ -131,9 +131,8 @@ func (e Element) String() string {
 	return Labeled(string(b), e.Label)
 }
 
-// Rules returns the rules of tokens as elements and the acquire scripts write them (token.lua
-// reads them): "" for the counter alone, "f" for tokens at or above the server clock in
-// microseconds (floor), "e<ms>" for a counter that expires (and the floor).
+// Rules returns the token rules as elements and acquire scripts write them (token.lua reads them):
+// "" for the counter alone, "f" for the server clock's floor, "e<ms>" for it and a counter expiry.
 func Rules(floor bool, expiry time.Duration) string {
 	switch {
 	case expiry > 0:
