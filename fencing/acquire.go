@@ -1,6 +1,7 @@
 package fencing
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -16,24 +17,20 @@ import (
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
-// Taking a lock: one attempt is one acquire script, for TryAcquire and as the first step of
-// Acquire (wait.go), whose waiter joins the queue with the same script.
+// Taking a lock: one attempt is one acquire script, as TryAcquire's and Acquire's (wait.go).
 
 // TryAcquire makes one attempt to take resource: exclusively, or with [Shared] beside other
 // shared holders, or with [WithLimit] one of its slots. It returns the lock and its fencing
 // token, or an error holding a [*BusyError] (matching [ErrNotAcquired]) when the resource is
 // busy: held in a way this call cannot join, or waiters are queued for it (the error says how
 // long the holders' lease had left), or when the reply came back too late to trust the lease.
-// Any other error (Redis unreachable, invalid input wrapping [ErrInvalid], a context already
-// done) means nothing is held. A call refused before it reaches Redis (invalid input, a
-// closed Locker, a context already done) sends nothing, and hooks still observe it. Options
-// override the Locker's settings for this call, such as [WithTTL].
+// Any other error (Redis unreachable, invalid input wrapping [ErrInvalid], a closed Locker, a
+// context already done: these three send nothing, and hooks still observe them) means nothing
+// is held. Options override the Locker's settings for this call, such as [WithTTL].
 func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...CallOption) (*Lock, error) {
 	cfg := l.config(opts)
-	ctx = cfg.hooks.start(ctx, observe.OpTryAcquire, resource)
-	begin := time.Now()
-	lock, err := (*Lock)(nil), l.check(ctx, cfg, resource)
-	attempts := 0
+	ctx, begin := cfg.hooks.start(ctx, observe.OpTryAcquire, resource), time.Now()
+	lock, attempts, err := (*Lock)(nil), 0, l.check(ctx, cfg, resource)
 	if err == nil {
 		var busy *BusyError
 		attempts = 1
@@ -59,20 +56,11 @@ func (l *Locker) config(opts []CallOption) *config {
 
 // check validates a call before anything is sent.
 func (l *Locker) check(ctx context.Context, cfg *config, resource string) error {
-	if err := l.made(); err != nil {
-		return err
-	}
-	if cfg.err != nil {
-		return cfg.err
-	}
-	if err := cfg.conflict(); err != nil {
+	if err := cmp.Or(l.made(), cfg.err, cfg.conflict(), validResource(resource)); err != nil {
 		return err
 	}
 	if cfg.replicas > 0 && l.topo.Kind == topology.Ring {
 		return invalidf("WithReplicas on a Ring: a Ring has no node to wait on")
-	}
-	if err := validResource(resource); err != nil {
-		return err
 	}
 	if isDone(l.done) {
 		return ErrClosed
@@ -83,11 +71,9 @@ func (l *Locker) check(ctx context.Context, cfg *config, resource string) error 
 	return nil
 }
 
-// attempt runs the acquire script once on resource, whose keys are k: with elem (not "") the
-// waiter's queue element, queued when the resource is busy, with entry for the Locker's waiter
-// key. It returns the lock taken; or the BusyError of a resource it did not take, whose reply
-// r tells what the script saw; or an error, and then nothing is held: a script that may have
-// run without its reply reaching us is undone by releasing whatever it took.
+// attempt runs the acquire script once on resource, whose keys are k, with a waiter's elem and
+// entry (see wire.Acquire). It returns the lock taken, or the BusyError of a resource not taken,
+// or an error, and then nothing is held (a script that may have run unanswered is undone).
 func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k wire.Keys, elem, entry string) (*Lock, *BusyError, error) {
 	lock, r, err := l.try(ctx, cfg, resource, k, elem, entry)
 	var busy *BusyError
@@ -100,19 +86,17 @@ func (l *Locker) attempt(ctx context.Context, cfg *config, resource string, k wi
 	return lock, nil, err
 }
 
-// try is attempt, with the script's reply.
+// try is attempt with the script's reply; busy, no lock and no error (late, a BusyError).
 func (l *Locker) try(ctx context.Context, cfg *config, resource string, k wire.Keys, elem, entry string) (*Lock, wire.AcquireReply, error) {
 	owner, err := newOwner()
 	if err != nil {
 		return nil, wire.AcquireReply{}, err
 	}
 	a := &wire.Acquire{
-		Keys: k, Owner: wire.Labeled(owner, cfg.label), Lease: millis(cfg.ttl), Kind: cfg.kind,
-		Element: elem, Entry: entry, Publish: l.topo.Publish(), Floor: cfg.timeFloor,
-		Expiry: millis(cfg.expiry), Memo: cfg.memo,
+		Keys: k, Owner: wire.Labeled(owner, cfg.label), Lease: millis(cfg.ttl), Kind: cfg.kind, Element: elem,
+		Entry: entry, Publish: l.topo.Publish(), Floor: cfg.timeFloor, Expiry: millis(cfg.expiry), Memo: cfg.memo,
 	}
-	sent := time.Now()
-	var r wire.AcquireReply
+	sent, r := time.Now(), wire.AcquireReply{}
 	if cfg.replicas > 0 {
 		var res any
 		res, err = l.replicated(ctx, cfg, a.Call(l.client), func(res any) bool {
@@ -129,8 +113,7 @@ func (l *Locker) try(ctx context.Context, cfg *config, resource string, k wire.K
 	var reply redis.Error
 	switch {
 	case err != nil && (!errors.As(err, &reply) || errors.Is(err, ErrNotReplicated)):
-		// Redis did not answer with an error: the script may have run and taken the lock.
-		undo()
+		undo() // the script may have run
 		if ctx.Err() != nil {
 			return nil, r, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err())
 		}
@@ -154,21 +137,16 @@ func (l *Locker) try(ctx context.Context, cfg *config, resource string, k wire.K
 		undo()
 		return nil, r, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err())
 	case !lock.valid():
-		// The reply came back after the lease could have run out: the lock may already
-		// belong to someone else. Busy; a wait tries again.
-		undo()
+		undo() // the reply came after the lease could have run out: busy, a wait tries again
 		return nil, r, &BusyError{Resource: resource, Ahead: -1, late: true}
 	}
 	return lock, r, nil
 }
 
-// newLock returns the Lock of owner's acquisition of resource with token, sent at sent with a
-// lease of ms.
+// newLock returns the Lock of owner's acquisition, sent at sent with a lease of ms.
 func (l *Locker) newLock(cfg *config, resource string, k wire.Keys, owner string, token int64, sent time.Time, ms int64) *Lock {
-	lock := &Lock{
-		locker: l, hooks: cfg.hooks, resource: resource, keys: k, kind: cfg.kind, label: cfg.label,
-		value: owner + ":" + strconv.FormatInt(token, 10), token: token, acquired: sent,
-	}
+	lock := &Lock{locker: l, hooks: cfg.hooks, resource: resource, keys: k, kind: cfg.kind, label: cfg.label,
+		value: wire.Value(owner, token), token: token, acquired: sent}
 	lock.setValidUntil(sent, time.Duration(ms)*time.Millisecond)
 	return lock
 }

@@ -5,19 +5,17 @@ import (
 	"time"
 )
 
-// heldKey is the context key of what the enclosing Do, DoAll and Lead calls hold, and of a
-// token put by ContextWithToken.
+// heldKey is the context key of a *held.
 type heldKey struct{}
 
-// held is what one Do, DoAll or Lead put in its work's context (its locks), or a token that
-// ContextWithToken put there (locks nil), linked to what the enclosing calls put there.
+// held is what a Do, DoAll or Lead (locks) or ContextWithToken (token) put in a context.
 type held struct {
 	locks []*Lock
 	token int64 // ContextWithToken's
 	hold  *hold // the hold of the locks (see fencingtest's Stall)
 	outer *held
 	// single is whether the context holds the lock of one resource only: locks has one, and
-	// every enclosing call held that same resource (a nested call of the Echo middleware).
+	// every enclosing call held the same (a nested call of the Echo middleware).
 	single bool
 }
 
@@ -32,19 +30,17 @@ func (h *held) with(ctx context.Context) context.Context {
 	return context.WithValue(ctx, heldKey{}, h)
 }
 
-// ContextWithToken returns a copy of ctx that carries a fencing token, which
-// [TokenFromContext] returns until a call nested in ctx holds a lock. [Locker.Do] and the
-// adapters put their tokens there for you.
+// ContextWithToken returns a copy of ctx that carries a fencing token, which [TokenFromContext]
+// returns until a call nested in ctx holds a lock ([Locker.Do] and the adapters put theirs).
 func ContextWithToken(ctx context.Context, token int64) context.Context {
 	return (&held{token: token}).with(ctx)
 }
 
-// TokenFromContext returns the fencing token ctx carries, put there by [Locker.Do],
-// [Locker.DoAll] of one resource, [Locker.Lead], the Echo middleware, the Asynq adapter or
-// [ContextWithToken]. The second result is false when ctx carries none, and when ctx holds the
-// locks of more than one resource (a DoAll of several, a Do nested in another Do of another
-// resource, a Do inside ContextWithToken's context): tokens of different resources come from
-// unrelated counters, so use [TokenFor] with the resource whose writes the token fences.
+// TokenFromContext returns the fencing token ctx carries, put there by [Locker.Do], [Locker.DoAll]
+// of one resource, [Locker.Lead], the Echo middleware, the Asynq adapter or [ContextWithToken].
+// The second result is false when ctx carries none, and when it holds the locks of more than one
+// resource (a DoAll of several, nested Do calls of different resources, a Do inside
+// ContextWithToken's context), whose tokens come from unrelated counters: use [TokenFor].
 func TokenFromContext(ctx context.Context) (int64, bool) {
 	h, _ := ctx.Value(heldKey{}).(*held)
 	switch {
@@ -58,9 +54,8 @@ func TokenFromContext(ctx context.Context) (int64, bool) {
 	return h.locks[0].token, true
 }
 
-// TokenFor returns the fencing token of resource held by the innermost enclosing
-// [Locker.Do], [Locker.DoAll] or [Locker.Lead] that holds it (also when several are nested).
-// The second result is false when none of them holds resource.
+// TokenFor returns the fencing token of resource held by the innermost enclosing [Locker.Do],
+// [Locker.DoAll] or [Locker.Lead] that holds it, and false when none of them does.
 func TokenFor(ctx context.Context, resource string) (int64, bool) {
 	for h, _ := ctx.Value(heldKey{}).(*held); h != nil; h = h.outer {
 		for _, k := range h.locks {
@@ -73,13 +68,11 @@ func TokenFor(ctx context.Context, resource string) (int64, bool) {
 }
 
 // ValidUntilFromContext returns the local end of the lease that the work of [Locker.Do],
-// [Locker.DoAll] of one resource or [Locker.Lead] runs under, given that work's context: the
-// time, by this host's monotonic clock, until which the lock is certainly still held
-// (renewals move it on; a release or a loss does not move it back, and the context is
-// cancelled then). Work that must not act without the lock, such as the leader of a
-// schedule, checks that enough of it is left before each action. The second result is false
-// when ctx comes from none of them, and when it holds the locks of more than one resource
-// (as for [TokenFromContext]).
+// [Locker.DoAll] of one resource or [Locker.Lead] runs under, given its context: the time, by
+// this host's monotonic clock, until which the lock is certainly held (renewals move it on; a
+// release or a loss, which cancels the context, does not move it back), for work that must not
+// act without the lock. The second result is false when ctx comes from none of them, and when
+// it holds the locks of more than one resource (as for [TokenFromContext]).
 func ValidUntilFromContext(ctx context.Context) (time.Time, bool) {
 	h, _ := ctx.Value(heldKey{}).(*held)
 	if h == nil || h.locks == nil || !h.single {

@@ -12,23 +12,21 @@ import (
 	"github.com/fencekit/fencekit/fencing/internal/stall"
 )
 
-// Do takes the lock on resource (waiting as [Locker.Acquire] does), runs fn while holding
-// it, and releases it. fn's context carries the fencing token ([TokenFromContext], and
-// [TokenFor] with the resource); pass the token to every write fn makes.
+// Do takes the lock on resource (waiting as [Locker.Acquire] does), runs fn while holding it,
+// and releases it. fn's context carries the fencing token ([TokenFromContext], and [TokenFor]
+// with the resource); pass the token to every write fn makes.
 //
-// While fn runs, Do renews the lease in the background. It cancels fn's context, with a cause
-// matching [ErrNotHeld] (see [context.Cause]), as soon as a renewal finds the lock gone, or
-// when the lease's local validity (counted on the monotonic clock from when the acquire was
-// sent) runs out before a renewal succeeds. Transient Redis errors during renewal are
-// retried while validity remains. fn should stop writing once its context is done; a store
-// that checks the token rejects its late writes in any case.
+// While fn runs, Do renews the lease in the background every third of the TTL, retrying
+// transient Redis errors while the lease lasts. It cancels fn's context, with a cause matching
+// [ErrNotHeld] (see [context.Cause]), as soon as a renewal finds the lock gone or the lease's
+// local validity (on the monotonic clock, from when the acquire was sent) runs out unrenewed.
+// fn should stop writing then; a store that checks the token rejects its late writes anyway.
 //
-// Do returns fn's error. When the lock was lost, the error also matches ErrNotHeld. When
-// the lock cannot be taken, Do returns Acquire's error and does not call fn. The lock is
-// released when fn returns or panics, with a fresh context (the caller's may be done), so a
-// cancelled caller does not leave it held until its TTL. No goroutine started by Do outlives
-// it: Do returns once a renewal in progress has returned, which against a hung server takes
-// up to the client's ReadTimeout (fn's context is cancelled on time regardless).
+// Do returns fn's error, which also matches ErrNotHeld when the lock was lost, or Acquire's
+// error without calling fn. The lock is released when fn returns or panics, with a fresh
+// context, so a cancelled caller does not leave it held until its TTL. No goroutine started by
+// Do outlives it: Do returns once a renewal in progress has returned, which against a hung
+// server takes up to the client's ReadTimeout (fn's context is cancelled on time regardless).
 func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Context) error, opts ...CallOption) error {
 	if fn == nil {
 		return opErr("do", resource, invalidf("nil function"))
@@ -41,22 +39,15 @@ func (l *Locker) Do(ctx context.Context, resource string, fn func(ctx context.Co
 	return l.hold(ctx, cfg, []*Lock{lock}, nil, fn)
 }
 
-// DoAll takes the locks of all resources (waiting as [Locker.AcquireAll] does, in the
-// canonical order, deadlock-free), runs fn while holding them all, and releases them. fn's
-// context carries each resource's fencing token: [TokenFor](ctx, resource) returns it; pass
-// each resource's token to the writes of that resource. [TokenFromContext] returns the token
-// when the set has one resource, and false when it has several.
-//
-// While fn runs, DoAll renews every lease together in the background, in one round trip per
-// server (a pipeline), as [Locker.Do] renews its one. It cancels fn's context as soon as any
-// of the locks is lost (a renewal finds it gone, or its local validity runs out before a
-// renewal succeeds), with a cause matching [ErrNotHeld] (see [context.Cause]) whose text
-// names the lost resource.
-//
-// DoAll returns fn's error. When a lock was lost, the error also matches ErrNotHeld. When the
-// locks cannot be taken, DoAll returns AcquireAll's error, holds nothing and does not call fn.
-// The locks are released with a fresh context (the caller's may be done), in one round trip
-// per server. No goroutine started by DoAll outlives it.
+// DoAll takes the locks of all resources (waiting as [Locker.AcquireAll] does, in the canonical
+// order, deadlock-free), runs fn while holding them all, and releases them, as [Locker.Do] does
+// with one. fn's context carries each resource's token, which [TokenFor](ctx, resource)
+// returns ([TokenFromContext] only when the set has one resource): pass it to the writes of
+// that resource. The leases are renewed together, in one round trip per server, and fn's
+// context is cancelled as soon as any lock is lost, with a cause matching [ErrNotHeld] whose
+// text names the lost resource. DoAll returns fn's error, which also matches ErrNotHeld when a
+// lock was lost, or AcquireAll's error without calling fn, holding nothing. The locks are
+// released with a fresh context. No goroutine started by DoAll outlives it.
 func (l *Locker) DoAll(ctx context.Context, resources []string, fn func(ctx context.Context) error, opts ...CallOption) error {
 	if fn == nil {
 		return opErr("do all", "", invalidf("nil function"))
@@ -69,9 +60,7 @@ func (l *Locker) DoAll(ctx context.Context, resources []string, fn func(ctx cont
 	return l.hold(ctx, cfg, set.locks, set, fn)
 }
 
-// hold is one run of work under locks, taken by Do (one lock), DoAll (set) or a term of Lead:
-// it runs fn with the locks' tokens in its context, renews the leases, cancels fn's context
-// when one is lost, and releases them when fn returns or panics.
+// hold runs fn under locks taken by Do (one lock), DoAll (set) or a term of Lead, as Do says.
 func (l *Locker) hold(ctx context.Context, cfg *config, locks []*Lock, set *LockSet, fn func(ctx context.Context) error) (err error) {
 	h := &hold{locks: locks, set: set, cfg: cfg}
 	work, cancel := context.WithCancelCause(stall.With((&held{locks: locks, hold: h}).with(ctx), door{}))
@@ -96,10 +85,8 @@ func (l *Locker) hold(ctx context.Context, cfg *config, locks []*Lock, set *Lock
 		for i, e := range errs {
 			switch {
 			case lost == nil && errors.Is(e, ErrNotHeld):
-				// The lease lapsed between two renewals.
-				lost = e
-				k := locks[i]
-				cfg.hooks.lost(work, observe.Event{Op: observe.OpRelease, Resource: k.resource, Token: k.token, Label: k.label, Outcome: observe.OutcomeNotHeld, Err: e, Held: time.Since(k.acquired)})
+				lost = e // the lease lapsed between two renewals
+				locks[i].lost(work, cfg.hooks, observe.OpRelease, e)
 			case e != nil && !errors.Is(e, ErrNotHeld) && err == nil:
 				err = e // the release failed: the lock stays held until its lease runs out
 			}
@@ -127,7 +114,7 @@ type hold struct {
 	memo    atomic.Pointer[wire.Memo] // LeaveMemo's, written by the release
 }
 
-// extend renews every lease of h to ttl and returns the error of each lock.
+// extend renews every lease of h to ttl and returns the errors.
 func (h *hold) extend(ctx context.Context, ttl time.Duration) []error {
 	if h.set != nil {
 		return h.set.extendAll(ctx, ttl, observe.OpRenew) // ttl is valid: the set was taken with it
@@ -135,8 +122,7 @@ func (h *hold) extend(ctx context.Context, ttl time.Duration) []error {
 	return []error{h.locks[0].extend(ctx, ttl, observe.OpRenew)}
 }
 
-// release releases every lock of h, one lock with LeaveMemo's memo, and returns the error of
-// each.
+// release releases every lock of h, one lock with LeaveMemo's memo, and returns the errors.
 func (h *hold) release(ctx context.Context) []error {
 	if h.set != nil {
 		return h.set.releaseAll(ctx)

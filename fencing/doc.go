@@ -1,16 +1,14 @@
-// Package fencing takes locks on Redis that stay safe when a lease runs out: every
-// acquisition comes with a fencing token, an integer per resource that is higher than every
-// token issued before it, so the data store can reject the writes of a holder that lost the
-// lock without knowing it.
+// Package fencing takes locks on Redis that stay safe when a lease runs out: every acquisition
+// comes with a fencing token, an integer per resource higher than every token issued before it,
+// so the data store can reject the writes of a holder that lost the lock without knowing it.
 //
 // # Why a token
 //
-// A lease lock cannot by itself keep two processes out of the same critical section: a
-// holder can pause (a GC pause, a slow call, a network stall) past its TTL while another
-// process takes the lock, then wake and write. Checking the lease before writing does not
-// help, since the pause can fall between the check and the write. The store must check the
-// token instead: it accepts a write only with a token at least as high as the highest it has
-// seen, for example
+// A lease lock cannot by itself keep two processes out of the same critical section: a holder
+// can pause (a GC pause, a slow call, a network stall) past its TTL while another process takes
+// the lock, then wake and write, and checking the lease first does not help, as the pause can
+// fall between the check and the write. The store must check the token instead, accepting a
+// write only with a token at least as high as the highest it has seen, for example
 //
 //	UPDATE orders SET ..., fence_token = $token WHERE id = $id AND fence_token <= $token
 //
@@ -18,39 +16,20 @@
 //
 // # How
 //
-// One Lua script per verb serves every kind of acquisition: the acquire script checks the
-// lock, increments the resource's counter and writes the holder with its lease in a single
-// round trip; release, extend and TTL checks compare the holder's value, which is random and
-// unique per acquisition. [Locker.Do] runs a function under the lock,
-// renews the lease in the background, and cancels the function's context as soon as the lock
-// is lost. A busy resource has a first-come, first-served queue in Redis, next to the lock:
-// the release script hands the lock to the longest-waiting waiter of any Locker in the same
-// round trip and announces it with pub/sub (sharded pub/sub on a Cluster, one connection per
-// primary), so a release wakes one waiter, not every process.
-// [Locker.Lead] elects a leader per name on the same machinery: candidates wait in the queue,
-// each term's token is its epoch, and losing the lease ends the term; an [Elector] gives a
-// scheduler that asks before each run (gocron v2) the same leadership and epoch.
+// The acquire script checks the lock, increments the resource's counter and writes the holder
+// with its lease in a single round trip; release, extend and TTL checks compare the holder's
+// value, random and unique per acquisition. [Locker.Do] runs a function under the lock, renews
+// the lease in the background, and cancels the function's context as soon as the lock is
+// lost. A busy resource has a first-come, first-served queue in Redis, next to the lock: the
+// release script hands the lock to the longest-waiting waiter of any Locker in the same round
+// trip and announces it with pub/sub (sharded on a Cluster), so a release wakes one waiter,
+// not every process. [Locker.Lead] elects a leader per name on the same machinery, each term's
+// token its epoch (package leader's Elector serves a scheduler such as gocron v2).
 //
-// # Readers and writers
-//
-// [Shared] makes an acquisition shared: any number of shared holders at once, an exclusive
-// holder alone, one first-come, first-served queue for both (a reader waits behind a writer
-// queued before it), and one token counter for both, so a writer's token is above every
-// earlier reader's (see docs/shared.md).
-//
-// # Several resources
-//
-// [Locker.DoAll], [Locker.AcquireAll] and [Locker.TryAcquireAll] lock a set of resources
-// together, each with its own token ([TokenFor]), in one canonical order (by name; on a
-// Cluster by hash slot, then name) so that overlapping sets never deadlock; a free set on one
-// server or slot takes one round trip. See docs/resources.md.
-//
-// # N at a time
-//
-// [WithLimit] lets up to n holders hold a resource at once (a counting semaphore: at most n
-// jobs per customer), each with its own [Lock] and token, waiting in the same queue. A token
-// then orders the acquisitions but cannot exclude the other n-1 holders: fence each entity
-// the holders write, not the resource (see docs/limits.md).
+// [Shared] makes an acquisition shared, a read/write lock (docs/shared.md). [WithLimit] lets up
+// to n holders hold a resource at once, a counting semaphore whose tokens cannot exclude the
+// other n-1 holders (docs/limits.md). [Locker.DoAll] and [Locker.AcquireAll] lock a set of
+// resources together, each with its own token, deadlock-free (docs/resources.md).
 //
 // # What is not guaranteed
 //

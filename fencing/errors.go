@@ -13,48 +13,41 @@ import (
 //	fencing: release "orders/42": not held
 //	fencing: acquire "orders/42": not acquired: held by another owner after waiting 2s, first in the queue: context deadline exceeded
 //
-// so the sentinels' own texts carry no prefix, as io/fs's do not. An error that ends a wait
-// also matches the context's error.
+// so the sentinels' own texts carry no prefix, as io/fs's do not.
 var (
-	// ErrNotAcquired means the resource is busy: held by others, or waiters are queued ahead.
-	// The error then holds a [*BusyError], which says more. Acquire returns it, with
-	// ctx.Err(), when its context ends before the lock could be taken. TryAcquire also
-	// returns it when Redis granted the lock but the reply came back after the lease could
-	// have run out: the lock is then freed, as it may already belong to someone else.
+	// ErrNotAcquired means the resource is busy, held by others or waiters queued ahead, or
+	// that Redis granted the lock but the reply came back after the lease could have run out
+	// (the lock is then freed): the error holds a [*BusyError]. Acquire returns it, with
+	// ctx.Err(), when its context ends before the lock could be taken.
 	ErrNotAcquired = errors.New("not acquired")
 
 	// ErrNotHeld means this acquisition no longer owns the lock: it was released, it expired,
-	// or another owner has taken it since. Release and Extend return it and change nothing;
-	// Do cancels its work's context with it as the cause.
+	// or another owner has taken it since. Release and Extend return it and change nothing.
 	ErrNotHeld = errors.New("not held")
 
-	// ErrInvalid means an argument or option is unusable: an empty or oversized resource name,
-	// a TTL out of range, a nil client, a prefix containing '{' or '}', options that do not go
-	// together. Nothing was sent to Redis, except for a call of a kind that the resource's live
-	// holders cannot admit (see [WithLimit], [Shared]), which changed nothing.
+	// ErrInvalid means an argument or option is unusable: an empty or oversized resource name, a
+	// TTL out of range, a nil client, a prefix with '{' or '}', options that do not go together.
+	// Nothing was sent, but for a kind the live holders refuse ([WithLimit]): nothing changed.
 	ErrInvalid = errors.New("invalid argument")
 
 	// ErrClosed means the Locker was closed; Release and Extend still work on its locks.
 	ErrClosed = errors.New("locker closed")
 
-	// ErrNotReplicated means fewer replicas than required by [WithReplicas] acknowledged an
-	// acquisition in time. The lock was released before the error was returned.
+	// ErrNotReplicated means too few replicas acknowledged an acquisition in time ([WithReplicas]);
+	// the lock was released.
 	ErrNotReplicated = errors.New("acquisition not replicated")
 
-	// ErrLayout means a shared or limited resource's lock is a hash in the key layout of a
-	// fencekit version before v0.1.0's (layout 1: fields limit, until and <owner>:<token>),
-	// which processes of that version hold during a rolling deploy. The call changed nothing
-	// and took nothing; the resource is usable again once those holders have released it or
-	// their leases have ended. See docs/design.md, "Rolling deploys".
+	// ErrLayout means a shared or limited resource's lock is in the key layout of a version
+	// before v0.1.0 (layout 1), held by its processes during a rolling deploy (see docs/design.md,
+	// "Rolling deploys"). The call changed and took nothing; retry once those holders are gone.
 	ErrLayout = errors.New("lock in the key layout of an earlier fencekit version, which this one does not change: finish the rolling deploy")
 )
 
 // A BusyError is the cause of an acquisition that found its resource busy: held by others (an
 // exclusive holder, shared holders for an exclusive call, every slot of a limit) or waiters
-// queued ahead of it. It matches [ErrNotAcquired] with [errors.Is]; use [errors.As] to read
-// it. TryAcquire and the set calls return it when the resource is busy; Acquire and Do when
-// [WithMaxWait] runs out, and with the context's error when the context ends the wait (and
-// the last Redis error, when the waiter's checks were failing).
+// queued ahead of it. It matches [ErrNotAcquired]; read it with [errors.As]. TryAcquire and the
+// set calls return it when the resource is busy; Acquire and Do when [WithMaxWait] runs out, or
+// the context ends the wait (with its error, and the last Redis error of failing checks).
 type BusyError struct {
 	// Resource is the busy resource; for a set of resources, the one waited for.
 	Resource string
@@ -63,8 +56,7 @@ type BusyError struct {
 	RetryAfter time.Duration
 	// Waited is how long the call waited in the resource's queue; 0 for a single attempt.
 	Waited time.Duration
-	// Ahead is how many waiters were ahead in the queue when the wait ended, or -1 when
-	// unknown (and for a single attempt).
+	// Ahead is how many waiters were ahead when the wait ended; -1 when unknown or not queued.
 	Ahead int
 
 	late bool // Redis granted the lock, but the reply came after the lease could have run out
@@ -95,15 +87,13 @@ func (e *BusyError) Error() string {
 // Is reports whether target is ErrNotAcquired.
 func (e *BusyError) Is(target error) bool { return target == ErrNotAcquired }
 
-// busyWith returns the BusyError of a single attempt on resource, whose holders had left
-// milliseconds of lease.
+// busyWith returns the BusyError of one attempt on resource; left is the holders' lease in ms.
 func busyWith(resource string, left int64) *BusyError {
 	return &BusyError{Resource: resource, RetryAfter: max(time.Duration(left)*time.Millisecond, 0), Ahead: -1}
 }
 
-// RetryAfter reports how long the holders' lease had left when an acquisition failed because
-// the resource was busy: [BusyError.RetryAfter]. The second result is false when err carries
-// no such figure.
+// RetryAfter returns how long the holders' lease had left when err's acquisition found the
+// resource busy ([BusyError.RetryAfter]), and false when err carries no such figure.
 func RetryAfter(err error) (time.Duration, bool) {
 	var b *BusyError
 	if errors.As(err, &b) && b.RetryAfter > 0 {
@@ -112,8 +102,7 @@ func RetryAfter(err error) (time.Duration, bool) {
 	return 0, false
 }
 
-// opError is the error of a call: `fencing: <op> "<resource>": <cause>`, or without the
-// resource for a call that names none. Each call wraps its cause once.
+// opError is the error of a call: `fencing: <op> "<resource>": <cause>`, or without resource.
 type opError struct {
 	op, resource string
 	err          error
@@ -141,6 +130,5 @@ func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
-// errNoLock is the cause of a call on a nil or zero Lock or LockSet, which no acquisition
-// made: it matches ErrNotHeld, as it holds nothing, and ErrInvalid.
+// errNoLock is the cause of a call on a nil or zero Lock or LockSet: it holds nothing.
 var errNoLock = fmt.Errorf("%w: %w: from no acquisition", ErrNotHeld, ErrInvalid)

@@ -8,10 +8,9 @@ import (
 	"github.com/fencekit/fencekit/fencing/observe"
 )
 
-// WithHooks adds hooks that observe the Locker's operations (see package observe); the
-// tracing package uses this seam. Several WithHooks options add up, those of New and of a
-// call alike: hooks run in the order given, so give a set of hooks once. Default: none, and
-// then observation costs nothing.
+// WithHooks adds hooks that observe the Locker's operations (see package observe), as package
+// tracing does. Several WithHooks options, of New and of a call alike, add up, in the order
+// given: give a set of hooks once. Default: none, and then observation costs nothing.
 func WithHooks(h observe.Hooks) CallOption {
 	return callOption(func(c *config) {
 		if h.Start != nil || h.End != nil || h.Lost != nil {
@@ -51,9 +50,7 @@ func (hs hookList) lost(ctx context.Context, e observe.Event) {
 	}
 }
 
-// acquired returns the event of an acquisition op of resource, begun at begin, that sent
-// attempts scripts and took lock or failed with err. A single attempt's busy answer is not an
-// error (Event.Err is nil), a wait's is.
+// acquired returns the event of an acquisition; a single attempt's busy answer is no error.
 func acquired(op observe.Op, resource string, attempts int, begin time.Time, lock *Lock, err error) observe.Event {
 	e := observe.Event{Op: op, Resource: resource, Attempts: attempts, Elapsed: time.Since(begin)}
 	switch {

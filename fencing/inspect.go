@@ -12,29 +12,24 @@ import (
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
-// A Status is what Redis holds of one resource at one moment, as [Locker.Inspect] reads it:
-// for diagnostics, dashboards and operators (fencekit show and locks print it). It is a
-// snapshot: by the time it is read, holders may have released, expired or been replaced.
+// A Status is what Redis holds of one resource at one moment, as [Locker.Inspect] reads it for
+// diagnostics and operators: by the time it is read, holders may have changed.
 type Status struct {
 	// Resource is the resource's name.
 	Resource string
-	// Holders are the acquisitions that hold the resource, by token: one exclusive holder,
-	// or the shared or limited holders whose lease has not ended. Empty when it is free.
+	// Holders are the live acquisitions that hold the resource, by token; none when it is free.
 	Holders []Holder
 	// Shared reports whether the holders hold the resource shared ([Shared]).
 	Shared bool
-	// Limit is the holders' limit: 1 for an exclusive holder, n for [WithLimit](n); 0 when
-	// the resource is free or shared.
+	// Limit is the holders' limit: 1 exclusive, n for [WithLimit](n); 0 when free or shared.
 	Limit int
 	// Waiters are the calls queued for the resource, the next to be served first.
 	Waiters []Waiter
-	// NextToken is the lowest token the next acquisition of the resource gets: the last
-	// token issued plus one, or 1 when the resource has no counter (with
-	// [WithServerTimeFloor] it is at least the server's clock in microseconds). At the
-	// int64 maximum, where no acquisition succeeds, it is that maximum.
+	// NextToken is the lowest token the next acquisition gets: the last one plus one, or 1 with
+	// no counter (at least the server's clock in microseconds with [WithServerTimeFloor]); at
+	// the int64 maximum, where no acquisition succeeds, that maximum.
 	NextToken int64
-	// CounterTTL is how long the resource's counter lives without a new token
-	// ([WithCounterExpiry]); 0 when it never expires or there is none.
+	// CounterTTL is how long the counter lives without a new token ([WithCounterExpiry]), or 0.
 	CounterTTL time.Duration
 }
 
@@ -44,9 +39,8 @@ type Holder struct {
 	Token int64
 	// TTL is the lease it has left, by the server's clock.
 	TTL time.Duration
-	// Owner identifies the acquisition: a random value of 22 characters, or for a lock
-	// granted from the queue, the waiter's place in it (either followed by its label,
-	// encoded).
+	// Owner identifies the acquisition: a random value of 22 characters, or for a lock granted
+	// from the queue, the waiter's place in it (either followed by its label, encoded).
 	Owner string
 	// Label is the acquisition's label ([WithLabel]), or "".
 	Label string
@@ -58,37 +52,28 @@ type Waiter struct {
 	Locker string
 	// Label is the call's label ([WithLabel]), or "".
 	Label string
-	// Shared and Limit are the kind of acquisition it waits for, as in [Status]: Limit 1
-	// for an exclusive one, 0 for a shared one.
+	// Shared and Limit are the kind of acquisition it waits for, as in [Status].
 	Shared bool
 	Limit  int
-	// TimeFloor and CounterExpiry are the rules its grant follows for its token
-	// ([WithServerTimeFloor], [WithCounterExpiry]).
+	// TimeFloor and CounterExpiry ([WithServerTimeFloor], [WithCounterExpiry]) rule its token.
 	TimeFloor     bool
 	CounterExpiry time.Duration
 	// Alive reports whether its Locker still renews its place in the queue; a waiter whose
 	// Locker stopped (a process that died) is skipped when it reaches the head.
 	Alive bool
-	// Waiting is how long its Locker has been waiting for the resource, by the Locker's
-	// clock, when Alive.
+	// Waiting is how long its Locker has been waiting for the resource, by its clock, when Alive.
 	Waiting time.Duration
 }
 
 // Inspect reads what Redis holds of resource, in one round trip that changes nothing: its
 // holders with their tokens, labels and leases, their kind, the waiters queued for it and the
 // next token. An invalid resource name returns an error wrapping [ErrInvalid] and sends
-// nothing; other errors come from Redis. It works on a closed Locker, and reads the lock of a
-// shared or limited resource in the key layout of an earlier version too. Hooks observe it
-// (observe.OpInspect).
+// nothing; other errors come from Redis. It works on a closed Locker, and on the lock of a
+// shared or limited resource in an earlier version's key layout. Hooks observe it.
 func (l *Locker) Inspect(ctx context.Context, resource string) (*Status, error) {
 	cfg := l.config(nil)
-	ctx = cfg.hooks.start(ctx, observe.OpInspect, resource)
-	begin := time.Now()
-	var st *Status
-	err := l.made()
-	if err == nil {
-		err = validResource(resource)
-	}
+	ctx, begin := cfg.hooks.start(ctx, observe.OpInspect, resource), time.Now()
+	st, err := (*Status)(nil), cmp.Or(l.made(), validResource(resource))
 	if err == nil {
 		var raw wire.State
 		raw, err = (&wire.Inspect{Keys: wire.For(l.cfg.prefix, resource)}).Run(ctx, l.client)
@@ -110,11 +95,8 @@ func statusOf(resource string, raw wire.State) *Status {
 		st.NextToken = math.MaxInt64 // none: the next acquisition fails
 	}
 	if len(raw.Holders) > 0 {
-		k, _ := wire.ParseKind(strings.TrimPrefix(raw.Kind, "old:"))
+		k, _ := wire.ParseKind(strings.TrimPrefix(raw.Kind, "old:")) // shared: Limit 0
 		st.Shared, st.Limit = k.Shared, k.Limit
-		if k.Shared {
-			st.Limit = 0
-		}
 	}
 	for _, h := range raw.Holders {
 		st.Holders = append(st.Holders, Holder{Token: h.Token, TTL: h.End.Sub(raw.Now), Owner: h.Owner, Label: wire.LabelOf(h.Owner)})
@@ -140,28 +122,23 @@ func statusOf(resource string, raw wire.State) *Status {
 	return st
 }
 
-// ForceRelease frees resource from its holder with token, as that holder's own Release
-// would: the resource goes to the next waiters of its queue at once, with new tokens, and
-// the holder's Release and Extend then return [ErrNotHeld]. It is for operators freeing a
-// lock whose holder is stuck (fencekit release --force, the operators' page), not for the
-// holder itself: the holder is not told and may still be working, so this is safe for data
-// only when the store checks tokens, which refuses the old holder's later writes. It returns
-// an error wrapping ErrNotHeld, and changes nothing, when no holder of resource has token
-// (it was released, expired or replaced meanwhile); [ErrInvalid] for an invalid name,
-// sending nothing; other errors come from Redis. Hooks observe it
-// (observe.OpForceRelease, with the holder's token and label).
+// ForceRelease frees resource from its holder with token, as that holder's Release would (the
+// next waiters get it at once; the holder's Release and Extend then return [ErrNotHeld]). It is
+// for operators freeing a lock whose holder is stuck (fencekit release --force): the holder is
+// not told and may still be working, so this is safe for data only when the store checks tokens.
+// It returns an error wrapping ErrNotHeld, changing nothing, when no holder has token (released,
+// expired or replaced meanwhile); [ErrInvalid] for an invalid name, sending nothing; other
+// errors come from Redis. Hooks observe it, with the holder's token and label.
 func (l *Locker) ForceRelease(ctx context.Context, resource string, token int64) error {
 	cfg := l.config(nil)
-	ctx = cfg.hooks.start(ctx, observe.OpForceRelease, resource)
-	begin := time.Now()
+	ctx, begin := cfg.hooks.start(ctx, observe.OpForceRelease, resource), time.Now()
 	e := observe.Event{Op: observe.OpForceRelease, Resource: resource, Token: token, Outcome: observe.OutcomeOK}
 	st, err := l.Inspect(ctx, resource) // its error names the call that failed
 	if err == nil {
 		err = ErrNotHeld
 		if i := slices.IndexFunc(st.Holders, func(h Holder) bool { return h.Token == token }); i >= 0 {
-			// By its owner alone ("<owner>:"), which leaves no release record: the holder's
-			// own Release, finding none, returns ErrNotHeld. An owner is one acquisition's,
-			// which never changes its token.
+			// By its owner alone ("<owner>:", one acquisition's), which leaves no release
+			// record: the holder's own Release, finding none, returns ErrNotHeld.
 			h := st.Holders[i]
 			e.Label = h.Label
 			r := &wire.Release{Keys: []wire.Keys{wire.For(l.cfg.prefix, resource)}, Values: []string{h.Owner + ":"}, Kind: wire.Kind{Shared: st.Shared, Limit: st.Limit}}

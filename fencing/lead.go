@@ -9,38 +9,26 @@ import (
 )
 
 // Lead makes this process the leader of name, one leader at a time across every Locker that
-// uses the same Redis and prefix, and runs fn while it leads. It is a loop around the
-// machinery of [Locker.Do], with name as the resource:
+// uses the same Redis and prefix, and runs fn while it leads, in a loop of [Locker.Do] on name.
+// A campaign is an [Locker.Acquire] of name: candidates wait in its queue, so a leader that
+// resigns hands over in the same round trip, and one that dies is replaced about a round trip
+// after its lease ends. A term runs fn with the leadership's token, its epoch, in fn's context
+// ([TokenFromContext], [ValidUntilFromContext]): epochs strictly increase, so a store that
+// checks the token refuses the late writes of a leader replaced without knowing it. When
+// leadership is lost, fn's context is cancelled as Do's is, and once fn returns Lead campaigns
+// again; an error fn returns that matches [ErrNotHeld] also counts as lost leadership.
 //
-//   - A campaign is an [Locker.Acquire] of name: a candidate waits in the resource's
-//     first-come, first-served queue, so when a leader resigns the next candidate is granted
-//     leadership in the same round trip, and when a leader dies its lease runs out and a
-//     queued candidate takes over within about a round trip of that (it checks when the
-//     lease ends): no polling interval to tune.
-//   - A term runs fn with the leadership's fencing token, its epoch, in fn's context
-//     ([TokenFromContext]): epochs of successive terms strictly increase, so a store that
-//     checks the token refuses the late writes of a leader that has been replaced without
-//     knowing it. [ValidUntilFromContext] tells fn how long its lease certainly lasts. The
-//     lease is renewed in the background every third of the TTL ([WithTTL]).
-//   - When leadership is lost (a renewal finds the lock gone, the lease's local validity runs
-//     out while Redis cannot be reached, or the lock was released by someone else), fn's
-//     context is cancelled with a cause matching [ErrNotHeld] (see [context.Cause]). Once fn
-//     returns, Lead campaigns again. An error fn returns that matches ErrNotHeld also counts
-//     as lost leadership.
-//
-// Lead returns only when ctx ends, with ctx.Err() (a term in progress is ended first: fn's
-// context is cancelled and leadership released); when fn returns while leading and not
-// because leadership was lost, after resigning (releasing the lock, so that the next
-// candidate leads at once), with fn's error, or nil when fn returned nil (or the release's
-// error); or with an error wrapping [ErrInvalid] (an empty or oversized name, a nil fn, an
-// invalid option) or [ErrClosed], before campaigning. Other errors of a campaign (Redis
-// unreachable, [ErrNotReplicated], [ErrNotAcquired] under [WithMaxWait]) are retried after a
-// back-off that starts at 50ms and doubles to 1s, and starts again after a term.
+// Lead returns only when ctx ends, with ctx.Err() (a term in progress is ended first: fn's context
+// is cancelled and leadership released); when fn returns while leading and not because leadership
+// was lost, after resigning (releasing the lock, so that the next candidate leads at once), with
+// fn's error, or else the release's; or before campaigning with an error wrapping [ErrInvalid] (an
+// empty or oversized name, a nil fn, an invalid option) or [ErrClosed]. Other errors of a campaign
+// (Redis unreachable, [ErrNotReplicated], [ErrNotAcquired] under [WithMaxWait]) are retried after a
+// back-off from 50ms doubling to 1s, reset after a term.
 //
 // Options apply to every campaign and term, as they do to one call of Do; [Shared] and
-// [WithLimit] above 1 are errors wrapping ErrInvalid (a leader leads alone). [Hooks] observe
-// each campaign (observe.OpCampaign) and each term (observe.OpLead); see Hooks. No goroutine started by
-// Lead outlives it.
+// [WithLimit] above 1 are errors wrapping ErrInvalid (a leader leads alone). Hooks observe
+// each campaign and term (see observe.Hooks). No goroutine started by Lead outlives it.
 func (l *Locker) Lead(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...CallOption) error {
 	cfg := l.config(opts)
 	err := l.check(context.WithoutCancel(ctx), cfg, name)
@@ -61,9 +49,10 @@ func (l *Locker) Lead(ctx context.Context, name string, fn func(ctx context.Cont
 		lock, err := l.campaign(ctx, cfg, name)
 		switch {
 		case ctx.Err() != nil:
-			if err == nil {
-				// Won as the context ended: resign at once.
-				l.resign(ctx, cfg, lock)
+			if err == nil { // won as the context ended: resign at once
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(cfg.ttl, releaseTimeout))
+				_ = lock.Release(rctx)
+				cancel()
 			}
 			return ctx.Err()
 		case errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed):
@@ -90,10 +79,9 @@ func (l *Locker) Lead(ctx context.Context, name string, fn func(ctx context.Cont
 	}
 }
 
-// campaign waits for leadership of name once, observed by the hooks as an observe.OpCampaign.
+// campaign waits for leadership of name once, observed as an observe.OpCampaign.
 func (l *Locker) campaign(ctx context.Context, cfg *config, name string) (*Lock, error) {
-	cctx := cfg.hooks.start(ctx, observe.OpCampaign, name)
-	begin := time.Now()
+	cctx, begin := cfg.hooks.start(ctx, observe.OpCampaign, name), time.Now()
 	lock, err := l.acquire(cctx, cfg, name)
 	ev := observe.Event{Op: observe.OpCampaign, Resource: name, Elapsed: time.Since(begin)}
 	if err != nil {
@@ -105,8 +93,7 @@ func (l *Locker) campaign(ctx context.Context, cfg *config, name string) (*Lock,
 	return lock, err
 }
 
-// term runs fn while lock lasts, observed by the hooks as an observe.OpLead, and reports whether it
-// ended because leadership was lost.
+// term runs fn while lock lasts, observed as an observe.OpLead, and reports whether it was lost.
 func (l *Locker) term(ctx context.Context, cfg *config, lock *Lock, fn func(ctx context.Context) error) (lost bool, err error) {
 	tctx := cfg.hooks.start(ctx, observe.OpLead, lock.resource)
 	err = l.hold(tctx, cfg, []*Lock{lock}, nil, fn)
@@ -120,11 +107,4 @@ func (l *Locker) term(ctx context.Context, cfg *config, lock *Lock, fn func(ctx 
 	}
 	cfg.hooks.end(tctx, ev)
 	return lost, err
-}
-
-// resign releases a leadership won as the caller gave up, with a fresh context.
-func (l *Locker) resign(ctx context.Context, cfg *config, lock *Lock) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(cfg.ttl, releaseTimeout))
-	_ = lock.Release(rctx)
-	cancel()
 }

@@ -12,12 +12,9 @@ import (
 )
 
 // A room's lines: the grants that reach one (announced, in a release's reply or in a poll's),
-// each delivered one way (deliver) and dated once; what a reply saw held; and a line's life,
-// from the first waiter on a resource to its subscription's end.
+// each delivered once (deliver); what a reply saw held; and a line's life.
 
-// granted gives g, a grant of k's resource, to its waiter when its element is this room's;
-// when no waiter of the room takes it, it is released again, which grants the resource to
-// the next waiters.
+// granted gives g, a grant of k's resource, to its waiter of this room, or passes it on.
 func (r *room) granted(k wire.Keys, g grant) {
 	e, ok := wire.ParseElement(g.elem)
 	if !ok || e.Locker != r.id {
@@ -30,15 +27,11 @@ func (r *room) granted(k wire.Keys, g grant) {
 }
 
 // saw records that a reply to a call sent at sent showed held as the lock value of k's
-// resource: a grant to one of the room's waiters is delivered, and the token, whoever's, dates
-// the grants after it.
+// resource: a grant to the room's waiter is delivered, and any token dates the later grants.
 func (r *room) saw(k wire.Keys, sent time.Time, held string) {
 	owner, token, ok := wire.SplitValue(held)
-	if !ok {
-		return
-	}
 	ln := r.line(k.Channel)
-	if ln == nil {
+	if !ok || ln == nil {
 		return
 	}
 	if e, ok := wire.ParseElement(owner); ok && e.Locker == r.id {
@@ -51,13 +44,11 @@ func (r *room) saw(k wire.Keys, sent time.Time, held string) {
 	ln.mu.Unlock()
 }
 
-// passOn releases value, a grant of kind to a waiter of this room that no waiter takes (or
-// "<element>:" for whatever token its element holds), which grants the resource to the next
-// waiters. Errors are ignored: the lease then runs out by itself.
+// passOn releases value, a grant of kind that no waiter takes (or "<element>:", any token of
+// its element), keeping its record (a grant's lease is short). Errors are ignored: it lapses then.
 func (r *room) passOn(k wire.Keys, value string, kind wire.Kind) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	// A grant's lease is short: its record is kept (Keep).
 	r.locker.release(ctx, &wire.Release{Keys: []wire.Keys{k}, Values: []string{value}, Kind: kind, Keep: true})
 }
 
@@ -69,15 +60,11 @@ func (r *room) heard(ch, payload string) {
 	}
 }
 
-// subscribed makes the front waiter of ch's resource check with Redis now: the server has
-// just confirmed the subscription, perhaps on a new connection that lost an announcement.
+// subscribed makes ch's front waiter check now: the confirmation may follow a lost announcement.
 func (r *room) subscribed(ch string) {
 	k, ok := wire.GrantsOf(ch, r.id)
-	if !ok {
-		return
-	}
 	ln := r.line(k.Channel)
-	if ln == nil {
+	if !ok || ln == nil {
 		return
 	}
 	ln.mu.Lock()
@@ -88,10 +75,9 @@ func (r *room) subscribed(ch string) {
 	ln.wakeFront()
 }
 
-// enter returns the line of c's resource, creating it and subscribing to its channel when it
-// is new, and waits up to subscribePatience for the subscription to be confirmed. Exclusive
-// and shared calls share a line; a line in use by calls of another limit is an error
-// wrapping ErrInvalid.
+// enter returns the line of c's resource, creating it and subscribing to its channel when new,
+// and waits up to subscribePatience for the subscription. Exclusive and shared calls share a
+// line; a line in use by calls of another limit is an error wrapping ErrInvalid.
 func (r *room) enter(ctx context.Context, c waitCall) (*line, error) {
 	limit := 0
 	if c.kind.Limit > 1 && !c.kind.Shared {
@@ -117,8 +103,7 @@ func (r *room) enter(ctx context.Context, c waitCall) (*line, error) {
 		r.mu.Unlock()
 		return nil, invalidf("this Locker waits for the resource as %s, this call %s", kindName(wire.Kind{Limit: max(have, 1)}), kindName(c.kind))
 	}
-	ln.limit = limit
-	ln.users++
+	ln.limit, ln.users = limit, ln.users+1
 	if ln.linger != nil {
 		ln.linger.Stop()
 		ln.linger = nil
@@ -136,8 +121,7 @@ func (r *room) enter(ctx context.Context, c waitCall) (*line, error) {
 	return ln, nil
 }
 
-// exit ends a call's use of ln; the last one out lets it linger for wire.EntryTTL, so a room
-// that waits on the resource again soon keeps its subscription and fresh waiter key.
+// exit ends a call's use of ln; the last one out lets it linger for wire.EntryTTL.
 func (r *room) exit(ln *line) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
@@ -163,21 +147,12 @@ func (r *room) drop(ln *line) {
 }
 
 // subscribed reports whether the server confirmed ln's subscription.
-func (ln *line) subscribed() bool {
-	select {
-	case <-ln.ready:
-		return true
-	default:
-		return false
-	}
-}
+func (ln *line) subscribed() bool { return isDone(ln.ready) }
 
-// deliver hands g to its waiter, dated once: it was made after g.after, after the waiter's
-// element was sent, and after any call that saw an older token held. It reports false when
-// no waiter of ln takes the grant; a grant that a reply revealed is then left to the
-// leaving waiter, which frees it. Grants reach a line in any order (announcements, and the
-// replies that reveal them; several at once for shared waiters and the slots of a limit):
-// they are matched by token.
+// deliver hands g to its waiter, dated once: after g.after, after the waiter's element was
+// sent, and after any call that saw an older token held. It reports false when no waiter of
+// ln takes it (a grant a reply revealed is then left to the leaving waiter, which frees it).
+// Grants reach a line in any order, several at once: they are matched by token.
 func (ln *line) deliver(g grant) bool {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
@@ -213,12 +188,9 @@ func (ln *line) deliver(g grant) bool {
 	return true
 }
 
-// leaseSeen records that the holders of ln's resource had left of their lease when a reply
-// came back at replied: the front waiter checks with Redis as soon as it ends (a holder that
-// died sends no announcement), unless its next poll comes first. A left of 0 is a lease
-// ending within the millisecond (PTTL clamps a lease that ran out after the script's start
-// to 0): check again at once rather than at the next poll. A negative left (no lease) arms
-// nothing.
+// leaseSeen records that the holders had left of their lease when a reply came back at replied:
+// the front waiter checks as soon as it ends (a holder that died announces nothing), unless its
+// next poll comes first; at once for a left of 0 (PTTL's for a lease ended during the script).
 func (ln *line) leaseSeen(replied time.Time, left time.Duration) {
 	if left < 0 {
 		return
@@ -228,8 +200,8 @@ func (ln *line) leaseSeen(replied time.Time, left time.Duration) {
 	ln.mu.Unlock()
 }
 
-// nextPoll returns how long after now w waits before its next check with Redis: d, or less
-// when w is the front waiter and the holders' lease ends sooner.
+// nextPoll returns how long w waits for its next check: d, or less for a front waiter whose
+// holders' lease ends sooner.
 func (ln *line) nextPoll(w *waiter, d time.Duration, now time.Time) time.Duration {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
@@ -239,15 +211,7 @@ func (ln *line) nextPoll(w *waiter, d time.Duration, now time.Time) time.Duratio
 	return d
 }
 
-// isFront reports whether w is the longest-waiting waiter of ln without a grant: the one that
-// polls.
-func (ln *line) isFront(w *waiter) bool {
-	ln.mu.Lock()
-	defer ln.mu.Unlock()
-	return ln.front() == w
-}
-
-// front returns ln's longest-waiting waiter without a grant, or nil. The caller holds ln.mu.
+// front returns ln's longest-waiting waiter without a grant, or nil; the caller holds ln.mu.
 func (ln *line) front() *waiter {
 	i := slices.IndexFunc(ln.waiters, func(w *waiter) bool { return !w.got })
 	if i < 0 {
@@ -256,8 +220,7 @@ func (ln *line) front() *waiter {
 	return ln.waiters[i]
 }
 
-// wakeFront makes ln's front waiter poll: at once, or as soon as the call that queues it
-// returns. The caller holds ln.mu.
+// wakeFront makes ln's front waiter poll now, or once its join returns; the caller holds ln.mu.
 func (ln *line) wakeFront() {
 	if w := ln.front(); w != nil {
 		select {
@@ -267,15 +230,12 @@ func (ln *line) wakeFront() {
 	}
 }
 
-// queued reports whether w's element is in the Redis queue, as far as the room knows: the
-// checks put it back when it was dropped.
+// queued reports whether w's element is in the Redis queue, as far as the room knows.
 func queued(w *waiter) bool { return w.joined && !w.got && !w.unsure }
 
-// leave takes w off ln. A grant to w that it did not take is released, which passes it on;
-// its element, if still queued, is removed. It waits for a check in flight, which would put
-// back as dropped the element of a grant w took and released meanwhile. It returns how many
-// waiters were ahead of w's element when it was removed, and how long the holders' lease had
-// left then, each -1 when unknown.
+// leave takes w off ln, after a check in flight (which would put back the element of a grant w
+// released), passing on a grant it did not take, or removing its element. It returns how many
+// waiters were ahead of it and the holders' lease left, each -1 when unknown.
 func (r *room) leave(ln *line, w *waiter) (ahead int, left time.Duration) {
 	ln.turn.Lock()
 	defer ln.turn.Unlock()
@@ -293,8 +253,7 @@ func (r *room) leave(ln *line, w *waiter) (ahead int, left time.Duration) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	// One round trip: where the element stood (for the error), its removal, and the
-	// holders' lease as it stands now.
+	// One round trip: where the element stood (for the error), its removal, the holders' lease.
 	var pos, rem *redis.IntCmd
 	var pttl *redis.DurationCmd
 	var hash *redis.MapStringStringCmd
@@ -310,18 +269,16 @@ func (r *room) leave(ln *line, w *waiter) (ahead int, left time.Duration) {
 	}
 	left = holdersLeft(pttl, hash)
 	if n, err := rem.Result(); err == nil && n == 0 {
-		// The element was popped: granted to w (the announcement is on its way) or dropped
-		// as dead. Free such a grant now.
+		// Popped: granted to w (announced on the way; free it now) or dropped as dead.
 		r.passOn(ln.k, w.elem+":", w.kind)
 	}
 	return ahead, left
 }
 
-// holdersLeft returns how long the holders' lease has left from the replies of PTTL and
-// HGETALL of the lock, read in one round trip: the exclusive holder's (the key's TTL); the
-// latest of the live shared holders'; for a limit, the earliest of the live holders' when
-// every slot is taken, and 0 when one is free. The time is the hash's expiry t less its TTL,
-// as the scripts read it. -1 when unknown.
+// holdersLeft returns the holders' lease left from the replies of PTTL and HGETALL of the lock:
+// the exclusive holder's (the key's TTL); the latest of the live shared holders'; for a limit,
+// the earliest of the live holders' when every slot is taken, else 0; -1 when unknown. The
+// time is the hash's expiry t less its TTL, as the scripts read it.
 func holdersLeft(pttl *redis.DurationCmd, hash *redis.MapStringStringCmd) time.Duration {
 	d, err := pttl.Result()
 	if err != nil || d < 0 {
@@ -337,8 +294,7 @@ func holdersLeft(pttl *redis.DurationCmd, hash *redis.MapStringStringCmd) time.D
 	}
 	now := time.UnixMilli(t).Add(-d)
 	kind, holders, _ := wire.HashHolders(fields)
-	var latest, earliest time.Time
-	live := 0
+	latest, earliest, live := time.Time{}, time.Time{}, 0
 	for _, h := range holders {
 		if !h.End.After(now) {
 			continue

@@ -15,10 +15,6 @@ import (
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
-// A lock's life after it was taken (acquire.go, wait.go): Extend and TTL keep and read its
-// lease, Release frees it and hands it to the queue's next waiters in the same script. None of
-// them enters the waiting room unless this Locker has calls in it.
-
 // A Lock is one acquisition of a resource, with its fencing token. Its methods are safe for
 // concurrent use; Release and Extend take effect in the order Redis runs them, and once the
 // lock is released or lost every later call returns [ErrNotHeld]. The methods of a nil *Lock
@@ -44,9 +40,8 @@ type Lock struct {
 	laterTTL time.Duration // the lease that extension sets
 }
 
-// Token returns the fencing token issued with this acquisition: a positive integer that is
-// higher than every token issued before it for the same resource. Pass it to the store,
-// which must reject writes carrying a lower token than it has seen.
+// Token returns the fencing token of this acquisition, higher than every token issued before
+// it for the resource: pass it to the store, which must reject writes with a lower one.
 func (k *Lock) Token() int64 {
 	if k == nil {
 		return 0
@@ -67,13 +62,11 @@ func (k *Lock) Shared() bool {
 	return k != nil && k.kind.Shared
 }
 
-// Release frees the resource if this acquisition still holds it. When waiters are queued for
-// the resource, it goes straight to the longest-waiting ones that it now admits, with new
-// tokens, in the same round trip. It returns an error wrapping [ErrNotHeld] and changes
-// nothing when the lease has run out or the resource belongs to a newer acquisition. Other
-// errors come from Redis; the resource then stays held until the lease runs out. A release
-// that go-redis retries after losing the reply returns what its first run did: nil when that
-// run released the lock, ErrNotHeld only when the lock had passed on before it.
+// Release frees the resource if this acquisition still holds it, handing it in the same round
+// trip to the longest-waiting waiters it now admits, with new tokens. It returns an error
+// wrapping [ErrNotHeld] and changes nothing when the lease has run out or the resource belongs
+// to a newer acquisition. Other errors come from Redis; the resource then stays held until the
+// lease runs out. A release retried after a lost reply returns what its first run did.
 func (k *Lock) Release(ctx context.Context) error {
 	return k.release(ctx, wire.Memo{})
 }
@@ -84,8 +77,7 @@ func (k *Lock) release(ctx context.Context, m wire.Memo) error {
 		return opErr("release", "", errNoLock)
 	}
 	k.stopLater()
-	ctx = k.hooks.start(ctx, observe.OpRelease, k.resource)
-	begin := time.Now()
+	ctx, begin := k.hooks.start(ctx, observe.OpRelease, k.resource), time.Now()
 	err := error(ErrNotHeld) // once released, the record in Redis would answer as to a retry
 	if !k.released.Load() {
 		err = k.locker.release(ctx, &wire.Release{Keys: []wire.Keys{k.keys}, Values: []string{k.value}, Kind: k.kind, Keep: k.keepRecord(), Memo: m})[0][0]
@@ -99,11 +91,9 @@ func (k *Lock) release(ctx context.Context, m wire.Memo) error {
 	return err
 }
 
-// release runs the release scripts rs (each on the resources of one script, see groupKeys)
-// in one round trip per server, and returns the error of each value: nil when released,
-// ErrNotHeld when it did not hold its resource. A reply lost on the way is asked for again
-// with the same call, which its release record answers as the first run went. Grants to this
-// Locker's own waiters, which the script returns instead of announcing, go to them.
+// release runs the release scripts rs (each of one script's resources, see groupKeys) in one
+// round trip per server and returns each value's error, nil or ErrNotHeld. A lost reply is asked
+// again, which the release record answers as the first run went. Grants to its waiters go to them.
 func (l *Locker) release(ctx context.Context, rs ...*wire.Release) [][]error {
 	calls := make([]wire.Call, len(rs))
 	for i, r := range rs {
@@ -113,8 +103,7 @@ func (l *Locker) release(ctx context.Context, rs ...*wire.Release) [][]error {
 		}
 		calls[i] = r.Call(l.client)
 	}
-	sent := time.Now()
-	cmds := wire.Pipe(ctx, l.client, calls)
+	sent, cmds := time.Now(), wire.Pipe(ctx, l.client, calls)
 	var lost []wire.Call
 	for i, cmd := range cmds {
 		if lostReply(ctx, cmd.Err()) {
@@ -151,8 +140,7 @@ func (l *Locker) release(ctx context.Context, rs ...*wire.Release) [][]error {
 	return errs
 }
 
-// released reads the release script's reply for value on k, sent at sent, and gives the
-// grants in it to this Locker's waiters.
+// released reads the release script's reply for value on k, sent at sent.
 func (l *Locker) released(k wire.Keys, value string, kind wire.Kind, sent time.Time, res any) error {
 	rep, err := wire.ParseRelease(res)
 	switch {
@@ -165,26 +153,21 @@ func (l *Locker) released(k wire.Keys, value string, kind wire.Kind, sent time.T
 	case l.waits.Load() == 0:
 		return nil
 	}
-	if kind.Exclusive() {
-		// Later tokens were granted after the call was sent; with other holders beside it,
-		// a release dates nothing.
-		l.room.saw(k, sent, value)
+	if kind.Exclusive() { // with other holders beside it, a release dates nothing
+		l.room.saw(k, sent, value) // later tokens were granted after sent
 	}
 	for _, g := range rep.Grants {
 		l.room.granted(k, grant{elem: g.Element, token: g.Token, after: sent})
 	}
 	if len(rep.Grants) > 0 {
-		// The grant went to a waiter of this Locker, now runnable: let it run before this
-		// goroutine goes on, which would otherwise delay the next holder's start by its own
-		// work until it blocks (docs/benchmarks.md, "The hand-off's own floor").
+		// A waiter of this Locker got it: let it run before this goroutine's own work delays the
+		// next holder's start (docs/benchmarks.md, "The hand-off's own floor").
 		runtime.Gosched()
 	}
 	return nil
 }
 
-// releaseOwner frees whatever owner's acquisition holds of ks, with a fresh, short context:
-// the caller's may be done. Errors are ignored; the leases run out by themselves if this
-// fails.
+// releaseOwner frees what owner's acquisition holds of ks with a fresh context, ignoring errors.
 func (l *Locker) releaseOwner(ctx context.Context, cfg *config, ks []wire.Keys, owner string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
@@ -200,11 +183,10 @@ func (l *Locker) releaseOwner(ctx context.Context, cfg *config, ks []wire.Keys, 
 }
 
 // Extend resets the lease to ttl, counted from now, if this acquisition still holds the
-// resource. It returns an error wrapping [ErrNotHeld] and changes nothing when the lease has
-// run out or the resource belongs to a newer acquisition; it never takes a free resource
-// again. A ttl outside [MinTTL, MaxTTL] returns an error wrapping [ErrInvalid], sends nothing
-// and changes nothing. A lock taken from the queue of a resource keeps its pending extension
-// to the TTL (see [Locker.Acquire]) until an extension has taken effect.
+// resource; otherwise (the lease ran out, or a newer acquisition holds it) it returns an error
+// wrapping [ErrNotHeld] and changes nothing, never taking a free resource again. A ttl outside
+// [MinTTL, MaxTTL] returns an error wrapping [ErrInvalid], sending nothing. A lock from the
+// queue keeps its pending extension to the TTL ([Locker.Acquire]) until one takes effect.
 func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if k == nil || k.locker == nil {
 		return opErr("extend", "", errNoLock)
@@ -218,11 +200,9 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	return err
 }
 
-// extend resets the lease to ttl as op for the hooks; a ttl out of range is refused before
-// anything is sent.
+// extend is Extend as op for the hooks, leaving the pending extension as it is.
 func (k *Lock) extend(ctx context.Context, ttl time.Duration, op observe.Op) error {
-	ctx = k.hooks.start(ctx, op, k.resource)
-	begin := time.Now()
+	ctx, begin := k.hooks.start(ctx, op, k.resource), time.Now()
 	err := validTTL(ttl)
 	if err == nil {
 		_, held, rerr := wire.ParseExtend(k.extension(ttl).Run(ctx, k.locker.client).Result())
@@ -235,12 +215,10 @@ func (k *Lock) extend(ctx context.Context, ttl time.Duration, op observe.Op) err
 
 // extension returns the extend script's call for k to ttl.
 func (k *Lock) extension(ttl time.Duration) wire.Call {
-	e := &wire.Extend{Keys: k.keys, Value: k.value, Kind: k.kind, Lease: millis(ttl)}
-	return e.Call(k.locker.client)
+	return (&wire.Extend{Keys: k.keys, Value: k.value, Kind: k.kind, Lease: millis(ttl)}).Call(k.locker.client)
 }
 
-// extended reads an extension to ttl sent at begin (whether the extend script found the lock
-// held, or its error) and records the new validity when it took effect.
+// extended returns an extension's error, given the script's, and records its validity.
 func (k *Lock) extended(begin time.Time, ttl time.Duration, held bool, err error) error {
 	switch {
 	case err != nil:
@@ -252,8 +230,7 @@ func (k *Lock) extended(begin time.Time, ttl time.Duration, held bool, err error
 	return nil
 }
 
-// TTL returns the remaining lease as Redis counts it, or an error wrapping [ErrNotHeld] when
-// this acquisition no longer holds the resource.
+// TTL returns the lease left as Redis counts it, or an error wrapping [ErrNotHeld] once lost.
 func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if k == nil || k.locker == nil {
 		return 0, opErr("ttl", "", errNoLock)
@@ -278,25 +255,19 @@ func (k *Lock) event(op observe.Op, begin time.Time, err error) observe.Event {
 	return e
 }
 
-// setValidUntil records that the lease lasts ttl from sent, by the local monotonic clock,
-// less a margin of 1% for clock drift between this host and Redis.
+// setValidUntil records that the lease lasts ttl from sent, less 1% for clock drift.
 func (k *Lock) setValidUntil(sent time.Time, ttl time.Duration) {
 	k.validUntil.Store(int64(sent.Sub(k.acquired) + ttl - ttl/100))
 }
 
-// keepRecord reports whether the lease has less than wire.RecordTTL left by the local clock,
-// so that the record of its release must outlive it (see the release script).
+// keepRecord reports whether the lease has less than wire.RecordTTL left (release.lua's keep).
 func (k *Lock) keepRecord() bool { return time.Until(k.deadline()) < wire.RecordTTL }
 
 // deadline returns the local end of the lease.
-func (k *Lock) deadline() time.Time {
-	return k.acquired.Add(time.Duration(k.validUntil.Load()))
-}
+func (k *Lock) deadline() time.Time { return k.acquired.Add(time.Duration(k.validUntil.Load())) }
 
 // valid reports whether the lease has not run out by the local clock.
-func (k *Lock) valid() bool {
-	return time.Now().Before(k.deadline())
-}
+func (k *Lock) valid() bool { return time.Now().Before(k.deadline()) }
 
 // validResource returns an error wrapping ErrInvalid when resource cannot be locked.
 func validResource(resource string) error {
@@ -309,8 +280,7 @@ func validResource(resource string) error {
 	return nil
 }
 
-// lostReply reports whether err leaves it unknown whether a script ran: the connection failed,
-// the context still lasts.
+// lostReply reports whether err leaves it unknown whether a script ran, the context lasting.
 func lostReply(ctx context.Context, err error) bool {
 	var reply redis.Error
 	return err != nil && ctx.Err() == nil && !errors.As(err, &reply)

@@ -11,9 +11,8 @@ import (
 	"github.com/fencekit/fencekit/internal/topology"
 )
 
-// A Locker takes fenced locks on a Redis server. It is safe for concurrent use by many
-// goroutines; create one per client and share it. Close it when done to free the
-// subscription that wakes waiters.
+// A Locker takes fenced locks on a Redis server. It is safe for concurrent use; create one per
+// client and share it. Close it when done to free the subscription that wakes waiters.
 type Locker struct {
 	client redis.UniversalClient
 	topo   topology.Topology
@@ -27,17 +26,14 @@ type Locker struct {
 
 // New returns a Locker that keeps its locks on client: a *redis.Client (also from
 // redis.NewFailoverClient), a *redis.ClusterClient (also from redis.NewFailoverClusterClient)
-// or a *redis.Ring. A client of any other type, such as one that wraps a *redis.Client, is
-// taken for a single server: its pub/sub connection carries every resource's announcements,
-// one script takes a whole set of resources, and WithReplicas sends its WAIT through it. Wrap
-// a Cluster's or a Ring's client and those assumptions fail: give New the client itself.
-// New does not talk to Redis. An invalid option or a nil client does not panic: every call
-// on the Locker then returns an error wrapping [ErrInvalid].
+// or a *redis.Ring. A client of any other type, such as one that wraps a *redis.Client, is taken
+// for a single server (one pub/sub connection, one script for a whole set, WAIT through it):
+// give New a Cluster's or a Ring's client itself. New does not talk to Redis, nor panic: with an
+// invalid option or a nil client, every call on the Locker returns an error wrapping [ErrInvalid].
 //
 // A Ring spreads resources over independent servers; adding or removing a shard moves a
-// resource to a server whose counter is lower, so tokens stop increasing. Prefer a Client or
-// a ClusterClient. On a Ring, waiters poll instead of subscribing, and WithReplicas is an
-// error.
+// resource to a server whose counter is lower, so tokens stop increasing: prefer a Client or a
+// ClusterClient. On a Ring, waiters poll instead of subscribing, and WithReplicas is an error.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
 	l := &Locker{client: client, topo: topology.Of(client), cfg: defaultConfig(), done: make(chan struct{})}
 	for _, o := range opts {
@@ -60,8 +56,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 	return l
 }
 
-// Client returns the Redis client the Locker was created with, nil for a Locker not made
-// by New.
+// Client returns the Redis client the Locker was created with, nil for one not made by New.
 func (l *Locker) Client() redis.UniversalClient {
 	if l == nil {
 		return nil
@@ -84,18 +79,15 @@ type Settings struct {
 	RetryMax        time.Duration // WithRetryBackoff
 }
 
-// Settings returns the Locker's settings, for diagnostics (package servercheck uses them);
-// for a Locker not made by New, the defaults.
+// Settings returns the Locker's settings (the defaults for one not made by New), for diagnostics.
 func (l *Locker) Settings() Settings {
 	c := defaultConfig()
 	if l != nil && l.room != nil {
 		c = l.cfg
 	}
-	return Settings{
-		TTL: c.ttl, Prefix: c.prefix, MaxWait: c.maxWait, Limit: max(c.kind.Limit, 1),
-		Replicas: c.replicas, ReplicaTimeout: c.replicaTO, ServerTimeFloor: c.timeFloor,
-		CounterExpiry: c.expiry, RetryMin: c.pollMin, RetryMax: c.pollMax,
-	}
+	return Settings{TTL: c.ttl, Prefix: c.prefix, MaxWait: c.maxWait, Limit: max(c.kind.Limit, 1),
+		Replicas: c.replicas, ReplicaTimeout: c.replicaTO, ServerTimeFloor: c.timeFloor, CounterExpiry: c.expiry,
+		RetryMin: c.pollMin, RetryMax: c.pollMax}
 }
 
 func isNil(c redis.UniversalClient) bool {
@@ -106,10 +98,8 @@ func isNil(c redis.UniversalClient) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
-// Err reports whether the Locker is usable: it returns the error that every TryAcquire,
-// Acquire and Do call would return before reaching Redis, one wrapping [ErrInvalid] for a nil
-// client or an invalid option given to [New], or [ErrClosed] after Close; nil otherwise. It
-// sends nothing to Redis.
+// Err returns the error, if any, that every call would return before reaching Redis, sending
+// nothing: [ErrClosed] after Close, or one wrapping [ErrInvalid] for a nil client or bad option.
 func (l *Locker) Err() error {
 	if err := l.made(); err != nil {
 		return opErr("locker", "", err)
@@ -131,13 +121,12 @@ func (l *Locker) made() error {
 	return l.cfg.err
 }
 
-// Close frees the Locker's subscription and wakes its waiters, whose Acquire calls then
-// return an error wrapping [ErrClosed]; later TryAcquire, Acquire and Do calls return it too.
-// Locks already held can still be released and extended. Close does not close the Redis
-// client. It is safe to call more than once.
+// Close frees the Locker's subscription and wakes its waiters, whose calls then return an error
+// wrapping [ErrClosed], as later acquisitions do. Locks already held can still be released and
+// extended. Close does not close the Redis client. It is safe to call more than once.
 func (l *Locker) Close() error {
 	if l == nil || l.room == nil {
-		return nil // nothing to free
+		return nil
 	}
 	l.closing.Do(func() {
 		close(l.done)

@@ -20,9 +20,8 @@ type LockSet struct {
 	locks  []*Lock // in the order taken: the canonical order
 }
 
-// Locks returns the set's locks in the order they were taken, which is the canonical order
-// (see [Locker.AcquireAll]). The slice is a copy; the locks are the set's own, so releasing one
-// of them releases it for the set too.
+// Locks returns the set's locks in the canonical order, in a new slice: releasing one of them
+// releases it for the set too.
 func (s *LockSet) Locks() []*Lock {
 	if s == nil {
 		return nil
@@ -30,8 +29,7 @@ func (s *LockSet) Locks() []*Lock {
 	return slices.Clone(s.locks)
 }
 
-// Token returns the fencing token of resource in the set, or 0 when resource is not in it.
-// Pass each resource's token to the writes of that resource.
+// Token returns the fencing token of resource in the set, for its writes, or 0 when not in it.
 func (s *LockSet) Token(resource string) int64 {
 	if s == nil {
 		return 0
@@ -44,12 +42,11 @@ func (s *LockSet) Token(resource string) int64 {
 	return 0
 }
 
-// Release frees every lock of the set that this acquisition still holds, in one round trip
-// per server (a pipeline), handing each to its resource's longest-waiting waiter as
-// [Lock.Release] does. It returns nil when all were released; otherwise the errors of the
-// others joined ([errors.Join]), each naming its resource: one wrapping [ErrNotHeld] for a
-// lock that had expired, passed on or been released already (nothing is changed for it), a
-// Redis error for one that then stays held until its TTL runs out.
+// Release frees every lock of the set that this acquisition still holds, in one round trip per
+// server, handing each on as [Lock.Release] does. It returns nil when all were released, or the
+// others' errors joined, each naming its resource: one wrapping [ErrNotHeld] for a lock that had
+// expired, passed on or been released already (nothing is changed for it), a Redis error for
+// one that then stays held until its TTL runs out.
 func (s *LockSet) Release(ctx context.Context) error {
 	if s == nil || len(s.locks) == 0 {
 		return opErr("release", "", errNoLock)
@@ -57,11 +54,9 @@ func (s *LockSet) Release(ctx context.Context) error {
 	return errors.Join(s.releaseAll(ctx)...)
 }
 
-// releaseAll releases the set's locks, observed by the hooks as one OpReleaseAll, and returns
-// the error of each, nil for those released.
+// releaseAll is release observed by the hooks as one OpReleaseAll.
 func (s *LockSet) releaseAll(ctx context.Context) []error {
-	ctx = s.hooks.start(ctx, observe.OpReleaseAll, "")
-	begin := time.Now()
+	ctx, begin := s.hooks.start(ctx, observe.OpReleaseAll, ""), time.Now()
 	errs := s.release(ctx)
 	ev := s.event(observe.OpReleaseAll, begin, errs)
 	ev.Held = time.Since(s.locks[0].acquired)
@@ -71,10 +66,13 @@ func (s *LockSet) releaseAll(ctx context.Context) []error {
 
 // release releases the set's locks and returns the error of each, nil for those released.
 func (s *LockSet) release(ctx context.Context) []error {
-	errs := make([]error, len(s.locks))
+	errs, ks := make([]error, len(s.locks)), make([]wire.Keys, len(s.locks))
+	for i, k := range s.locks {
+		ks[i] = k.keys
+	}
 	var rs []*wire.Release
-	var which [][]int
-	for _, run := range s.locker.groupKeys(s.keys()) {
+	var which [][]int // the locks of each of rs
+	for _, run := range s.locker.groupKeys(ks) {
 		r := &wire.Release{}
 		var idx []int
 		for _, i := range run {
@@ -106,10 +104,9 @@ func (s *LockSet) release(ctx context.Context) []error {
 	return errs
 }
 
-// Extend resets the TTL of every lock of the set to ttl, counted from now, in one round trip
-// per server, for the locks this acquisition still holds; it never takes a free lock again.
-// It returns nil when all were extended, or the errors of the others joined, each naming its
-// resource (wrapping [ErrNotHeld] for a lock no longer held, which is left as it is). A ttl
+// Extend resets the TTL of every lock of the set to ttl, in one round trip per server, as
+// [Lock.Extend] does. It returns nil when all were extended, or the others' errors joined, each
+// naming its resource (wrapping ErrNotHeld for a lock no longer held, left as it is). A ttl
 // outside [MinTTL, MaxTTL] returns an error wrapping [ErrInvalid] and sends nothing.
 func (s *LockSet) Extend(ctx context.Context, ttl time.Duration) error {
 	if s == nil || len(s.locks) == 0 {
@@ -124,11 +121,9 @@ func (s *LockSet) Extend(ctx context.Context, ttl time.Duration) error {
 	return errors.Join(s.extendAll(ctx, ttl, observe.OpExtendAll)...)
 }
 
-// extendAll extends every lock of the set to a valid ttl in one pipeline, as op for the hooks
-// (one event for the set), and returns the error of each lock.
+// extendAll extends the set's locks to a valid ttl in one pipeline, observed as one op.
 func (s *LockSet) extendAll(ctx context.Context, ttl time.Duration, op observe.Op) []error {
-	ctx = s.hooks.start(ctx, op, "")
-	begin := time.Now()
+	ctx, begin := s.hooks.start(ctx, op, ""), time.Now()
 	calls := make([]wire.Call, len(s.locks))
 	for i, k := range s.locks {
 		calls[i] = k.extension(ttl)
@@ -143,31 +138,17 @@ func (s *LockSet) extendAll(ctx context.Context, ttl time.Duration, op observe.O
 	return errs
 }
 
-// event returns the hooks' event of an operation on the whole set, given the error of each
-// lock.
+// event returns the hooks' event of op on the whole set, given the error of each lock.
 func (s *LockSet) event(op observe.Op, begin time.Time, errs []error) observe.Event {
-	e := observe.Event{Op: op, Resources: s.names(), Outcome: observe.OutcomeOK, Elapsed: time.Since(begin)}
+	e := observe.Event{Op: op, Resources: make([]string, len(s.locks)), Outcome: observe.OutcomeOK, Elapsed: time.Since(begin)}
+	for i, k := range s.locks {
+		e.Resources[i] = k.resource
+	}
 	if err := errors.Join(errs...); err != nil {
 		e.Outcome, e.Err = outcomeOf(err), err
 		e.Resource = s.locks[slices.IndexFunc(errs, func(err error) bool { return err != nil })].resource
 	}
 	return e
-}
-
-func (s *LockSet) names() []string {
-	names := make([]string, len(s.locks))
-	for i, k := range s.locks {
-		names[i] = k.resource
-	}
-	return names
-}
-
-func (s *LockSet) keys() []wire.Keys {
-	ks := make([]wire.Keys, len(s.locks))
-	for i, k := range s.locks {
-		ks[i] = k.keys
-	}
-	return ks
 }
 
 // groupKeys splits the indices of ks, in order, into the runs that one script can take: all
@@ -183,9 +164,7 @@ func (l *Locker) groupKeys(ks []wire.Keys) [][]int {
 		s := l.topo.Slot(k.Lock)
 		j, ok := bySlot[s]
 		if !ok {
-			j = len(runs)
-			bySlot[s] = j
-			runs = append(runs, nil)
+			j, bySlot[s], runs = len(runs), len(runs), append(runs, nil)
 		}
 		runs[j] = append(runs[j], i)
 	}

@@ -1,6 +1,7 @@
 package fencing
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,16 +16,11 @@ import (
 const maxMemoTTL = 366 * 24 * time.Hour
 
 // A Memo is a value kept beside a resource's lock, in its keys' Cluster slot: the outcome of
-// work done under the lock, written by the release that ends the work, in the same step, and
-// only while the acquisition still holds the lock ([Lock.ReleaseWith], [LeaveMemo] in
-// [Locker.Do]). An acquisition with [UnlessMemo] looks for it first and takes nothing when it
-// exists. Together they make work that runs once per resource: a request with an idempotency
-// key (the Echo middleware's Idempotent is built on them), a job per order, a webhook per
-// delivery id.
-//
-// No later acquisition can have run when the memo is written, since the lock was still held;
-// when the release finds the lock lost (its lease ran out, another acquisition took it),
-// nothing is written and the release returns an error matching [ErrNotHeld].
+// work done under the lock, written by the release that ends the work, in the same step, only
+// while the acquisition still holds the lock ([Lock.ReleaseWith], [LeaveMemo] in [Locker.Do]),
+// so that no later acquisition can have run. An acquisition with [UnlessMemo] looks for it
+// first and takes nothing when it exists. Together they make work that runs once per resource:
+// a request with an idempotency key, a job per order, a webhook per delivery id.
 type Memo struct {
 	// Name names the memo among the resource's keys, "<prefix>{R}:<Name>": 1 to 64 letters,
 	// digits, '-' and '_', other than lock, fence, queue, grant and b64.
@@ -33,11 +29,10 @@ type Memo struct {
 	Value string
 	// TTL is how long Redis keeps it, from the release: between [MinTTL] and 366 days.
 	TTL time.Duration
-	// ExpireCounter makes the same step give the resource's token counter the memo's TTL,
-	// unless the counter expires already: for resources locked once or a few times (one per
-	// request, per job), whose counters would otherwise stay in Redis for ever. It needs the
-	// time floor ([WithServerTimeFloor], or [WithCounterExpiry]), with which a counter created
-	// again starts above every token issued before it.
+	// ExpireCounter makes the same step give the resource's token counter the memo's TTL, unless
+	// the counter expires already: for resources locked once or a few times, whose counters would
+	// otherwise stay in Redis for ever. It needs the time floor ([WithServerTimeFloor] or
+	// [WithCounterExpiry]), with which a counter created again starts above every earlier token.
 	ExpireCounter bool
 }
 
@@ -54,13 +49,11 @@ func (m Memo) check(cfg *config) error {
 	return nil
 }
 
-// ReleaseWith releases the lock as [Lock.Release] does and, in the same step, only when this
-// acquisition still holds the lock, writes memo. It returns nil when both were done; an error
-// wrapping [ErrNotHeld] when the lock was lost, and then nothing was written; an error wrapping
-// [ErrInvalid] for an invalid memo, and then nothing was sent (the lock is still held). Other
-// errors come from Redis: the lock then stays held until its lease runs out, and the memo may
-// or may not have been written (the release is sent once more after a lost reply, and its
-// record answers as the first run went, but a memo written by that first run stays).
+// ReleaseWith releases the lock as [Lock.Release] does and, in the same step, only while this
+// acquisition holds it, writes memo. It returns nil when both were done; one wrapping
+// [ErrNotHeld], having written nothing, when the lock was lost; one wrapping [ErrInvalid],
+// sending nothing, for an invalid memo. Other errors come from Redis: the lock then stays held
+// until its lease runs out, and a first run whose reply was lost may have written the memo.
 func (k *Lock) ReleaseWith(ctx context.Context, memo Memo) error {
 	if k == nil || k.locker == nil {
 		return opErr("release", "", errNoLock)
@@ -80,12 +73,10 @@ func (m Memo) wire() wire.Memo {
 	return w
 }
 
-// LeaveMemo, called with the context of the function of [Locker.Do] (or of a term of
-// [Locker.Lead]), makes the release at the end of Do write memo in the same step, only while
-// the lock is still held: Do returns an error matching [ErrNotHeld] when it was not. A later
-// call replaces the memo to write. It returns an error wrapping [ErrInvalid] for an invalid
-// memo, and for a context that holds no lock of Do of one resource ([Locker.DoAll]'s of
-// several included).
+// LeaveMemo, called with the context of [Locker.Do]'s function (or of a term of [Locker.Lead]),
+// makes the release at the end write memo in the same step, only while the lock is still held
+// (Do returns an error matching [ErrNotHeld] when not); a later call replaces it. It returns an
+// error wrapping [ErrInvalid] for an invalid memo, or a context without Do's one lock (DoAll's).
 func LeaveMemo(ctx context.Context, memo Memo) error {
 	h, _ := ctx.Value(heldKey{}).(*held)
 	if h == nil || h.hold == nil || len(h.hold.locks) != 1 {
@@ -100,13 +91,11 @@ func LeaveMemo(ctx context.Context, memo Memo) error {
 	return nil
 }
 
-// UnlessMemo makes an acquisition look for the resource's memo name first (see [Memo]): when
-// it exists, nothing is taken, and the call returns a [*MemoError] (matching
-// [ErrNotAcquired]) that holds its value, in the same round trip. It applies to
-// [Locker.TryAcquire], [Locker.Acquire] and [Locker.Do]; a call that waited and was granted
-// the lock from the queue was not checked, and should read the memo itself ([Locker.ReadMemo])
-// before the work. An invalid name is an error wrapping [ErrInvalid] of every call it is
-// given to; with a set of resources or [Locker.Lead], too.
+// UnlessMemo makes [Locker.TryAcquire], [Locker.Acquire] or [Locker.Do] look for the resource's
+// memo name first, in the same round trip (see [Memo]): when it exists, nothing is taken, and the
+// call returns a [*MemoError] (matching [ErrNotAcquired]) that holds its value. A call granted the
+// lock from the queue was not checked, and should read the memo ([Locker.ReadMemo]) before the
+// work. An invalid name, a set of resources or Lead is an error wrapping [ErrInvalid].
 func UnlessMemo(name string) CallOption {
 	return callOption(func(c *config) {
 		if !wire.ValidMemo(name) && c.err == nil {
@@ -137,10 +126,7 @@ func (e *MemoError) Is(target error) bool { return target == ErrNotAcquired }
 // ReadMemo returns the value of resource's memo name, and false when there is none. Errors
 // wrap [ErrInvalid] for an invalid resource or name (nothing is sent), or come from Redis.
 func (l *Locker) ReadMemo(ctx context.Context, resource, name string) (string, bool, error) {
-	if err := l.made(); err != nil {
-		return "", false, opErr("read memo", resource, err)
-	}
-	if err := validResource(resource); err != nil {
+	if err := cmp.Or(l.made(), validResource(resource)); err != nil {
 		return "", false, opErr("read memo", resource, err)
 	}
 	if !wire.ValidMemo(name) {

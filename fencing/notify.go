@@ -15,30 +15,21 @@ import (
 	"github.com/fencekit/fencekit/internal/topology"
 )
 
-// Notifications (see docs/waiting.md). A room's notifier keeps it subscribed to the channels
-// its waiters wait on and hands each announcement of a grant to the room, which never learns
-// what client it has. A route says where a channel is heard: one SUBSCRIBE connection
-// for a single server, SSUBSCRIBE on the primary that owns the channel's slot on a Cluster.
-// Each channel is subscribed with a command of its own, and a connection in doubt is replaced,
-// never repaired: after a reconnect go-redis's PubSub resubscribes all its shard channels in
-// one SSUBSCRIBE, which Redis refuses with CROSSSLOT when they span slots
-// (redis/go-redis#3133). One goroutine (run) owns the tables and sends every subscription
-// command; each connection has a reader goroutine.
+// Notifications (docs/waiting.md, "Notifications"): a room's notifier keeps it subscribed to its
+// waiters' channels, one command each, replacing a connection in doubt (redis/go-redis#3133); one
+// goroutine (run) owns the tables and sends every command, and each connection has a reader.
 
 const (
 	pingEvery      = time.Second      // a silent connection is pinged; silent three times: dead
 	checkEvery     = 20 * time.Second // how often the connections are compared with the slot map
 	commandTimeout = 2 * time.Second  // bounds each subscription command and slot map reload
 	retryMaxDelay  = 5 * time.Second  // caps the back-off between attempts after failures
-	// opsQueued is how much work may wait for run before post blocks (run never waits for
-	// the waiting code, so a blocked post only waits for run to catch up).
-	opsQueued = 4096
+	opsQueued      = 4096             // work waiting for run before post blocks (until run catches up)
 )
 
 // A route tells a notifier where a channel is heard.
 type route interface {
-	// owner returns the address of the server that carries ch, and a function that opens an
-	// unconnected PubSub on it.
+	// owner returns the address of the server of ch, and how to open a PubSub on it.
 	owner(ctx context.Context, ch string) (addr string, open func() *redis.PubSub, err error)
 	// subscribe subscribes ps to ch, or unsubscribes it when on is false.
 	subscribe(ctx context.Context, ps *redis.PubSub, ch string, on bool) error
@@ -62,8 +53,7 @@ func (serverRoute) subscribe(ctx context.Context, ps *redis.PubSub, ch string, o
 
 func (serverRoute) refresh(context.Context) {}
 
-// clusterRoute is a Cluster: a channel is heard on the primary that owns its slot, through a
-// PubSub of go-redis's client for that node (which always dials that node's address).
+// clusterRoute is a Cluster: a channel is heard on its slot's primary, via go-redis's node client.
 type clusterRoute struct{ topo topology.Topology }
 
 func (r clusterRoute) owner(ctx context.Context, ch string) (string, func() *redis.PubSub, error) {
@@ -81,7 +71,6 @@ func (clusterRoute) subscribe(ctx context.Context, ps *redis.PubSub, ch string, 
 	return ps.SUnsubscribe(ctx, ch)
 }
 
-// refresh reloads go-redis's slot map at once.
 func (r clusterRoute) refresh(ctx context.Context) { r.topo.Refresh(ctx) }
 
 // notifier keeps a Locker subscribed to the channels its waiters wait on.
@@ -94,8 +83,8 @@ type notifier struct {
 	done    chan struct{}              // closed by close
 	ended   chan struct{}              // closed when run returns
 	readers sync.WaitGroup
-	fails   atomic.Int32 // failures since the last confirmed subscription: retry.first << fails
-	retry   backoff      // first and most only
+	fails   atomic.Int32 // failures since the last confirmed subscription
+	retry   backoff      // its after(fails) spaces the checks while channels are homeless
 
 	// Owned by run.
 	chans   map[string]*feed // the channels listened to, and the connection of each (nil: none yet)
@@ -113,15 +102,12 @@ type feed struct {
 }
 
 func newNotifier(r route, to *room) *notifier {
-	return &notifier{
-		route: r, to: to, retry: newBackoff(10*time.Millisecond, retryMaxDelay),
+	return &notifier{route: r, to: to, retry: newBackoff(10*time.Millisecond, retryMaxDelay), checked: time.Now(),
 		ops: make(chan func(context.Context), opsQueued), done: make(chan struct{}), ended: make(chan struct{}),
-		chans: map[string]*feed{}, feeds: map[string]*feed{}, checked: time.Now(),
-	}
+		chans: map[string]*feed{}, feeds: map[string]*feed{}}
 }
 
-// listen subscribes to ch, and the room's subscribed(ch) follows once the server confirms it; with
-// on false, it unsubscribes.
+// listen subscribes to ch (the room's subscribed follows), or with on false unsubscribes.
 func (n *notifier) listen(ch string, on bool) {
 	n.post(func(ctx context.Context) {
 		switch f, ok := n.chans[ch]; {
@@ -155,9 +141,8 @@ func (n *notifier) close() {
 }
 
 // run does the queued work until close, and compares the connections with the slot map every
-// checkEvery; every second for a few seconds after a slot moved (the node that reports the slot
-// map may not know yet); and while channels are homeless, after a back-off that grows with
-// failures.
+// checkEvery, each second for 3s after a slot moved, and while channels are homeless after a
+// back-off that grows with failures.
 func (n *notifier) run() {
 	defer close(n.ended)
 	timer := time.NewTimer(checkEvery)
@@ -209,8 +194,7 @@ func (n *notifier) homeless() bool {
 	return false
 }
 
-// home subscribes to ch on its owner's connection, opening it if needed, and moves it there
-// from another connection. On failure ch stays where it was or homeless, and run tries again.
+// home moves ch to its owner's connection, opening it if needed; on failure run tries again.
 func (n *notifier) home(ctx context.Context, ch string) {
 	addr, open, err := n.route.owner(ctx, ch)
 	f := n.chans[ch]
@@ -232,16 +216,14 @@ func (n *notifier) home(ctx context.Context, ch string) {
 		n.drop(f)
 		return
 	}
-	n.chans[ch] = f
-	f.chans++
+	n.chans[ch], f.chans = f, f.chans+1
 	if fresh {
 		n.readers.Add(1)
 		go n.read(f)
 	}
 }
 
-// detach unsubscribes f from ch, closing f when it carries nothing else. An error reply (the
-// slot has moved) is of no consequence.
+// detach unsubscribes f from ch (an error reply is of no consequence), or closes f when empty.
 func (n *notifier) detach(ctx context.Context, f *feed, ch string) {
 	if f.chans--; f.chans == 0 {
 		n.drop(f)
@@ -264,10 +246,8 @@ func (n *notifier) drop(f *feed) {
 	_ = f.ps.Close()
 }
 
-// read hands f's announcements and confirmations on until f is closed. A connection in doubt
-// goes back to run to be replaced: any error that is not a timeout answered by a PONG,
-// including error replies (MOVED to a subscription whose slot moved, CROSSSLOT from go-redis's
-// own resubscription), and a channel the server unsubscribed, unless run asked for that.
+// read hands f's messages on until f is closed, and sends back to run a connection in doubt, to
+// be replaced: any error but a timeout answered by a PONG, or a channel the server unsubscribed.
 func (n *notifier) read(f *feed) {
 	defer n.readers.Done()
 	ctx := context.Background()
@@ -324,8 +304,7 @@ func passing(err error) bool {
 		redis.IsMaxClientsError(err) || redis.HasErrorPrefix(err, "BUSY ") || moved || ask
 }
 
-// backoff is the delay between attempts that fail, or between polls while no announcement
-// can come: it starts at first and doubles up to most.
+// backoff is the delay between failed attempts, or polls: from first, doubling up to most.
 type backoff struct{ next, first, most time.Duration }
 
 func newBackoff(first, most time.Duration) backoff {
@@ -339,8 +318,7 @@ func (b *backoff) step() time.Duration {
 	return d
 }
 
-// after returns the delay after n failures in a row, for a back-off whose count is kept
-// elsewhere: first doubled n times, at most most.
+// after returns the delay after n failures in a row, counted elsewhere.
 func (b backoff) after(n int) time.Duration {
 	return min(b.first<<min(max(n, 0), 30), b.most)
 }

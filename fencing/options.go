@@ -20,41 +20,35 @@ const (
 	MaxTTL = 7 * 24 * time.Hour
 	// MinCounterExpiry is the shortest idle period [WithCounterExpiry] accepts.
 	MinCounterExpiry = time.Second
-	// MinTTL is the shortest lease: Redis counts TTLs in milliseconds. A TTL that is not a
-	// whole number of milliseconds is rounded up.
+	// MinTTL is the shortest lease: Redis counts in milliseconds, to which a TTL is rounded up.
 	MinTTL = time.Millisecond
 	// MaxLimit is the largest limit [WithLimit] accepts.
 	MaxLimit = 1024
+	// MaxResourceLen is the longest resource name, in bytes, that a Locker accepts.
+	MaxResourceLen = 4096
+	// MaxLabelLen is the longest label, in bytes, that [WithLabel] accepts.
+	MaxLabelLen = 64
 )
 
-// MaxResourceLen is the longest resource name, in bytes, that a Locker accepts.
-const MaxResourceLen = 4096
-
-// The back-offs other than the queued waiter's polls (WithRetryBackoff), each a constant.
+// The back-offs other than the queued waiter's polls (WithRetryBackoff).
 const (
-	// retryFirst and retryMost bound the retries of an extension that failed with an error
-	// that can pass (a grant's confirmation, Acquire's deferred extension), while the lease
-	// lasts.
-	retryFirst = 10 * time.Millisecond
-	retryMost  = 250 * time.Millisecond
-	// campaignFirst and campaignMost bound the pause of Lead between two campaigns that
-	// failed (see Locker.Lead).
-	campaignFirst = 50 * time.Millisecond
-	campaignMost  = time.Second
+	// retryFirst and retryMost space the retries of a grant's extension to the TTL that
+	// failed with an error that can pass, while the lease lasts (wait.go).
+	retryFirst, retryMost = 10 * time.Millisecond, 250 * time.Millisecond
+	// campaignFirst and campaignMost space Lead's campaigns that failed.
+	campaignFirst, campaignMost = 50 * time.Millisecond, time.Second
 )
 
-// An Option configures a [Locker]: give it to [New]. The settings that every process locking
-// the same resources must agree on ([WithPrefix], [WithServerTimeFloor],
-// [WithCounterExpiry]) and the Locker's own ([WithRetryBackoff]) are Options only. The
-// others are also a [CallOption], a default in New and an override in one call.
+// An Option configures a [Locker]: give it to [New]. The settings every process locking the
+// same resources must agree on ([WithPrefix], [WithServerTimeFloor], [WithCounterExpiry]) and
+// the Locker's own ([WithRetryBackoff]) are Options only; the others are also a [CallOption].
 type Option interface {
 	apply(*config)
 }
 
-// A CallOption configures one call of [Locker.TryAcquire], [Locker.Acquire], [Locker.Do],
-// [Locker.TryAcquireAll], [Locker.AcquireAll], [Locker.DoAll] or [Locker.Lead], where it
-// overrides the Locker's setting for that call only. Every CallOption is also an [Option]:
-// given to [New], it sets the Locker's default (except [Shared], which applies to one call).
+// A CallOption overrides the Locker's setting for one call of [Locker.TryAcquire],
+// [Locker.Acquire], [Locker.Do], [Locker.TryAcquireAll], [Locker.AcquireAll], [Locker.DoAll] or
+// [Locker.Lead]; given to [New], it sets the default (but [Shared] and [WithLabel] are per call).
 type CallOption interface {
 	Option
 	callOption()
@@ -90,13 +84,7 @@ type config struct {
 }
 
 func defaultConfig() config {
-	return config{
-		ttl:     DefaultTTL,
-		prefix:  DefaultPrefix,
-		pollMin: 50 * time.Millisecond,
-		pollMax: time.Second,
-		maxWait: -1,
-	}
+	return config{ttl: DefaultTTL, prefix: DefaultPrefix, pollMin: 50 * time.Millisecond, pollMax: time.Second, maxWait: -1}
 }
 
 // with returns c with a call's opts applied, or c itself when there are none.
@@ -114,9 +102,8 @@ func (c *config) with(opts []CallOption) *config {
 	return &n
 }
 
-// WithTTL sets the lease length: how long the lock stays held without renewal. Default:
-// [DefaultTTL] (30s). It must be between [MinTTL] and [MaxTTL]; otherwise every call returns
-// an error wrapping [ErrInvalid].
+// WithTTL sets the lease length, how long the lock stays held unrenewed. Default: [DefaultTTL]
+// (30s). Outside [MinTTL] to [MaxTTL], every call returns an error wrapping [ErrInvalid].
 func WithTTL(d time.Duration) CallOption {
 	return callOption(func(c *config) {
 		if err := validTTL(d); err != nil && c.err == nil {
@@ -138,25 +125,18 @@ func WithPrefix(p string) Option {
 	})
 }
 
-// WithLimit lets up to n holders hold the resource at once: a counting semaphore, for "at
-// most n at a time for this key" across every process. Default: 1, the exclusive lock. It
-// works with [Locker.TryAcquire], [Locker.Acquire] and [Locker.Do] and the options they take.
-// Each holder gets its own [Lock], with its own token from the resource's counter (tokens
-// still strictly increase per acquisition), releases and extends its own lease, and loses
-// only its own. Waiting is the resource's queue, first come, first served: a freed slot goes
-// to the longest waiter, and while waiters are queued a newcomer does not take a free slot
-// ahead of them.
+// WithLimit lets up to n holders hold the resource at once, a counting semaphore across every
+// process, with [Locker.TryAcquire], [Locker.Acquire] and [Locker.Do]. Default: 1, the
+// exclusive lock. Each holder gets its own [Lock] and token, and releases, extends and loses only
+// its own lease. A freed slot goes to the longest waiter, never to a newcomer ahead of queued
+// waiters. A token orders the acquisitions but does not exclude the other n-1 holders: fence per
+// entity written, or per holder slot (see docs/limits.md).
 //
-// The limit is recorded in Redis with the holders. A call that asks for another limit than
-// the one the resource's live holders use (limit 1 and [Shared] included) returns an error
-// wrapping [ErrInvalid] that names both, and changes nothing; once no holder is left, the new
-// limit takes effect. Every caller of a resource should use the same limit. n must be between
-// 1 and [MaxLimit]; otherwise every call returns an error wrapping [ErrInvalid] and sends
-// nothing. A limit above 1 with Shared, or with a set of resources, is an error too.
-//
-// A token orders the acquisitions but does not exclude the other n-1 holders: a store check
-// keyed by the resource would reject the older of two live holders. Fence per entity
-// written, or per holder slot (see docs/limits.md).
+// The limit is recorded with the holders: every caller of a resource should use the same. A
+// call that asks for another limit than the live holders' (limit 1 and [Shared] included)
+// returns an error wrapping [ErrInvalid] that names both, and changes nothing; once no holder
+// is left, the new limit takes effect. Every call with n outside 1 to [MaxLimit], or above 1
+// with Shared or a set of resources, returns an error wrapping ErrInvalid, sending nothing.
 func WithLimit(n int) CallOption {
 	return callOption(func(c *config) {
 		if (n < 1 || n > MaxLimit) && c.err == nil {
@@ -166,33 +146,23 @@ func WithLimit(n int) CallOption {
 	})
 }
 
-// Shared makes one acquisition shared: any number of shared holders may hold a resource at
-// once, and no exclusive holder while any does (a read/write lock; without Shared an
-// acquisition is exclusive). It works with [Locker.TryAcquire], [Locker.Acquire] and
-// [Locker.Do]. Waiting is the resource's one queue, first come, first served across both
-// kinds: a shared request that arrives while an exclusive one is queued waits behind it, so a
-// stream of readers never starves a writer, and a release that frees the resource for a run
-// of shared waiters at the head of the queue grants them all at once. Every acquisition, shared
-// or exclusive, takes the next token of the resource's one counter, so a writer's token is
-// above every reader's before it, and a reader's above every writer's before it (see
-// docs/shared.md for the store pattern).
-//
-// Shared with [WithLimit] above 1, with a set of resources ([Locker.DoAll],
-// [Locker.AcquireAll], [Locker.TryAcquireAll]) or with [Locker.Lead], and given to [New], is
-// an error wrapping [ErrInvalid], and nothing is sent. A shared request on a resource that
-// live holders hold with a limit above 1 (or the reverse) returns an error wrapping
-// ErrInvalid that names both, and changes nothing.
+// Shared makes one acquisition shared, a read/write lock, with [Locker.TryAcquire],
+// [Locker.Acquire] and [Locker.Do]: any number of shared holders may hold a resource at once,
+// and no exclusive holder while any does. Both kinds wait in the resource's one queue, first
+// come, first served, so readers never starve a writer queued before them, and a release grants
+// a run of shared waiters at once. Both take tokens from one counter, so a writer's token is
+// above every reader's before it, and the reverse (see docs/shared.md). Shared with [WithLimit]
+// above 1, with a set of resources or [Locker.Lead], or given to [New], is an error wrapping
+// [ErrInvalid], sending nothing; so is a kind the live holders do not share (see WithLimit).
 func Shared() CallOption {
 	return callOption(func(c *config) { c.kind.Shared = true })
 }
 
-// WithRetryBackoff sets how often a queued [Locker.Acquire] checks with Redis when no
-// announcement of a grant arrives: on a Ring, where nothing is announced, or until the
-// Locker's subscription is confirmed, it starts at min and doubles up to max, with ±20%
-// jitter; once subscribed, it checks every max. Either way it checks at least once a second,
-// which keeps its place in the queue alive. Default: 50ms to 1s. Values below 1ms, or max
-// below min, are rejected with [ErrInvalid]. It sets nothing else: the retries of a failed
-// renewal or campaign have their own back-off (see [Locker.Do] and [Locker.Lead]).
+// WithRetryBackoff sets how often a queued [Locker.Acquire] checks with Redis when no grant is
+// announced: on a Ring, or until the subscription is confirmed, from min doubling up to max with
+// ±20% jitter, once subscribed every max; at least once a second either way (keeping its place).
+// Default: 50ms to 1s. Values below 1ms, or max below min, are rejected with [ErrInvalid].
+// Failed renewals and campaigns have back-offs of their own.
 func WithRetryBackoff(min, max time.Duration) Option {
 	return lockerOption(func(c *config) {
 		if (min < time.Millisecond || max < min) && c.err == nil {
@@ -202,11 +172,10 @@ func WithRetryBackoff(min, max time.Duration) Option {
 	})
 }
 
-// WithMaxWait bounds how long [Locker.Acquire] and [Locker.Do] wait for a busy resource:
-// after d they give up with a [*BusyError] (matching [ErrNotAcquired]) whose RetryAfter is
-// the holder's remaining lease. WithMaxWait(0) makes a single attempt, as TryAcquire does.
-// Default: wait until the context ends. A negative d is rejected with [ErrInvalid]. It is
-// meant as a per-call option; the Echo middleware and the Asynq adapter use it.
+// WithMaxWait bounds how long [Locker.Acquire] and [Locker.Do] wait for a busy resource: after
+// d they give up with a [*BusyError] (matching [ErrNotAcquired]) whose RetryAfter is the
+// holder's remaining lease; 0 makes a single attempt, as TryAcquire does. Default: wait until
+// the context ends. A negative d is rejected with [ErrInvalid]. It is meant for one call.
 func WithMaxWait(d time.Duration) CallOption {
 	return callOption(func(c *config) {
 		if d < 0 && c.err == nil {
@@ -217,11 +186,10 @@ func WithMaxWait(d time.Duration) CallOption {
 }
 
 // WithReplicas makes every acquisition wait until n replicas acknowledge it, for at most
-// timeout, using WAIT on the same connection as the acquire script (one pipeline). If fewer
-// acknowledge, the lock is released and the call fails with [ErrNotReplicated]. This narrows,
-// but does not close, the window in which a failover loses a lock or a token (see the
-// README's guarantees). Default: 0 (no wait). timeout must be positive and below the
-// client's ReadTimeout. Not supported on a [redis.Ring] (an error wrapping [ErrInvalid]).
+// timeout, with WAIT in the acquire script's pipeline; if fewer do, the lock is released and the
+// call fails with [ErrNotReplicated]. This narrows, but does not close, the window in which a
+// failover loses a lock or a token. Default: 0 (no wait). timeout must be positive and below the
+// client's ReadTimeout. On a [redis.Ring] it is an error wrapping [ErrInvalid].
 func WithReplicas(n int, timeout time.Duration) CallOption {
 	return callOption(func(c *config) {
 		if (n < 0 || (n > 0 && timeout <= 0)) && c.err == nil {
@@ -235,23 +203,19 @@ func WithReplicas(n int, timeout time.Duration) CallOption {
 // microseconds (TIME), so tokens keep increasing even when the counter is lost: a restart
 // without persistence, a failover before replication, an eviction. It assumes the server
 // clocks do not step back and stay roughly in sync across a failover, and fewer than a million
-// acquisitions per second per resource. Tokens become large (about 1.8e15) but stay exact.
-// A grant from the queue follows the waiting Locker's setting, whichever Locker releases.
-// Default: off (tokens count 1, 2, 3, …).
+// acquisitions per second per resource. Tokens become large (about 1.8e15) but stay exact. A
+// grant follows the waiting Locker's setting. Default: off (tokens count 1, 2, 3, …).
 func WithServerTimeFloor() Option {
 	return lockerOption(func(c *config) { c.timeFloor = true })
 }
 
 // WithCounterExpiry lets a resource's fence counter expire once no token has been issued for
 // it for d, so that Redis does not keep a counter for every resource ever locked. It implies
-// [WithServerTimeFloor]: a counter created again starts at the server clock in
-// microseconds, above every token issued before it, as long as the server clock has not
-// stepped back by more than d (see the guarantees in docs/design.md). Every acquisition and
-// every grant from the queue resets the expiry in the same script; a grant follows the
-// waiting Locker's setting, whichever Locker releases. d must be at least
-// [MinCounterExpiry] and at least the lease ([WithTTL]); otherwise calls return an error
-// wrapping [ErrInvalid]. Every Locker that locks the same resources must use the same
-// setting. Default: counters never expire.
+// [WithServerTimeFloor]: a counter created again starts above every earlier token unless the
+// server clock stepped back by more than d (see docs/design.md). Every acquisition and grant
+// resets the expiry in the same script. d must be at least [MinCounterExpiry] and the lease
+// ([WithTTL]); otherwise calls return an error wrapping [ErrInvalid]. Every Locker of the same
+// resources must use the same setting. Default: counters never expire.
 func WithCounterExpiry(d time.Duration) Option {
 	return lockerOption(func(c *config) {
 		if d < MinCounterExpiry && c.err == nil {
@@ -261,17 +225,12 @@ func WithCounterExpiry(d time.Duration) Option {
 	})
 }
 
-// MaxLabelLen is the longest label, in bytes, that [WithLabel] accepts.
-const MaxLabelLen = 64
-
-// WithLabel gives an acquisition a label of the caller's choosing, such as a task ID, a
-// request ID or a host name, which [Locker.Inspect] shows for its holder and, while it waits,
-// for its waiter (fencekit show and locks, and the operators' page, print it too). It is
-// kept in Redis with the lock, at the cost of its length: a lock without a label costs
-// nothing more. A label is at most [MaxLabelLen] bytes of UTF-8 without control characters;
-// any other is an error wrapping [ErrInvalid] of every call it is given to, which then sends
-// nothing. Default: none (""). It applies to one acquisition: give it to a call, not to [New]
-// (where it is an error too, as every acquisition would carry it).
+// WithLabel gives an acquisition a label of the caller's choosing, such as a task ID, a request
+// ID or a host name, which [Locker.Inspect] (and fencekit show and locks, and the operators'
+// page) shows for its holder or waiter. It is kept in Redis with the lock, at the cost of its
+// length. A label is at most [MaxLabelLen] bytes of UTF-8 without control characters; any other
+// is an error wrapping [ErrInvalid] of every call it is given to, which then sends nothing.
+// Default: none (""). It applies to one acquisition: given to [New], it is an error too.
 func WithLabel(label string) CallOption {
 	return callOption(func(c *config) {
 		if err := validLabel(label); err != nil && c.err == nil {
@@ -294,8 +253,7 @@ func validLabel(label string) error {
 	return nil
 }
 
-// conflict returns an error wrapping ErrInvalid when c's options, each valid, cannot be
-// used together.
+// conflict returns an error wrapping ErrInvalid when c's valid options do not go together.
 func (c *config) conflict() error {
 	switch {
 	case c.expiry > 0 && c.ttl > c.expiry:

@@ -11,8 +11,7 @@ import (
 	"github.com/fencekit/fencekit/fencing/observe"
 )
 
-// The causes of a lost lock: no renewal succeeded before the lease's local end, or one found
-// the lock gone.
+// The causes of a lost lock.
 var (
 	errLeaseLapsed = fmt.Errorf("%w: lease ran out before a renewal succeeded", ErrNotHeld)
 	errTaken       = fmt.Errorf("%w: renewal found the lock taken or expired", ErrNotHeld)
@@ -41,17 +40,13 @@ type renewer struct {
 // startRenewer starts renewing locks every ttl/3 with extend until stop.
 func startRenewer(work context.Context, cfg *config, locks []*Lock, extend func(context.Context, time.Duration) []error, cancelOf func(*Lock) context.CancelCauseFunc) *renewer {
 	ttl := time.Duration(millis(cfg.ttl)) * time.Millisecond
-	r := &renewer{
-		locks: locks, extend: extend, cancelOf: cancelOf, work: work, cfg: cfg, ttl: ttl,
-		interval: max(ttl/3, time.Millisecond),
-		retry:    max(ttl/20, time.Millisecond),
-	}
+	r := &renewer{locks: locks, extend: extend, cancelOf: cancelOf, work: work, cfg: cfg, ttl: ttl,
+		interval: max(ttl/3, time.Millisecond), retry: max(ttl/20, time.Millisecond)}
 	for _, k := range locks {
 		k.stopLater() // the renewals extend a grant's short lease
 	}
 	r.mu.Lock()
-	// A lock granted from the queue may start with a lease shorter than the TTL (see
-	// grantLease): the first renewal comes within a third of what is left of it.
+	// A grant's lease may be shorter than the TTL: renew within a third of what is left of it.
 	first, _ := r.earliest()
 	r.timer = time.AfterFunc(min(r.interval, time.Until(first)/3), r.run)
 	r.lapse = time.AfterFunc(time.Until(first), r.lapsed)
@@ -60,9 +55,7 @@ func startRenewer(work context.Context, cfg *config, locks []*Lock, extend func(
 }
 
 // earliest returns the earliest local end of the leases, and its lock.
-func (r *renewer) earliest() (time.Time, *Lock) {
-	var first time.Time
-	var which *Lock
+func (r *renewer) earliest() (first time.Time, which *Lock) {
 	for _, k := range r.locks {
 		if d := k.deadline(); which == nil || d.Before(first) {
 			first, which = d, k
@@ -81,8 +74,7 @@ func (r *renewer) stop() {
 	r.running.Wait()
 }
 
-// begin reports whether a timer's callback may run (the renewer is not stopped), and then
-// counts it as running.
+// begin reports whether a timer's callback may run (not stopped), and then counts it running.
 func (r *renewer) begin() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -115,10 +107,9 @@ func (r *renewer) run() {
 	r.reset(r.timer, next)
 }
 
-// lapsed runs at the earliest lease's local end: unless a renewal moved the end meanwhile, it
-// cancels the work, without waiting for a renewal that an unresponsive server holds up
-// (go-redis bounds socket reads by ReadTimeout, not by the context, unless
-// ContextTimeoutEnabled is set).
+// lapsed runs at the earliest lease's local end: unless a renewal moved it, it cancels the work,
+// without waiting for a renewal that an unresponsive server holds up (go-redis bounds socket
+// reads by ReadTimeout, not by the context, unless ContextTimeoutEnabled is set).
 func (r *renewer) lapsed() {
 	if !r.begin() {
 		return
@@ -132,22 +123,21 @@ func (r *renewer) lapsed() {
 	r.lose(k, errLeaseLapsed)
 }
 
-// lose cancels the work once, for the loss of k.
+// lose tells the hooks of the loss of k and cancels the work, once.
 func (r *renewer) lose(k *Lock, cause error) {
 	if r.lost.CompareAndSwap(false, true) {
-		k.lose(r.work, r.cfg, r.cancelOf(k), cause)
+		k.lost(r.work, r.cfg.hooks, observe.OpRenew, cause)
+		r.cancelOf(k)(cause)
 	}
 }
 
-// renew extends every lease once and returns when to renew next, or false when the work was
-// cancelled because a lock is lost.
+// renew extends every lease once and returns when to renew next, or false when a lock is lost.
 func (r *renewer) renew() (time.Duration, bool) {
 	first, k := r.earliest()
 	if !time.Now().Before(first) {
 		r.lose(k, errLeaseLapsed)
 		return 0, false
 	}
-	// The renewal may take no longer than the earliest lease has left.
 	rctx, rcancel := context.WithDeadline(context.WithoutCancel(r.work), first)
 	errs := r.extend(rctx, r.ttl)
 	rcancel()
@@ -165,8 +155,7 @@ func (r *renewer) renew() (time.Duration, bool) {
 	if !transient {
 		return r.interval, true
 	}
-	// Transient: retry soon while the earliest lease lasts.
-	first, k = r.earliest()
+	first, k = r.earliest() // transient: retry soon while the earliest lease lasts
 	wait := time.Until(first)
 	if wait <= 0 {
 		r.lose(k, errLeaseLapsed)
@@ -175,8 +164,7 @@ func (r *renewer) renew() (time.Duration, bool) {
 	return min(r.retry, wait), true
 }
 
-// lose reports the loss to the hooks, then cancels the work.
-func (k *Lock) lose(work context.Context, cfg *config, cancel context.CancelCauseFunc, cause error) {
-	cfg.hooks.lost(work, observe.Event{Op: observe.OpRenew, Resource: k.resource, Token: k.token, Label: k.label, Outcome: observe.OutcomeNotHeld, Err: cause, Held: time.Since(k.acquired)})
-	cancel(cause)
+// lost tells hs, with the work's ctx, that op found k lost with err.
+func (k *Lock) lost(ctx context.Context, hs hookList, op observe.Op, err error) {
+	hs.lost(ctx, observe.Event{Op: op, Resource: k.resource, Token: k.token, Label: k.label, Outcome: observe.OutcomeNotHeld, Err: err, Held: time.Since(k.acquired)})
 }

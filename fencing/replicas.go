@@ -10,17 +10,14 @@ import (
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
-// WithReplicas: a script that writes is followed by WAIT on the same connection.
-
 // replicated runs call with EVAL on the primary that owns its first key, followed by WAIT on
-// the same connection, and fails with ErrNotReplicated when the script's reply says it wrote
-// (wrote) and fewer replicas than cfg.replicas acknowledged it.
+// the same connection (WithReplicas), and fails with ErrNotReplicated when the script's reply
+// says it wrote (wrote) and fewer replicas than cfg.replicas acknowledged it.
 func (l *Locker) replicated(ctx context.Context, cfg *config, call wire.Call, wrote func(any) bool) (any, error) {
 	res, acks, err := l.pipeWait(ctx, cfg, call)
 	if _, moved := redis.IsMovedError(err); moved {
-		// The slot moved (a failover, resharding): the script did not run. go-redis learns
-		// of it only from its own commands, not from a reply inside this pipeline, so reload
-		// the slot map and send the pipeline to the new owner.
+		// The slot moved: the script did not run. go-redis learns of it only from its own
+		// commands, not from this pipeline's replies: reload the slot map and send it again.
 		l.topo.Refresh(ctx)
 		res, acks, err = l.pipeWait(ctx, cfg, call)
 	}
@@ -39,8 +36,7 @@ func (l *Locker) replicated(ctx context.Context, cfg *config, call wire.Call, wr
 	return res, nil
 }
 
-// pipeWait sends call with EVAL and WAIT in one pipeline to the primary that owns its first
-// key.
+// pipeWait sends call with EVAL and WAIT in one pipeline to the primary of its first key.
 func (l *Locker) pipeWait(ctx context.Context, cfg *config, call wire.Call) (any, *redis.IntCmd, error) {
 	node, err := l.topo.Primary(ctx, call.Keys[0])
 	if err != nil {
@@ -56,9 +52,8 @@ func (l *Locker) pipeWait(ctx context.Context, cfg *config, call wire.Call) (any
 	return res, acks, err
 }
 
-// confirm resets a lock granted from the queue to the lease cfg asks for and, with
-// WithReplicas, waits for the replicas to acknowledge it: the WAIT follows a write of this
-// connection's, so it also covers the grant that came before.
+// confirm extends a lock granted from the queue to cfg's TTL, with WithReplicas followed by a
+// WAIT, which also covers the grant before it.
 func (l *Locker) confirm(ctx context.Context, cfg *config, k *Lock) error {
 	if cfg.replicas == 0 {
 		return k.Extend(ctx, cfg.ttl)

@@ -2,8 +2,6 @@ package fencing
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"slices"
 	"sync"
@@ -16,46 +14,24 @@ import (
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
-// The waiting room of a Locker (see docs/waiting.md): its calls' places in the queues that
-// Redis keeps beside each lock, the grants that reach them, and their checks with Redis while
-// none come. It alone subscribes, polls, delivers grants and releases those nobody takes.
-//
-// A waiter that finds its resource busy joins the queue, one element per waiter (see
-// wire.Element), with the acquire script (waitCall.join). A release grants the lock to the head
-// element with a new token and the element's lease, and announces "<element>:<token>" on the
-// channel of the resource and the element's Locker (to the releasing Locker itself, in its
-// reply): the waiter returns without another round trip. The room's waiter key per resource
-// ("w:<id>") marks its elements alive; its longest-waiting waiter there polls every
-// pollEvery (the poll script) to renew the key, put back dropped elements and find a grant
-// whose announcement was lost or a lease that ran out.
-//
-// A grant reaches the room three ways, announced, in a release's reply or in a poll's, and is
-// delivered one way (line.go).
+// The waiting room of a Locker (docs/waiting.md): its calls' places in Redis's queues (line.go)
+// and their checks. It alone subscribes, polls, delivers grants and frees those not taken.
 
 const (
-	// pollEvery is how far apart, at most (less jitter), the front waiter of a line checks
-	// with Redis when no announcement arrives; it renews the waiter key well within
-	// wire.EntryTTL.
+	// pollEvery bounds the time (less jitter) between a line's checks, well within wire.EntryTTL.
 	pollEvery = time.Second
-	// grantLease is the longest lease of a grant from the queue. A waiter process that dies
-	// with a grant on its way holds the resource up for grantLease and a round trip (the next
-	// waiter checks as the lease ends); one that dies before, for at most wire.EntryTTL.
+	// grantLease is the longest lease of a grant: how long a dead waiter holds the resource up.
 	grantLease = 3 * time.Second
-	// renewAfter is how long after a write of the room's waiter key and the queue's TTL a
-	// join need not write them again: a waiter that joins then polls, at most 1.2 pollEvery
-	// later, before they run out.
+	// renewAfter is how long after a write of the room's waiter key and the queue's TTL a join
+	// need not write them again: the waiter polls, at most 1.2 pollEvery later, before they end.
 	renewAfter = wire.EntryTTL - 3*pollEvery/2
-	// outageWait is how long a waiter goes on checking with Redis while every check fails with
-	// an error that can pass (see passing): long enough for a restart, a Cluster's failover
-	// with the default cluster-node-timeout (15s) and the CLUSTERDOWN of a primary that
-	// rejoins.
+	// outageWait is how long a waiter goes on through errors that can pass: a restart, a Cluster's
+	// failover (cluster-node-timeout 15s) and the CLUSTERDOWN of a primary that rejoins.
 	outageWait = 30 * time.Second
-	// subscribePatience is how long a waiter that starts listening waits for the subscription
-	// to be confirmed before it joins the queue (a grant announced before is not heard; the
-	// front waiter's checks catch it).
+	// subscribePatience is how long a new line waits for its subscription before joining (a
+	// grant announced before is not heard; a check catches it).
 	subscribePatience = 50 * time.Millisecond
-	// givenFor is how long a line remembers a token it delivered: longer than an announcement
-	// or a reply that reveals the grant can take to arrive.
+	// givenFor is how long a line remembers a token it delivered: longer than news of it can take.
 	givenFor = 4 * (grantLease + wire.EntryTTL)
 )
 
@@ -94,7 +70,7 @@ type line struct {
 // waiter is one waiting call in a line.
 type waiter struct {
 	elem   string        // its queue element
-	kind   wire.Kind     //
+	kind   wire.Kind     // of the call
 	lease  time.Duration // of a grant to it: its TTL, at most grantLease
 	sent   time.Time     // when its element was first sent to Redis: any grant to it came later
 	joined bool          // its element is (or may be) in the Redis queue, unless got
@@ -104,16 +80,14 @@ type waiter struct {
 	wake   chan struct{} // capacity 1: check with Redis now
 }
 
-// A grant is one that a reply or an announcement revealed: to the queue element elem, with
-// token, made after the call sent at after (zero when unknown).
+// A grant, revealed by a reply or an announcement, is to elem with token, made after after.
 type grant struct {
 	elem  string
 	token int64
 	after time.Time
 }
 
-// granted is a grant delivered to its waiter: its lock value, token and lease, which began
-// after start.
+// granted is a grant delivered to its waiter: its lock value, token and lease, begun after start.
 type granted struct {
 	value string
 	token int64
@@ -130,13 +104,10 @@ type waitCall struct {
 	expiry time.Duration
 	label  string
 	// join sends the acquire script with the waiter's element and the room's waiter value
-	// entry ("" when the waiter key and the queue's TTL are fresh): it takes the resource
-	// when it is free and nobody waits (the lock), or queues the element (what it saw).
+	// entry ("" when fresh): it takes a free resource nobody waits for, or queues the element.
 	join func(ctx context.Context, elem, entry string) (*Lock, wire.AcquireReply, error)
-	// seen and left: the holders' lease had left when the call's own attempt came back at
-	// seen, if it made one.
-	seen time.Time
-	left time.Duration
+	seen time.Time     // when the call's own attempt, if any, came back
+	left time.Duration // the holders' lease left then
 	// checked, if not nil, is called before each check with Redis (a poll script).
 	checked func()
 }
@@ -152,26 +123,18 @@ func (e *waitEnded) Error() string { return "wait ended" }
 
 // newRoom returns the room of l; with listen, it subscribes to the grants' channels.
 func newRoom(l *Locker, listen bool) *room {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails; a zero id would still work within one room
-	r := &room{
-		id: base64.RawURLEncoding.EncodeToString(b[:]), locker: l, publish: l.topo.Publish(),
-		outage: outageWait, lines: map[string]*line{},
-	}
-	if !listen {
-		return r
-	}
-	switch l.topo.Kind {
-	case topology.Cluster:
+	id, _ := newOwner() // crypto/rand never fails
+	r := &room{id: id, locker: l, publish: l.topo.Publish(), outage: outageWait, lines: map[string]*line{}}
+	switch {
+	case listen && l.topo.Kind == topology.Cluster:
 		r.notes = newNotifier(clusterRoute{l.topo}, r)
-	case topology.Server:
+	case listen && l.topo.Kind == topology.Server:
 		r.notes = newNotifier(serverRoute{l.client}, r)
 	}
 	return r
 }
 
-// close ends the subscriptions and waits for the notifier's goroutines; the Locker has
-// closed its done channel, which wakes every waiter.
+// close ends the subscriptions and waits for the notifier's goroutines.
 func (r *room) close() {
 	r.mu.Lock()
 	for _, ln := range r.lines {
@@ -200,8 +163,7 @@ func (r *room) listening(k wire.Keys) bool {
 	return ln != nil && ln.subscribed()
 }
 
-// queuedOn reports whether the room has elements queued for one of ks's resources, so that
-// a release names the room: a grant to one of them comes back in the release's reply.
+// queuedOn reports whether the room has elements queued for ks's resources (wire.Release.Self).
 func (r *room) queuedOn(ks []wire.Keys) bool {
 	for _, k := range ks {
 		if ln := r.line(k.Channel); ln != nil {
@@ -216,11 +178,9 @@ func (r *room) queuedOn(ks []wire.Keys) bool {
 	return false
 }
 
-// wait waits in the queue of c's resource until the resource is granted to the call, ctx ends
-// or the Locker closes (a *waitEnded), or a check fails with an error that cannot pass, or
-// fails for longer than the outage allowance. parent is the call's own context, whose end
-// (rather than a bound of the wait itself) also ends a wait for a grant already made. A lock
-// the join's script took, the resource being free, is returned as it is.
+// wait waits in the queue of c's resource for a grant, until ctx ends or the Locker closes (a
+// *waitEnded), or checks fail for good or too long. parent is the call's own context, whose end
+// also ends a wait for a grant already made. A lock the join took is returned as it is.
 func (r *room) wait(ctx, parent context.Context, c waitCall) (*Lock, granted, error) {
 	ln, err := r.enter(ctx, c)
 	if err != nil {
@@ -244,8 +204,7 @@ func (r *room) wait(ctx, parent context.Context, c waitCall) (*Lock, granted, er
 // queue adds w to ln and its element to the Redis queue, and waits for a grant.
 func (r *room) queue(ctx, parent context.Context, c waitCall, ln *line, w *waiter) (*Lock, granted, error) {
 	quiet := newBackoff(r.locker.cfg.pollMin, r.locker.cfg.pollMax) // polls while no announcement can come
-	var failing error                                               // see waitEnded
-	var failingSince time.Time
+	failing, failingSince := error(nil), time.Time{}                // see waitEnded
 	lock, err := r.join(parent, c, ln, w)
 	for {
 		switch {
@@ -256,9 +215,8 @@ func (r *room) queue(ctx, parent context.Context, c waitCall, ln *line, w *waite
 		case !passing(err) || (failing != nil && time.Since(failingSince) >= r.outage):
 			return nil, granted{}, err
 		case failing == nil:
-			// Keep the place in the queue: Redis keeps the elements of a room whose key
-			// lapsed until a grant reaches them, and the next check that works puts back
-			// those dropped.
+			// Keep the place: Redis keeps the elements of a room whose key lapsed until a
+			// grant reaches them, and the next check that works puts back those dropped.
 			failing, failingSince = err, time.Now()
 		default:
 			failing = err
@@ -286,9 +244,7 @@ func (r *room) queue(ctx, parent context.Context, c waitCall, ln *line, w *waite
 		ln.mu.Unlock()
 		switch {
 		case unsure:
-			// Its join went unanswered: it joins again (which a check cannot do for it: the
-			// resource's holders may refuse its kind).
-			lock, err = r.join(parent, c, ln, w)
+			lock, err = r.join(parent, c, ln, w) // not a check: the holders may refuse its kind
 			continue
 		case !front:
 			lock, err = nil, failing // no news
@@ -304,8 +260,7 @@ func (r *room) queue(ctx, parent context.Context, c waitCall, ln *line, w *waite
 	}
 }
 
-// join adds w to ln (the first time) and its element to the Redis queue. When the resource
-// is free and nobody waits, the acquire script takes it at once, and join returns that lock.
+// join adds w to ln (once) and its element to the Redis queue, or returns the lock it took.
 func (r *room) join(ctx context.Context, c waitCall, ln *line, w *waiter) (*Lock, error) {
 	ln.mu.Lock()
 	others := slices.ContainsFunc(ln.waiters, queued)
@@ -321,8 +276,7 @@ func (r *room) join(ctx context.Context, c waitCall, ln *line, w *waiter) (*Lock
 	ln.mu.Unlock()
 	pushed := false
 	if others && entry == "" {
-		// Other waiters of this room are queued, so the queue exists (their polls keep it
-		// alive) and the newcomer cannot be first: append its element.
+		// Others of this room are queued: the queue exists and the newcomer cannot be first.
 		n, err := r.locker.client.RPushX(ctx, ln.k.Queue, w.elem).Result()
 		pushed = err == nil && n > 0
 	}
@@ -330,8 +284,7 @@ func (r *room) join(ctx context.Context, c waitCall, ln *line, w *waiter) (*Lock
 	if !pushed {
 		lock, rep, err := c.join(ctx, w.elem, entry)
 		if err != nil || lock != nil {
-			// Without Redis's answer the element may be queued: leave takes it out, and
-			// through an error that can pass it joins again.
+			// Without Redis's answer the element may be queued (leave takes it out).
 			var answer redis.Error
 			ln.mu.Lock()
 			w.joined = err != nil && !errors.As(err, &answer)
@@ -359,9 +312,8 @@ func (r *room) join(ctx context.Context, c waitCall, ln *line, w *waiter) (*Lock
 	return nil, nil
 }
 
-// check runs the poll script for ln: it renews this room's waiter key, puts back its waiters'
-// elements that were dropped, and finds a grant whose announcement was lost or a lease that
-// ran out.
+// check runs the poll script for ln: it renews the waiter key, puts back dropped elements, and
+// finds lost grants and lapsed leases.
 func (r *room) check(ctx context.Context, ln *line) error {
 	ln.turn.Lock()
 	defer ln.turn.Unlock()
@@ -372,8 +324,7 @@ func (r *room) check(ctx context.Context, ln *line) error {
 			p.Elements = append(p.Elements, w.elem)
 		}
 	}
-	ln.renewBy = time.Now().Add(renewAfter)
-	ln.due = time.Time{}
+	ln.renewBy, ln.due = time.Now().Add(renewAfter), time.Time{}
 	ln.mu.Unlock()
 	sent := time.Now()
 	rep, err := p.Run(ctx, r.locker.client)
@@ -386,11 +337,11 @@ func (r *room) check(ctx context.Context, ln *line) error {
 		return ErrLayout
 	}
 	for _, g := range rep.Grants {
+		gr := grant{elem: g.Element, token: g.Token}
 		if g.Now {
-			r.granted(ln.k, grant{elem: g.Element, token: g.Token, after: sent}) // by this poll
-		} else {
-			r.granted(ln.k, grant{elem: g.Element, token: g.Token})
+			gr.after = sent // by this poll
 		}
+		r.granted(ln.k, gr)
 	}
 	if rep.Code == wire.Busy {
 		r.saw(ln.k, sent, rep.Held)

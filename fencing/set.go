@@ -17,63 +17,49 @@ import (
 const MaxResources = 64
 
 // TryAcquireAll makes one attempt to take the locks of all resources together, each with its
-// own fencing token, without waiting. Resources are deduplicated and taken in the canonical
-// order (see [Locker.AcquireAll]); when they all live on one server (a *redis.Client) or in
-// one Cluster slot and all are free, that takes one round trip. When one is busy (held by
-// another owner, or waiters are queued for it), the locks already taken are released before
-// TryAcquireAll returns an error that names that resource and holds a [*BusyError] (matching
-// [ErrNotAcquired]); [RetryAfter] reports its holder's remaining TTL. Bad input (no
-// resources, an invalid name, more than [MaxResources] distinct ones) returns an error
-// wrapping [ErrInvalid] and sends nothing. Any other error means nothing is held. Options
-// override the Locker's settings for this call.
+// own fencing token, without waiting, in the canonical order (see [Locker.AcquireAll]): one
+// round trip when all are free on one server or Cluster slot. When one is busy (held by another
+// owner, or waiters are queued for it), the locks already taken are released and the error
+// names that resource and holds a [*BusyError] (matching [ErrNotAcquired]); [RetryAfter]
+// reports its holder's remaining TTL. Bad input (no resources, an invalid name, more than
+// [MaxResources] distinct ones) returns an error wrapping [ErrInvalid] and sends nothing. Any
+// other error means nothing is held. Options override the Locker's settings for this call.
 func (l *Locker) TryAcquireAll(ctx context.Context, resources []string, opts ...CallOption) (*LockSet, error) {
 	cfg := *l.config(opts)
 	cfg.maxWait = 0
 	return l.acquireAll(ctx, &cfg, observe.OpTryAcquireAll, resources)
 }
 
-// AcquireAll takes the locks of all resources together, each with its own fencing token,
-// waiting while some are busy.
-//
-// The resources are deduplicated (a duplicate is not an error) and taken in one canonical
-// order, whatever order the caller listed them in, so that two calls with overlapping sets
-// never deadlock: by name, or on a *redis.ClusterClient by the Cluster hash slot of the
-// resource's keys, then by name. AcquireAll never waits for a resource while holding one
-// that comes later in that order. When the resources share one server (a *redis.Client) or
-// one Cluster slot (resources in different slots are taken one slot after the other), the free
-// ones at the head of the order are taken in one round trip, all of them when all are free. A
-// busy resource is then waited for as [Locker.Acquire] waits: in its FIFO queue, behind the
-// waiters of that single resource, never ahead of them. Meanwhile the locks already taken are
-// held and their leases renewed every third of the TTL. With [WithReplicas], each resource is
-// taken on its own, with its WAIT.
+// AcquireAll takes the locks of all resources together, each with its own fencing token, waiting
+// while some are busy. The resources are deduplicated (a duplicate is no error) and taken in one
+// canonical order, whatever order they are listed in, so that overlapping sets never deadlock: by
+// name, or on a *redis.ClusterClient by the Cluster hash slot of their keys, then by name; none is
+// waited for while a later one is held. On one server (a *redis.Client) or Cluster slot, the free
+// resources at the head of the order are taken in one round trip (other slots follow). A busy one
+// is waited for as [Locker.Acquire] waits, in its FIFO queue, never ahead of its waiters, while
+// the locks taken are renewed every third of the TTL. With [WithReplicas], each is taken alone.
 //
 // When the wait ends (ctx, [WithMaxWait], which bounds the whole call, or [Locker.Close]),
-// every lock already taken is released before AcquireAll returns an error that names the
-// resource it waited for and wraps the cause [Locker.Acquire] would return: it matches
-// [ErrNotAcquired] (and ctx.Err() when the context ended), and holds a [*BusyError]. When a
-// lock already taken is lost while waiting (its renewal finds it gone), the others are
-// released too and the error matches both ErrNotAcquired and [ErrNotHeld], naming the lost
-// resource. Bad input returns an error wrapping [ErrInvalid] as for [Locker.TryAcquireAll],
-// and sends nothing.
+// every lock already taken is released, and the error names the resource waited for and wraps
+// the cause Acquire would return: it matches [ErrNotAcquired] (and ctx.Err() when the context
+// ended) and holds a [*BusyError]. When a lock already taken is lost while waiting, the others
+// are released too and the error matches ErrNotAcquired and [ErrNotHeld], naming the lost
+// resource. Bad input is refused as by [Locker.TryAcquireAll], sending nothing.
 func (l *Locker) AcquireAll(ctx context.Context, resources []string, opts ...CallOption) (*LockSet, error) {
 	return l.acquireAll(ctx, l.config(opts), observe.OpAcquireAll, resources)
 }
 
 // acquireAll is TryAcquireAll and AcquireAll with the call's settings resolved.
 func (l *Locker) acquireAll(ctx context.Context, cfg *config, op observe.Op, resources []string) (*LockSet, error) {
-	ctx = cfg.hooks.start(ctx, op, "")
-	begin := time.Now()
-	var ms []member
-	err := l.made()
+	ctx, begin := cfg.hooks.start(ctx, op, ""), time.Now()
+	ms, err := []member(nil), l.made()
 	if err == nil {
 		ms, err = l.members(cfg, resources)
 	}
 	if err == nil {
 		err = l.check(ctx, cfg, ms[0].name)
 	}
-	var set *LockSet
-	var failed string
-	attempts := 0
+	set, failed, attempts := (*LockSet)(nil), "", 0
 	if err == nil {
 		set, failed, attempts, err = l.takeAll(ctx, cfg, ms)
 	}
@@ -114,12 +100,7 @@ func (l *Locker) members(cfg *config, resources []string) ([]member, error) {
 		ms[i] = member{name: r, keys: wire.For(cfg.prefix, r)}
 		ms[i].slot = l.topo.Slot(ms[i].keys.Lock)
 	}
-	slices.SortFunc(ms, func(a, b member) int {
-		if c := cmp.Compare(a.slot, b.slot); c != 0 {
-			return c
-		}
-		return strings.Compare(a.name, b.name)
-	})
+	slices.SortFunc(ms, func(a, b member) int { return cmp.Or(cmp.Compare(a.slot, b.slot), strings.Compare(a.name, b.name)) })
 	ms = slices.CompactFunc(ms, func(a, b member) bool { return a.name == b.name })
 	if len(ms) > MaxResources {
 		return nil, invalidf("%d resources exceed %d", len(ms), MaxResources)
@@ -127,10 +108,9 @@ func (l *Locker) members(cfg *config, resources []string) ([]member, error) {
 	return ms, nil
 }
 
-// attemptAll runs the set's acquire script once on g, several resources that one script can
-// take (of one server or slot). It returns the locks taken, in g's order, and when not all,
-// the BusyError of the next one; or an error, and then nothing is held but the locks it
-// returns, which the caller frees (a refusal of the script for that next resource).
+// attemptAll runs the set's acquire script once on g, resources of one server or slot. It
+// returns the locks taken, in g's order, and when not all, the next one's BusyError; or an
+// error, and then nothing is held but the locks it returns, which the caller frees.
 func (l *Locker) attemptAll(ctx context.Context, cfg *config, g []member) ([]*Lock, *BusyError, error) {
 	owner, err := newOwner()
 	if err != nil {
@@ -167,9 +147,7 @@ func (l *Locker) attemptAll(ctx context.Context, cfg *config, g []member) ([]*Lo
 		l.releaseOwner(ctx, cfg, a.Keys, owner)
 		return nil, nil, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err())
 	case len(locks) > 0 && !locks[0].valid():
-		// The reply came back after the leases could have run out: the locks may already
-		// belong to someone else. Busy; a wait tries again.
-		l.releaseOwner(ctx, cfg, a.Keys, owner)
+		l.releaseOwner(ctx, cfg, a.Keys, owner) // a late reply, as in try
 		return nil, &BusyError{Resource: g[0].name, Ahead: -1, late: true}, nil
 	case r.Code == wire.Busy:
 		return locks, busyWith(g[len(locks)].name, r.Left), nil
@@ -177,8 +155,7 @@ func (l *Locker) attemptAll(ctx context.Context, cfg *config, g []member) ([]*Lo
 	return locks, nil, nil
 }
 
-// takeAll takes the locks of ms in order (see AcquireAll). It returns the set, or the
-// resource that failed and the cause; attempts counts the acquire scripts sent.
+// takeAll takes ms in order; it returns the set, or the failed resource and cause, and attempts.
 func (l *Locker) takeAll(ctx context.Context, cfg *config, ms []member) (set *LockSet, failed string, attempts int, err error) {
 	set = &LockSet{locker: l, hooks: cfg.hooks, locks: make([]*Lock, 0, len(ms))}
 	var deadline time.Time
@@ -220,9 +197,7 @@ func (l *Locker) takeAll(ctx context.Context, cfg *config, ms []member) (set *Lo
 		}
 	}()
 	for start := 0; start < len(ms); {
-		// The next run that one script can take: all of one server's, those of one slot on
-		// a Cluster; one on a Ring (which spreads resources over servers) and with
-		// WithReplicas (each takes its own WAIT).
+		// The next run that one script can take (see groupKeys; one each with WithReplicas).
 		end := start + 1
 		if l.topo.OneScript() && cfg.replicas == 0 {
 			for end < len(ms) && ms[end].slot == ms[start].slot {

@@ -10,17 +10,11 @@ import (
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
-// errNoHold is stallHolds's error when ctx holds no lock of Do, DoAll or Lead.
+// errNoHold is a door's error when ctx holds no lock of Do, DoAll or Lead.
 var errNoHold = errors.New("the context holds no lock of Do, DoAll or Lead")
 
-// door is what the test kit reaches through a work context (a stall.Door).
+// door is what the test kit (fencingtest) reaches through a work context: a stall.Door.
 type door struct{}
-
-func (door) Stall(ctx context.Context) error { return stallHolds(ctx) }
-
-func (door) Takeover(ctx context.Context, successor func(ctx context.Context) error) error {
-	return takeover(ctx, successor)
-}
 
 // holdsIn returns the holds of ctx, the innermost first.
 func holdsIn(ctx context.Context) []*hold {
@@ -33,9 +27,7 @@ func holdsIn(ctx context.Context) []*hold {
 	return holds
 }
 
-// pause stops the renewals of holds, without cancelling the work, and ends each lease in
-// Redis (the resource goes to its next waiters, as after a lapsed lease and a waiter's check)
-// and by the local clock. It returns the locks.
+// pause stops the holds' renewals, not their work, and ends each lease in Redis and locally.
 func pause(ctx context.Context, holds []*hold) []*Lock {
 	var locks []*Lock
 	for _, h := range holds {
@@ -47,17 +39,15 @@ func pause(ctx context.Context, holds []*hold) []*Lock {
 		k.stopLater()
 		k.validUntil.Store(0)
 		k.locker.release(rctx, &wire.Release{Keys: []wire.Keys{k.keys}, Values: []string{k.value}, Kind: k.kind})
-		// Its release record would answer the holder's own release later as a retry's:
-		// the lock is gone, as after a lapsed lease.
+		// Its own Release finds it gone, as after a lapsed lease, not this release's record.
 		k.released.Store(true)
 	}
 	return locks
 }
 
-// stallHolds makes every hold in ctx behave as a process paused past its lease, for
-// fencingtest.Stall (see pause), and returns once another acquisition has taken one of the
+// Stall pauses every hold in ctx and returns once another acquisition has taken one of the
 // resources (its counter moved past the holder's token), or with ctx.Err() when ctx ends.
-func stallHolds(ctx context.Context) error {
+func (door) Stall(ctx context.Context) error {
 	holds := holdsIn(ctx)
 	if len(holds) == 0 {
 		return errNoHold
@@ -79,12 +69,10 @@ func stallHolds(ctx context.Context) error {
 	}
 }
 
-// takeover pauses every hold in ctx, as stallHolds does, then runs successor as the next
-// holder of the innermost hold's resources, for fencingtest.Takeover: the same Locker takes
-// them again with the hold's settings (waiting without a limit, behind any waiters queued
-// before it, and without UnlessMemo), and runs successor under them as Do or DoAll would, in
-// a context of its own (none of ctx's holds or values) that ends when ctx does.
-func takeover(ctx context.Context, successor func(ctx context.Context) error) error {
+// Takeover pauses every hold in ctx and runs successor as the next holder of the innermost hold's
+// resources, as Do or DoAll would, by the same Locker with its settings (no wait limit, no
+// UnlessMemo), in a context of its own (no ctx's holds or values) that ends when ctx does.
+func (door) Takeover(ctx context.Context, successor func(ctx context.Context) error) error {
 	holds := holdsIn(ctx)
 	if len(holds) == 0 {
 		return errNoHold

@@ -10,37 +10,32 @@ import (
 	"github.com/fencekit/fencekit/internal/wire"
 )
 
-// Waiting: Acquire makes one attempt, and when the resource is busy it waits in the room
-// (room.go), whose grant take turns into a Lock.
+// Waiting: Acquire makes one attempt, then waits in the room (room.go) for a grant to take.
 
 // releaseTimeout bounds releases made with a fresh context.
 const releaseTimeout = 5 * time.Second
 
 // Acquire takes resource as TryAcquire does, waiting while it is busy. Waiting is first come,
-// first served across every process that locks the resource, in a queue kept in Redis: while
-// waiters are queued, neither TryAcquire nor Acquire takes the resource ahead of them, even
-// when it is free, and a shared request waits behind an exclusive one queued before it. A
-// release hands the resource to the longest-waiting waiters in the same round trip and wakes
-// only their processes; a holder whose lease runs out is replaced about a round trip after
-// its end. The Lock returned may start with a shorter lease than the TTL and is extended to
-// it in the background, unless it is released or extended first (see docs/waiting.md).
+// first served across every process, in a queue kept in Redis: while waiters are queued, no
+// acquisition takes the resource ahead of them, even when it is free. A release hands the
+// resource to the longest-waiting waiters in the same round trip and wakes only their
+// processes; a holder whose lease runs out is replaced about a round trip after its end. The
+// Lock returned may start with a lease shorter than the TTL, extended to it in the background
+// unless it is released or extended first (see docs/waiting.md).
 //
-// When ctx ends first, Acquire returns an error that matches both [ErrNotAcquired] and
-// ctx.Err() under errors.Is, and holds nothing: the waiter leaves the queue, and a grant to it
-// meanwhile goes to the next waiter. Its [BusyError.RetryAfter] is the holders' remaining
-// lease as Redis counts it when the waiter leaves. From its first attempt on, a waiter keeps
-// its place through errors that can pass by themselves (a lost connection, a timeout,
-// LOADING, READONLY, CLUSTERDOWN, MASTERDOWN, TRYAGAIN, BUSY: a restart or a failover) for up
-// to 30s of them in a row; the error that ends the wait then also matches the last of them.
-// Any other error ends it at once.
+// When ctx ends first, Acquire holds nothing (a grant meanwhile goes to the next waiter) and
+// returns an error matching both [ErrNotAcquired] and ctx.Err(), whose [BusyError.RetryAfter] is
+// the holders' lease left when the waiter left the queue. A waiter keeps its place through errors
+// that can pass by themselves (a lost connection, a timeout, LOADING, READONLY, CLUSTERDOWN,
+// MASTERDOWN, TRYAGAIN, BUSY: a restart or a failover) for up to 30s of them in a row, then fails
+// with an error that also matches the last. Any other error ends it.
 func (l *Locker) Acquire(ctx context.Context, resource string, opts ...CallOption) (*Lock, error) {
 	return l.acquire(ctx, l.config(opts), resource)
 }
 
 // acquire is Acquire with the call's settings resolved.
 func (l *Locker) acquire(ctx context.Context, cfg *config, resource string) (*Lock, error) {
-	ctx = cfg.hooks.start(ctx, observe.OpAcquire, resource)
-	begin := time.Now()
+	ctx, begin := cfg.hooks.start(ctx, observe.OpAcquire, resource), time.Now()
 	lock, attempts, err := (*Lock)(nil), 0, l.check(ctx, cfg, resource)
 	if err == nil {
 		lock, attempts, err = l.wait(ctx, cfg, resource)
@@ -50,9 +45,8 @@ func (l *Locker) acquire(ctx context.Context, cfg *config, resource string) (*Lo
 	return lock, err
 }
 
-// wait is Acquire's loop: one attempt, unless this Locker waits on the resource already;
-// then the room's wait, whose grant take turns into the Lock. It returns how many scripts it
-// sent, for the hooks.
+// wait is Acquire's loop, one attempt (unless this Locker waits there) then the room's wait;
+// it returns how many scripts it sent.
 func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock, int, error) {
 	k := wire.For(cfg.prefix, resource)
 	parent, attempts, begin := ctx, 0, time.Now()
@@ -62,8 +56,7 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 		defer cancel()
 	}
 	call := waitCall{keys: k, kind: cfg.kind, ttl: time.Duration(millis(cfg.ttl)) * time.Millisecond, floor: cfg.timeFloor, expiry: cfg.expiry, label: cfg.label}
-	// The uncontended path: one script and no subscription, unless this Locker already waits
-	// on the resource, subscribed.
+	// The uncontended path: one script and no subscription.
 	if cfg.maxWait == 0 || !l.room.listening(k) {
 		attempts++
 		lock, busy, err := l.attempt(parent, cfg, resource, k, "", "")
@@ -77,8 +70,7 @@ func (l *Locker) wait(ctx context.Context, cfg *config, resource string) (*Lock,
 		case busy != nil:
 			call.seen, call.left = time.Now(), busy.RetryAfter
 		}
-		// Busy, or an error that can pass (the server went away): the waiter goes on in the
-		// room, which rides it out.
+		// Busy, or an error that can pass, which the room rides out.
 	}
 	call.join = func(ctx context.Context, elem, entry string) (*Lock, wire.AcquireReply, error) {
 		attempts++
@@ -131,12 +123,10 @@ func (l *Locker) waitErr(parent context.Context, resource string, begin time.Tim
 // errLapsed is take's error when the grant had lapsed: the caller queues again.
 var errLapsed = errors.New("grant lapsed")
 
-// take turns a grant into a Lock, or returns errLapsed. A grant's lease is the TTL, or
-// grantLease when the TTL is longer: when the local clock shows at least half of it left,
-// take returns at once, and a lease shorter than the TTL is extended to it off the hand-off
-// path (see extendLater; Do's renewals take it over). Otherwise, and always with
-// WithReplicas (whose WAIT must come first), it extends the lock to the TTL before it
-// returns, through errors that can pass while the grant's lease lasts.
+// take turns a grant into a Lock, or returns errLapsed. With half of the grant's lease left, it
+// returns at once, extending a lease shorter than the TTL later; otherwise, and always with
+// WithReplicas (whose WAIT comes first), it extends the lock to the TTL first, through errors
+// that can pass while the lease lasts.
 func (l *Locker) take(ctx context.Context, cfg *config, resource string, k wire.Keys, g granted) (*Lock, error) {
 	lock := &Lock{locker: l, hooks: cfg.hooks, resource: resource, keys: k, kind: cfg.kind, label: cfg.label, value: g.value, token: g.token, acquired: time.Now()}
 	lock.setValidUntil(g.start, g.lease)
@@ -147,7 +137,6 @@ func (l *Locker) take(ctx context.Context, cfg *config, resource string, k wire.
 		return lock, nil
 	}
 	err := l.confirm(ctx, cfg, lock)
-	// An error that can pass is tried again while the grant's lease lasts.
 	for retry := newBackoff(retryFirst, retryMost); passing(err) && time.Until(lock.deadline()) > retry.next && ctx.Err() == nil; {
 		select {
 		case <-time.After(retry.step()):
@@ -170,14 +159,11 @@ func (l *Locker) take(ctx context.Context, cfg *config, resource string, k wire.
 	return nil, err
 }
 
-// extendLater extends a lock taken from the queue, whose grant's lease is shorter than the
-// TTL, to ttl: once, a third of the way into the lease, so that the hand-off does not wait
-// for it and a lock released sooner never needs it. An error that can pass is tried again
-// while the lease lasts. An extension that takes effect, Release and Do's renewals cancel it.
+// extendLater extends a grant's shorter lease to ttl a third of the way into it, off the hand-off
+// path, retrying while it lasts; an extension, Release and Do's renewals cancel it.
 func (k *Lock) extendLater(ttl time.Duration) {
 	retry := newBackoff(retryFirst, retryMost)
-	var run func()
-	run = func() {
+	run := func() {
 		k.mu.Lock()
 		defer k.mu.Unlock()
 		if k.later == nil {
@@ -197,9 +183,7 @@ func (k *Lock) extendLater(ttl time.Duration) {
 	k.mu.Unlock()
 }
 
-// keepUp makes sure a lock that a wait took (a grant's short lease, or a lease renewed while
-// other resources were waited for) goes on to ttl, as a single Acquire's does: unless an
-// extension is pending, one is scheduled when less than half of ttl is left.
+// keepUp extends a set's lock to ttl later, unless that is pending or half of ttl is left.
 func (k *Lock) keepUp(ttl time.Duration) {
 	k.mu.Lock()
 	pending := k.later != nil

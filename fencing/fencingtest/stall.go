@@ -1,14 +1,8 @@
-// Package fencingtest helps test code that takes fencing locks: [Stall] turns the holder of
-// a lock into a holder paused past its lease, inside one test process, and [Takeover] also
-// runs the work of the holder that comes next, so that a test can show that its store
-// refuses the writes such a holder makes.
-//
-// A lease lock cannot stop a holder that pauses (a GC pause, a stalled call, a suspended VM)
-// past its lease while another process takes the lock: only a store that checks the fencing
-// token refuses the paused holder's late writes. Inside one process that pause is hard to
-// produce: the renewals of fencing.Locker.Do keep the lease alive, and miniredis's
-// FastForward moves Redis's clock but not the holder's. Stall does what the pause does, and
-// leaves the holder's context as it was, so that the test's next write is a stale holder's.
+// Package fencingtest helps test code that takes fencing locks: [Stall] turns the holder of a
+// lock into one paused past its lease (a GC pause, a stalled call), which a test cannot easily
+// produce (Do's renewals keep the lease alive; miniredis's FastForward moves Redis's clock, not
+// the holder's), and [Takeover] also runs the next holder's work, so that a test shows that its
+// store refuses the writes of such a holder.
 package fencingtest
 
 import (
@@ -22,24 +16,18 @@ import (
 // ErrNoLock is Stall's error when ctx is not the context of work that holds a lock.
 var ErrNoLock = errors.New("fencingtest: the context holds no lock of Do, DoAll or Lead")
 
-// Stall makes the holder of the locks that ctx's work holds behave as a process paused past
-// its lease. Call it inside work that holds a lock: the function of fencing.Locker.Do,
-// DoAll or Lead, a handler behind the Echo middleware (with the request's context) or the
-// Asynq adapter. Then
-//
-//   - the holder's renewals stop, and it is not told of the loss: ctx is not cancelled, and
-//     fencing.ValidUntilFromContext reports a lease that has ended;
-//   - each lease ends in Redis: the resource goes to the next waiters of its queue, as it
-//     would when a waiter finds the lapsed lease, or is free for the next acquirer;
-//   - Stall returns nil once another acquisition has taken one of the resources (its
-//     counter moved past the holder's token), or ctx.Err() when ctx ends first.
-//
-// Every enclosing hold in ctx (a Do nested in another) stalls too, as a whole process would.
-// After Stall, a write with the holder's token is the late write of a paused holder: a store
-// that saw the next holder's write refuses it, and Do, when the function returns, finds the
-// lock lost (its error matches fencing.ErrNotHeld). Stall returns an error wrapping
-// [ErrNoLock] when ctx holds no such lock, and changes nothing then. It works on miniredis and
-// on Redis.
+// Stall makes the holder of the locks that ctx's work holds behave as a process paused past its
+// lease. Call it inside work that holds a lock: the function of fencing.Locker.Do, DoAll or
+// Lead, or a handler behind the Echo middleware (with the request's context) or the Asynq
+// adapter. The holder's renewals stop and it is not told: ctx is not cancelled, and
+// fencing.ValidUntilFromContext reports a lease that has ended. Each lease ends in Redis, where
+// the resource goes to the next waiter or is free; every enclosing hold in ctx stalls too, as a
+// whole process would. Stall returns nil once another acquisition has taken one of the
+// resources (its counter moved past the holder's token), or ctx.Err() when ctx ends first.
+// After it, a write with the holder's token is a paused holder's late write, which a store that
+// saw the next holder's write refuses, and Do finds the lock lost (fencing.ErrNotHeld). Stall
+// returns an error wrapping [ErrNoLock], changing nothing, when ctx holds no such lock. It
+// works on miniredis and on Redis.
 func Stall(ctx context.Context) error {
 	d := stall.From(ctx)
 	if d == nil {
@@ -54,20 +42,17 @@ func Stall(ctx context.Context) error {
 	return nil
 }
 
-// Takeover stalls the holder of the locks that ctx's work holds, as [Stall] does, and then
-// runs successor as the next holder: under a new acquisition of the same resources (those of
-// the innermost Do, DoAll or Lead of ctx), by the same Locker with the same settings, with
-// its own token in successor's context (fencing.TokenFromContext, fencing.TokenFor), renewed
-// and released as Do and DoAll do. It waits for the resources without a limit (behind any
-// waiters queued before it) until ctx ends, and runs successor in a context of its own: it
-// does not hold ctx's locks nor carry ctx's values.
+// Takeover stalls the holder of the locks that ctx's work holds, as [Stall] does, and then runs
+// successor as the next holder: under a new acquisition of the same resources (those of the
+// innermost Do, DoAll or Lead of ctx) by the same Locker with the same settings, renewed and
+// released as Do and DoAll do, with its own token (fencing.TokenFromContext, fencing.TokenFor)
+// in a context of its own (no locks or values of ctx); it waits for the resources until ctx ends.
 //
 // Takeover returns successor's error (matching fencing.ErrNotHeld too when its lock was lost)
-// once successor has returned and its locks are released, so that the next write of the
-// stalled holder, with its own token, is a late write after the successor's: a store that
-// checks tokens refuses it. It returns an error wrapping [ErrNoLock] when ctx holds no lock,
-// changing nothing, and the acquisition's error, without calling successor, when the
-// resources cannot be taken (ctx ended first).
+// once its locks are released, so that the stalled holder's next write is a late write after
+// the successor's, which a store that checks tokens refuses. It returns an error wrapping
+// [ErrNoLock] when ctx holds no lock, changing nothing, and the acquisition's error, without
+// calling successor, when the resources cannot be taken (ctx ended first).
 func Takeover(ctx context.Context, successor func(ctx context.Context) error) error {
 	d := stall.From(ctx)
 	if d == nil {

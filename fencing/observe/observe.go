@@ -1,8 +1,6 @@
-// Package observe holds the types with which hooks watch a fencing.Locker's operations:
-// give an [observe.Hooks] to fencing.WithHooks, and its functions see every operation start
-// and end, and every lock that work loses. Package tracing turns them into OpenTelemetry
-// spans and metrics; a program of its own can count or log them. A Locker without hooks
-// pays nothing for them.
+// Package observe holds the types with which hooks watch a fencing.Locker's operations: give a
+// [Hooks] to fencing.WithHooks, and its functions see every operation start and end, and every
+// lock that work loses (package tracing turns them into spans and metrics), free without hooks.
 package observe
 
 import (
@@ -21,8 +19,7 @@ const (
 	OpExtend                   // Lock.Extend
 	OpRenew                    // one background renewal inside Do, or of the whole set inside DoAll (with Event.Resources)
 
-	// The operations on a set of resources (see fencing.LockSet): one event for the whole
-	// set, with Event.Resources.
+	// The operations on a set of resources (fencing.LockSet): one event, with Event.Resources.
 	OpAcquireAll    // AcquireAll, and the acquisition inside DoAll: may wait
 	OpTryAcquireAll // TryAcquireAll: no wait
 	OpReleaseAll    // LockSet.Release, and the release at the end of DoAll
@@ -73,56 +70,45 @@ type Event struct {
 	// that made the operation fail (the busy one, or the first that was not held), or "".
 	Resource string
 	// Resources is the set of an operation on several resources, deduplicated and in the
-	// canonical order (see fencing.Locker.AcquireAll); nil for the operations on one
-	// resource.
+	// canonical order (see fencing.Locker.AcquireAll); nil for one resource.
 	Resources []string
-	// Token is the acquisition's fencing token, or 0 when nothing was acquired; for
-	// ForceRelease, the token of the holder it freed.
+	// Token is the acquisition's fencing token, 0 when none; for ForceRelease, the holder's.
 	Token   int64
 	Outcome Outcome
 	// Label is the acquisition's label (fencing.WithLabel), or "".
 	Label string
-	// Err is the error the operation returned; nil for OutcomeAcquired, OutcomeBusy
-	// (from TryAcquire, which returns ErrNotAcquired) and OutcomeOK.
+	// Err is the operation's error; nil for OutcomeAcquired, OutcomeOK and TryAcquire's busy.
 	Err error
-	// Attempts is the number of acquire scripts sent (acquisitions only; for a set, the
-	// multi-resource scripts and the single ones of its waits).
+	// Attempts is the number of acquire scripts an acquisition sent (for a set, all of them).
 	Attempts int
 	// Elapsed is the time from Start to End: for an acquisition, the time spent waiting.
 	Elapsed time.Duration
-	// Held is the time since the acquisition was sent, for releases, lost locks and the end
-	// of a term of leadership (OpLead).
+	// Held is the time since the acquisition was sent, for releases, lost locks and OpLead.
 	Held time.Duration
 	// ClockBehind is set on an acquisition with a server-time floor (WithServerTimeFloor,
-	// WithCounterExpiry) when the Redis server's clock was more than a second behind the
-	// last token issued for the resource: the clock stepped back. The token is still higher
-	// than every token before it while the counter exists; a counter that expires and is
-	// created again before the clock catches up would issue lower tokens, which a store that
-	// checks tokens refuses. Zero otherwise, and for locks granted from the queue.
+	// WithCounterExpiry) when the Redis server's clock was more than a second behind the last
+	// token issued for the resource: the clock stepped back. The token is still the highest while
+	// the counter exists; one created again before the clock catches up issues lower tokens,
+	// which a store that checks tokens refuses. Zero otherwise, and for grants from the queue.
 	ClockBehind time.Duration
 }
 
 // Hooks observe a Locker's operations; any field may be nil. Give them to fencing.WithHooks.
-// They run synchronously on the calling goroutine (renewals on Do's renewal goroutine), so
-// they must be quick and safe for concurrent use.
+// They run on the calling goroutine (renewals on a timer's): be quick and safe for concurrent use.
 //
-// fencing.Locker.Lead reports two operations of its own. Each campaign is an OpCampaign,
-// from Start to an End whose outcome is OutcomeAcquired when leadership is won (Token is the
-// term's epoch), OutcomeCancelled when the context ended, or OutcomeError (OutcomeBusy under
-// WithMaxWait). A campaign's acquisition is an OpAcquire inside it. Each term is an OpLead:
-// Start when the campaign is won, with the context that fn's context derives from (the
-// term's renewals and its release are inside it), and End when the term ends, with
-// OutcomeNotHeld when leadership was lost, OutcomeError when fn failed, or OutcomeResigned
-// otherwise; Held is the term's length.
+// Each campaign of fencing.Locker.Lead is an OpCampaign whose End's outcome is OutcomeAcquired
+// when leadership is won (Token is the term's epoch), OutcomeCancelled when the context ended,
+// or OutcomeError (OutcomeBusy under WithMaxWait); its acquisition is an OpAcquire inside it.
+// Each term is an OpLead, whose Start's context is the parent of fn's (the term's renewals and
+// release are inside it), and whose End has OutcomeNotHeld when leadership was lost,
+// OutcomeError when fn failed, or OutcomeResigned otherwise; Held is the term's length.
 type Hooks struct {
 	// Start is called when an operation begins; resource is "" for an operation on a set,
-	// whose resources End's Event lists. The context it returns is used for the
-	// operation's Redis calls and passed to End, so a span started here is the parent of
-	// the Redis client's spans.
+	// whose resources End's Event lists. The context it returns is used for the operation's
+	// Redis calls and passed to End, so a span started here is the parent of the client's.
 	Start func(ctx context.Context, op Op, resource string) context.Context
 	// End is called when the operation started by Start ends, with Start's context.
 	End func(ctx context.Context, e Event)
-	// Lost is called when Do finds its lock gone (or its lease run out unrenewed), with the
-	// work's context just before it is cancelled.
+	// Lost is called with the work's context when Do loses its lock, just before cancelling it.
 	Lost func(ctx context.Context, e Event)
 }

@@ -10,11 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The calls of the scripts: one type per verb, whose Run builds the script's KEYS and ARGV
-// (trailing arguments with their defaults left out, by trimmed) and reads its reply.
+// The calls of the scripts: one type per verb, whose Run sends it and reads its reply.
 
-// trimmed returns args without its trailing arguments that equal their defaults: the last
-// len(defaults) arguments have those defaults, in order.
+// trimmed returns args without its trailing arguments equal to defaults, the last ones' own.
 func trimmed(args []any, defaults ...any) []any {
 	n, d := len(args), len(defaults)
 	for n > 0 && d > 0 && args[n-1] == defaults[d-1] {
@@ -23,16 +21,7 @@ func trimmed(args []any, defaults ...any) []any {
 	return args[:n]
 }
 
-// flag is a script's boolean argument.
-func flag(on bool) string {
-	if on {
-		return "1"
-	}
-	return "0"
-}
-
-// runOn runs s on the keys of one resource, k (and on a Cluster its fence and queue keys and
-// the key of memo, see Declare), with args: EVALSHA, then EVAL when Redis does not know s.
+// runOn runs s with args on the keys of one resource (see Declare), as Script.Run does.
 func runOn(ctx context.Context, c redis.UniversalClient, s *Script, k Keys, memo string, args []any) *redis.Cmd {
 	cmd := make([]any, 0, 7+len(args))
 	if _, cluster := c.(*redis.ClusterClient); !cluster {
@@ -42,17 +31,10 @@ func runOn(ctx context.Context, c redis.UniversalClient, s *Script, k Keys, memo
 	} else {
 		cmd = append(cmd, "evalsha", s.sha, 4, k.Lock, k.Fence, k.Queue, k.Memo(memo))
 	}
-	cmd = append(cmd, args...)
-	res := process(ctx, c, cmd)
-	if NoScript(res.Err()) {
-		cmd[0], cmd[1] = "eval", s.box
-		res = process(ctx, c, cmd)
-	}
-	return res
+	return s.send(ctx, c, append(cmd, args...))
 }
 
-// An Acquire takes one resource, or queues for it: acquire.lua for an exclusive lock,
-// shared_acquire.lua for the other kinds.
+// An Acquire takes one resource, or queues for it: acquire.lua, or shared_acquire.lua.
 type Acquire struct {
 	Keys    Keys
 	Owner   string // random per acquisition (with its label, see Labeled)
@@ -68,27 +50,25 @@ type Acquire struct {
 
 // Call returns the call of a's script: its keys on c and its arguments.
 func (a *Acquire) Call(c redis.UniversalClient) Call {
-	return Call{Script: a.script(), Keys: Declare(c, []Keys{a.Keys}, a.Memo), Args: a.args()}
+	s, args := a.call()
+	return Call{Script: s, Keys: Declare(c, []Keys{a.Keys}, a.Memo), Args: args}
 }
 
-func (a *Acquire) script() *Script {
-	if a.Kind.Exclusive() {
-		return acquireScript
+// call returns a's script and arguments; the shared script's kind is the third.
+func (a *Acquire) call() (*Script, []any) {
+	s, args := acquireScript, make([]any, 0, 8)
+	args = append(args, a.Owner, a.Lease)
+	if !a.Kind.Exclusive() {
+		s, args = sharedAcquireScript, append(args, a.Kind.Arg())
 	}
-	return sharedAcquireScript
-}
-
-func (a *Acquire) args() []any {
-	rules := Rules(a.Floor, time.Duration(a.Expiry)*time.Millisecond)
-	if a.Kind.Exclusive() {
-		return trimmed([]any{a.Owner, a.Lease, rules, a.Element, a.Entry, a.Publish, a.Memo}, "", "", "", "P", "")
-	}
-	return trimmed([]any{a.Owner, a.Lease, a.Kind.Arg(), rules, a.Element, a.Entry, a.Publish, a.Memo}, "", "", "", "P", "")
+	args = append(args, Rules(a.Floor, time.Duration(a.Expiry)*time.Millisecond), a.Element, a.Entry, a.Publish, a.Memo)
+	return s, trimmed(args, "", "", "", "P", "")
 }
 
 // Run sends a and reads its reply.
 func (a *Acquire) Run(ctx context.Context, c redis.UniversalClient) (AcquireReply, error) {
-	res, err := runOn(ctx, c, a.script(), a.Keys, a.Memo, a.args()).Result()
+	s, args := a.call()
+	res, err := runOn(ctx, c, s, a.Keys, a.Memo, args).Result()
 	if err != nil {
 		return AcquireReply{}, err
 	}
@@ -104,8 +84,7 @@ type AcquireReply struct {
 	Held   string // Queued: the exclusive holder's lock value, or ""; Mismatch: the holders' kind; Memoed: the memo
 }
 
-// ParseAcquire reads an acquire script's reply: the token alone when taken, or an array led by
-// a code.
+// ParseAcquire reads an acquire script's reply: the token alone, or an array led by a code.
 func ParseAcquire(res any) (AcquireReply, error) {
 	if s, ok := res.(string); ok {
 		token, err := parseToken(s)
@@ -145,8 +124,7 @@ func ParseAcquire(res any) (AcquireReply, error) {
 	return a, nil
 }
 
-// An AcquireAll takes the exclusive locks of several resources of one server or Cluster slot,
-// in order, as far as they are free (acquireall.lua).
+// An AcquireAll (acquireall.lua) takes one server's or slot's exclusive locks up to a busy one.
 type AcquireAll struct {
 	Keys    []Keys
 	Owner   string
@@ -189,26 +167,24 @@ func ParseSet(res any, n int) (SetReply, error) {
 	var r SetReply
 	r.Code, _ = arr[0].(int64)
 	var raw []any
+	want := int64(n) // the tokens in the reply
 	switch r.Code {
 	case Taken:
 		r.Behind, _ = arr[1].(int64)
 		raw = arr[2:]
-		if len(raw) != n {
-			return SetReply{}, errors.New("unexpected reply: wrong number of tokens")
-		}
 	case Busy, Mismatch, Layout:
 		if len(arr) < 3 {
 			return SetReply{}, unexpected(res)
 		}
-		taken, _ := arr[1].(int64)
+		want, _ = arr[1].(int64)
 		r.Left, _ = arr[2].(int64)
 		r.Kind, _ = arr[2].(string)
 		raw = arr[3:]
-		if int64(len(raw)) != taken || taken >= int64(n) {
-			return SetReply{}, errors.New("unexpected reply: wrong number of tokens")
-		}
 	default:
 		return SetReply{}, unexpected(res)
+	}
+	if int64(len(raw)) != want || r.Code != Taken && want >= int64(n) {
+		return SetReply{}, errors.New("unexpected reply: wrong number of tokens")
 	}
 	r.Tokens = make([]int64, len(raw))
 	for i, v := range raw {
@@ -221,9 +197,7 @@ func ParseSet(res any, n int) (SetReply, error) {
 	return r, nil
 }
 
-// A Release frees a resource of one holder and grants it to the next waiters:
-// release.lua for exclusive locks (also several of one server or slot, a set's),
-// shared_release.lua for the other kinds.
+// A Release frees a holder's resources for the next waiters: release.lua, or shared_release.lua.
 type Release struct {
 	Keys    []Keys
 	Values  []string // of each: "<owner>:<token>", or "<owner>:" for whatever token the owner holds
@@ -234,8 +208,8 @@ type Release struct {
 	Memo    Memo   // with one resource: written with the release, while it is held
 }
 
-// Memo is what a release writes with it (see fencing.Memo): a memo named Name with Value for
-// TTL milliseconds, and an expiry of Counter milliseconds for the counter unless it has one.
+// Memo is what a release writes (fencing.Memo): Name's Value for TTL ms, and an expiry of
+// Counter ms for the counter unless it has one.
 type Memo struct {
 	Name, Value  string
 	TTL, Counter int64
@@ -249,7 +223,11 @@ func (r *Release) Call(c redis.UniversalClient) Call {
 	}
 	s, tail := sharedReleaseScript, []any{r.Publish, r.Self, r.Memo.Name, r.Memo.Value, r.Memo.TTL, r.Memo.Counter}
 	if r.Kind.Exclusive() {
-		s, args = releaseScript, append(args, flag(r.Keep))
+		keep := "0"
+		if r.Keep {
+			keep = "1"
+		}
+		s, args = releaseScript, append(args, keep)
 	}
 	args = trimmed(append(args, tail...), "0", "P", "", "", "", int64(0), int64(0))
 	return Call{Script: s, Keys: Declare(c, r.Keys, r.Memo.Name), Args: args}
@@ -294,8 +272,7 @@ func ParseRelease(res any) (ReleaseReply, error) {
 	return ReleaseReply{}, unexpected(res)
 }
 
-// An Extend resets or reads the lease of one holder: extend.lua for an exclusive lock,
-// shared_extend.lua for the other kinds.
+// An Extend resets or reads the lease of one holder: extend.lua, or shared_extend.lua.
 type Extend struct {
 	Keys  Keys
 	Value string
@@ -316,15 +293,13 @@ func (e *Extend) Call(c redis.UniversalClient) Call {
 	return Call{Script: s, Keys: Declare(c, []Keys{e.Keys}, ""), Args: trimmed(args, "")}
 }
 
-// Run sends e and returns the lease left (when read), or false when e's value no longer holds
-// the resource.
+// Run sends e and returns the lease left (when read), or false when e's value no longer holds it.
 func (e *Extend) Run(ctx context.Context, c redis.UniversalClient) (time.Duration, bool, error) {
 	call := e.Call(c)
 	return ParseExtend(runOn(ctx, c, call.Script, e.Keys, "", call.Args).Result())
 }
 
-// ParseExtend reads an extend script's reply: the lease left when it was read, and false when
-// not held.
+// ParseExtend reads an extend script's reply (see Extend.Run).
 func ParseExtend(res any, err error) (time.Duration, bool, error) {
 	if err != nil {
 		return 0, false, err
@@ -343,8 +318,7 @@ func ParseExtend(res any, err error) (time.Duration, bool, error) {
 	return 0, false, unexpected(res)
 }
 
-// A Poll keeps a Locker's waiters queued for one resource and finds the grants to them
-// (poll.lua).
+// A Poll keeps a Locker's waiters queued for one resource and finds the grants to them (poll.lua).
 type Poll struct {
 	Keys     Keys
 	ID       string   // the Locker's
@@ -401,8 +375,7 @@ func ParsePoll(res []any) (PollReply, error) {
 	return PollReply{}, unexpected(res)
 }
 
-// parseGrants reads the grants of a reply {Granted, element, token, ...} (step 2) or of the
-// poll script's {Granted, element, token, now, ...} (step 3).
+// parseGrants reads the grants of {Granted, element, token, ...} (step 2; 3 with now, a poll's).
 func parseGrants(arr []any, step int) ([]Grant, error) {
 	if len(arr) < 1+step || (len(arr)-1)%step != 0 {
 		return nil, unexpected(arr)

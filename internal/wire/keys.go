@@ -2,11 +2,11 @@ package wire
 
 import (
 	"encoding/base64"
+	"slices"
 	"strings"
 )
 
-// Keys are the names one resource uses. All share one hash tag, so they fall in the same
-// Redis Cluster slot.
+// Keys are the names one resource uses, all with one hash tag: in one Redis Cluster slot.
 type Keys struct {
 	Lock    string // the holders: a string for an exclusive one, a hash for others
 	Fence   string // the token counter
@@ -14,14 +14,9 @@ type Keys struct {
 	Channel string // grants to a Locker's waiters are announced on Channel + ":<Locker id>"
 }
 
-// For returns the keys of resource under prefix.
-//
-// A name without '{' or '}' is used as it is: <prefix>{R}:lock, <prefix>{R}:fence,
-// <prefix>{R}:queue, the channel base <prefix>{R}:grant. Any other name is encoded as
-// unpadded base64url, which never contains a brace, with a ":b64" marker after the tag:
-// <prefix>{base64url(R)}:b64:lock. The marker keeps the two forms apart: a plain key has
-// ":lock" right after the first '}', an encoded one ":b64:lock". The tag is never empty as
-// long as the name is not.
+// For returns the keys of resource under prefix: <prefix>{R}:lock, :fence, :queue and the channel
+// base :grant for a name R without '{' or '}'; any other is encoded as unpadded base64url, with a
+// marker that keeps the forms apart: <prefix>{base64url(R)}:b64:lock. Only an empty R has no tag.
 func For(prefix, resource string) Keys {
 	tag, kind := resource, ""
 	if strings.ContainsAny(resource, "{}") {
@@ -51,8 +46,7 @@ func (k Keys) Base() string { return strings.TrimSuffix(k.Lock, "lock") }
 // Waiter returns the waiter key of the Locker with id.
 func (k Keys) Waiter(id string) string { return k.Base() + "w:" + id }
 
-// Grants returns the channel on which grants to the waiters of the Locker with id are
-// announced.
+// Grants returns the channel that announces grants to the waiters of the Locker with id.
 func (k Keys) Grants(id string) string { return k.Channel + ":" + id }
 
 // Record returns the key of the outcome of the release of lock value v.
@@ -61,8 +55,7 @@ func (k Keys) Record(v string) string { return k.Base() + "r:" + v }
 // Memo returns the key of the resource's memo name (see ValidMemo).
 func (k Keys) Memo(name string) string { return k.Base() + name }
 
-// GrantsOf returns the keys of the resource whose grants to the Locker with id are announced
-// on ch, and false when ch is not such a channel.
+// GrantsOf returns the keys whose Grants(id) is ch, and false when there are none.
 func GrantsOf(ch, id string) (Keys, bool) {
 	base, ok := strings.CutSuffix(ch, ":"+id)
 	if !ok {
@@ -72,8 +65,7 @@ func GrantsOf(ch, id string) (Keys, bool) {
 	return Keys{Lock: b + "lock", Fence: b + "fence", Queue: b + "queue", Channel: base}, true
 }
 
-// ResourceOf returns the resource whose lock key, under prefix, is key, and false when key is
-// no such key: the reverse of For, for a scan of the lock keys.
+// ResourceOf returns the resource whose lock key under prefix is key (For's reverse), or false.
 func ResourceOf(prefix, key string) (string, bool) {
 	rest, ok := strings.CutPrefix(key, prefix+"{")
 	if !ok {
@@ -96,11 +88,7 @@ func ResourceOf(prefix, key string) (string, bool) {
 // ValidMemo reports whether name may name a memo of a resource: 1 to 64 letters, digits, '-'
 // and '_', and none of the resource's own names.
 func ValidMemo(name string) bool {
-	if name == "" || len(name) > 64 {
-		return false
-	}
-	switch name {
-	case "lock", "fence", "queue", "grant", "b64":
+	if name == "" || len(name) > 64 || slices.Contains([]string{"lock", "fence", "queue", "grant", "b64"}, name) {
 		return false
 	}
 	for i := 0; i < len(name); i++ {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -11,8 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The reply codes of the scripts, one numbering for all of them (each script's header says
-// which it returns): the first element of an array reply, or the whole reply.
+// The scripts' reply codes, one numbering for all (see their headers): a reply, or its first item.
 const (
 	Busy     = 0 // busy: {Busy, left}; from the poll script {Busy, held, left}
 	Taken    = 1 // taken, or still held: {Taken, token, behind}; Extend's Taken; TTL's {Taken, left}
@@ -28,22 +28,19 @@ const (
 const (
 	// EntryTTL is how long a waiter key and the queue outlive their last renewal.
 	EntryTTL = 3 * time.Second
-	// RecordTTL is how long Redis keeps the outcome of a release, for a call sent again
-	// after a lost reply.
+	// RecordTTL is how long Redis keeps a release's outcome, for a retry after a lost reply.
 	RecordTTL = 10 * time.Second
 	// hashMeta is the number of a hash's fields that are not holders: k, q, e, x, t.
 	hashMeta = 5
 )
 
-// constants are the Lua locals a script may start with: the constants above, written from
-// their Go definitions (the lifetimes as strings, which Redis takes as they are, where a Lua
-// number would be formatted on every call).
+// constants are the Lua locals a script may start with, from the Go definitions above (the
+// lifetimes as strings, which Redis takes as they are, where it would format a Lua number).
 var constants = []struct{ name, value string }{
 	{"BUSY", strconv.Itoa(Busy)}, {"TAKEN", strconv.Itoa(Taken)}, {"GRANTED", strconv.Itoa(Granted)},
 	{"QUEUED", strconv.Itoa(Queued)}, {"RELEASED", strconv.Itoa(Released)}, {"NOT_HELD", strconv.Itoa(NotHeld)},
 	{"MISMATCH", strconv.Itoa(Mismatch)}, {"LAYOUT", strconv.Itoa(Layout)}, {"MEMO", strconv.Itoa(Memoed)},
-	{"META", strconv.Itoa(hashMeta)},
-	{"ENTRY_TTL", "'" + strconv.FormatInt(EntryTTL.Milliseconds(), 10) + "'"},
+	{"META", strconv.Itoa(hashMeta)}, {"ENTRY_TTL", "'" + strconv.FormatInt(EntryTTL.Milliseconds(), 10) + "'"},
 	{"RECORD_TTL", "'" + strconv.FormatInt(RecordTTL.Milliseconds(), 10) + "'"},
 }
 
@@ -78,15 +75,14 @@ type Script struct {
 	sha  any // its SHA1 digest, for EVALSHA
 }
 
-// load returns the script of file name: its text with each line "-- #include <file>" replaced
-// by that file's text (itself expanded), after a line declaring the constants it names.
+// load returns the script of file name, expanded, after a line declaring the constants it names.
 func load(name string) *Script {
 	body := expand(name)
 	src := header(body) + body
 	return &Script{name: name, src: src, box: src, sha: redis.NewScript(src).Hash()}
 }
 
-// expand returns the text of file name with its includes expanded.
+// expand returns the text of file name with each line "-- #include <file>" replaced by its text.
 func expand(name string) string {
 	b, err := sources.ReadFile(name)
 	if err != nil {
@@ -101,8 +97,7 @@ func expand(name string) string {
 	return strings.Join(lines, "")
 }
 
-// header returns the line a script whose text is body starts with: the constants it names,
-// and only those (each costs the script a step on every call).
+// header returns the line that declares the constants body names (each costs a step per call).
 func header(body string) string {
 	var names, values []string
 	for _, c := range constants {
@@ -128,14 +123,19 @@ func (s *Script) Hash() string { return s.sha.(string) }
 // Is reports whether body, the second argument of an EVAL or EVALSHA, is s.
 func (s *Script) Is(body any) bool { return body == s.sha || body == s.box }
 
-// Run sends s on keys with args: with EVALSHA, and again with EVAL when Redis does not know
-// the script.
+// Run sends s on keys with args: with EVALSHA, then with EVAL when Redis does not know it.
 func (s *Script) Run(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
-	cmd := s.command("evalsha", keys, args)
-	res := process(ctx, c, cmd)
+	return s.send(ctx, c, s.command("evalsha", keys, args))
+}
+
+// send sends cmd, an EVALSHA of s, and again as an EVAL when Redis does not know s.
+func (s *Script) send(ctx context.Context, c redis.UniversalClient, cmd []any) *redis.Cmd {
+	res := evalCmd(ctx, cmd)
+	_ = c.Process(ctx, res)
 	if NoScript(res.Err()) {
 		cmd[0], cmd[1] = "eval", s.box
-		res = process(ctx, c, cmd)
+		res = evalCmd(ctx, cmd)
+		_ = c.Process(ctx, res)
 	}
 	return res
 }
@@ -154,12 +154,11 @@ func (s *Script) command(verb string, keys []string, args []any) []any {
 	return append(cmd, args...)
 }
 
-// process sends an EVAL or EVALSHA command, whose keys start at its fourth argument.
-func process(ctx context.Context, c redis.UniversalClient, cmd []any) *redis.Cmd {
-	res := redis.NewCmd(ctx, cmd...)
-	res.SetFirstKeyPos(3)
-	_ = c.Process(ctx, res)
-	return res
+// evalCmd returns the command of an EVAL or EVALSHA, whose keys start at its fourth argument.
+func evalCmd(ctx context.Context, args []any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
 }
 
 // NoScript reports whether err is Redis's answer to an EVALSHA of a script it does not know.
@@ -167,37 +166,26 @@ func NoScript(err error) bool {
 	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }
 
-// Pipe runs each call, with EVALSHA in one pipeline (one round trip per server), then the
-// calls that Redis answered with NOSCRIPT again with EVAL, in a second pipeline.
+// Pipe runs each call with EVALSHA in one pipeline, then those answered NOSCRIPT with EVAL.
 func Pipe(ctx context.Context, c redis.UniversalClient, calls []Call) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	if len(calls) == 1 {
 		cmds[0] = calls[0].Script.Run(ctx, c, calls[0].Keys, calls[0].Args...)
 		return cmds
 	}
-	send := func(verb string, which []int) {
+	send := func(verb string) {
 		pipe := c.Pipeline()
-		for _, i := range which {
-			cmd := redis.NewCmd(ctx, calls[i].Script.command(verb, calls[i].Keys, calls[i].Args)...)
-			cmd.SetFirstKeyPos(3)
-			_ = pipe.Process(ctx, cmd)
-			cmds[i] = cmd
+		for i, call := range calls {
+			if cmds[i] == nil || NoScript(cmds[i].Err()) {
+				cmds[i] = evalCmd(ctx, call.Script.command(verb, call.Keys, call.Args))
+				_ = pipe.Process(ctx, cmds[i])
+			}
 		}
 		_, _ = pipe.Exec(ctx)
 	}
-	all := make([]int, len(calls))
-	for i := range all {
-		all[i] = i
-	}
-	send("evalsha", all)
-	var unknown []int
-	for i, cmd := range cmds {
-		if NoScript(cmd.Err()) {
-			unknown = append(unknown, i)
-		}
-	}
-	if len(unknown) > 0 {
-		send("eval", unknown)
+	send("evalsha")
+	if slices.ContainsFunc(cmds, func(cmd *redis.Cmd) bool { return NoScript(cmd.Err()) }) {
+		send("eval")
 	}
 	return cmds
 }
@@ -214,13 +202,11 @@ func (c Call) Run(ctx context.Context, client redis.UniversalClient) *redis.Cmd 
 	return c.Script.Run(ctx, client, c.Keys, c.Args...)
 }
 
-// Declare returns the KEYS of a script on the resources of ks: their lock keys, which are all
-// the scripts read from KEYS (their other keys' names follow from the lock key's) and, on a
-// *redis.ClusterClient, after them each resource's fence and queue keys, and the key of memo
-// when it is not "" (ks then has one resource). A Cluster checks declared keys before it runs
-// a script: while their slot migrates and some of them have moved, it answers TRYAGAIN
-// instead of running the script on a node that lacks the counter, which would issue a token
-// again from 1. A script's KEYS are its lock keys up to the first key that is not one.
+// Declare returns the KEYS of a script on the resources of ks: their lock keys (the scripts
+// count them up to the first key that is not one, and name the others after them) and, on a
+// *redis.ClusterClient, each one's fence and queue keys and the key of memo when not "" (ks then
+// has one resource). A Cluster checks declared keys: while their slot migrates it answers
+// TRYAGAIN rather than run a script without the counter, which would issue tokens from 1 again.
 func Declare(c redis.UniversalClient, ks []Keys, memo string) []string {
 	_, cluster := c.(*redis.ClusterClient)
 	n := len(ks)

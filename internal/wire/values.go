@@ -45,8 +45,7 @@ func ParseKind(s string) (Kind, bool) {
 // Value returns the lock value of an acquisition: "<owner>:<token>".
 func Value(owner string, token int64) string { return owner + ":" + strconv.FormatInt(token, 10) }
 
-// SplitValue splits a lock value "<owner>:<token>", with or without the mark '+' of a lock with
-// waiters queued.
+// SplitValue splits a lock value "<owner>:<token>", with or without a queue's mark '+'.
 func SplitValue(v string) (owner string, token int64, ok bool) {
 	v = strings.TrimSuffix(v, "+")
 	i := strings.LastIndexByte(v, ':')
@@ -57,16 +56,13 @@ func SplitValue(v string) (owner string, token int64, ok bool) {
 	return v[:i], token, err == nil && token > 0
 }
 
-// A label (fencing.WithLabel) follows '~' in the owner of an acquisition and in a waiter's
-// element. In an owner it is written as it is, but for '%', ':', '.' and '~', which become
-// "%XX" (a lock value splits at its last ':', an element at its '.'); an owner never holds a
-// '.', an element always does. In an element it is base32 without padding, whose alphabet
-// (A-Z, 2-7) has none of the letters of an element's rules, so the scripts, those of earlier
-// versions included, read the rules as they were.
+// labels encodes a label in an element: base32 without padding, whose alphabet (A-Z, 2-7) has none
+// of the letters of an element's rules, which the scripts, of earlier versions too, read as before.
 var labels = base32.StdEncoding.WithPadding(base32.NoPadding)
 
-// Labeled returns s, an owner or an element, with label (if not "") after it, escaped in an
-// owner and base32 in an element.
+// Labeled returns s, an owner or an element (which, unlike an owner, holds a '.'), with label
+// (fencing.WithLabel; if not "") after a '~': in an element encoded by labels, in an owner as it
+// is but for '%', ':', '.' and '~', "%XX" (a lock value splits at its last ':', an element at '.').
 func Labeled(s, label string) string {
 	if label == "" {
 		return s
@@ -94,23 +90,18 @@ func LabelOf(owner string) string {
 		return ""
 	}
 	if strings.IndexByte(owner, '.') >= 0 { // an element
-		b, err := labels.DecodeString(owner[i+1:])
-		if err != nil {
-			return ""
+		if b, err := labels.DecodeString(owner[i+1:]); err == nil {
+			return string(b)
 		}
-		return string(b)
-	}
-	label, err := url.PathUnescape(owner[i+1:])
-	if err != nil {
 		return ""
 	}
+	label, _ := url.PathUnescape(owner[i+1:]) // "" on error
 	return label
 }
 
-// An Element is a waiter's entry in a resource's queue: "<Locker id>.<n>.<lease ms>" and the
-// rules of its grant, 'f' when its tokens are floored at the server clock, or 'e<ms>' when
-// the counter expires (which implies the floor), then 's' for a shared waiter or 'l<n>' for
-// one of n slots. A grant to it follows those rules, whichever Locker grants it.
+// An Element is a waiter's entry in a resource's queue: "<Locker id>.<n>.<lease ms>", its grant's
+// Rules (followed whichever Locker grants it), 's' for a shared waiter or 'l<n>' for one of n
+// slots, then its label (see Labeled).
 type Element struct {
 	Locker string        // the waiting Locker's id
 	Seq    uint64        // numbers the Locker's waiters
@@ -140,10 +131,8 @@ func (e Element) String() string {
 	return Labeled(string(b), e.Label)
 }
 
-// Rules returns the rules of tokens, as an element and the acquire scripts write them (the
-// scripts' token.lua reads them): "" for the counter alone, "f" for tokens at or above the
-// server clock in microseconds (floor), "e<ms>" for a counter that expires (which implies the
-// floor).
+// Rules returns the token rules as elements and acquire scripts write them (token.lua reads them):
+// "" for the counter alone, "f" for the server clock's floor, "e<ms>" for it and a counter expiry.
 func Rules(floor bool, expiry time.Duration) string {
 	switch {
 	case expiry > 0:
@@ -154,22 +143,19 @@ func Rules(floor bool, expiry time.Duration) string {
 	return ""
 }
 
-// ParseElement reads an element as the scripts do (grants.lua's parse); ok is false for what
-// they cannot read, which they drop, without a grant, when it reaches the head of the queue.
+// ParseElement reads an element as element.lua does; ok is false for what it cannot read, which
+// the scripts drop, without a grant, at the head of the queue.
 func ParseElement(s string) (e Element, ok bool) {
 	id, rest, found := strings.Cut(s, ".")
 	if !found {
 		return Element{}, false
 	}
 	seq, rest, found := strings.Cut(rest, ".")
-	n, err := strconv.ParseUint(seq, 10, 64)
-	if !found || err != nil || !digits(seq) {
+	n, err := strconv.ParseUint(seq, 10, 64) // digits only
+	if !found || err != nil {
 		return Element{}, false
 	}
-	end := 0
-	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
-		end++
-	}
+	end := digitsEnd(rest, 0)
 	lease, err := strconv.ParseInt(rest[:end], 10, 64)
 	if end == 0 || err != nil {
 		return Element{}, false
@@ -181,46 +167,33 @@ func ParseElement(s string) (e Element, ok bool) {
 		e.Label, rules = string(label), rules[:i]
 	}
 	if i := strings.IndexByte(rules, 'e'); i >= 0 {
-		j := i + 1
-		for j < len(rules) && rules[j] >= '0' && rules[j] <= '9' {
-			j++
-		}
-		if ms, err := strconv.ParseInt(rules[i+1:j], 10, 64); err == nil {
+		if ms, err := strconv.ParseInt(rules[i+1:digitsEnd(rules, i+1)], 10, 64); err == nil {
 			e.Floor, e.Expiry = true, time.Duration(ms)*time.Millisecond
 		}
 	}
-	if !e.Floor && strings.IndexByte(rules, 'f') >= 0 {
-		e.Floor = true
-	}
+	e.Floor = e.Floor || strings.IndexByte(rules, 'f') >= 0
 	if strings.IndexByte(rules, 's') >= 0 {
 		e.Kind = Kind{Shared: true}
 	} else if i := strings.IndexByte(rules, 'l'); i >= 0 {
-		j := i + 1
-		for j < len(rules) && rules[j] >= '0' && rules[j] <= '9' {
-			j++
-		}
-		if n, err := strconv.Atoi(rules[i+1 : j]); err == nil {
+		if n, err := strconv.Atoi(rules[i+1 : digitsEnd(rules, i+1)]); err == nil {
 			e.Kind = Kind{Limit: n}
 		}
 	}
 	return e, true
 }
 
-func digits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
+// digitsEnd returns where the ASCII digits of s that start at i end.
+func digitsEnd(s string, i int) int {
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
 	}
-	return s != ""
+	return i
 }
 
-// WaiterValue returns the value of a Locker's waiter key: when it began waiting, in unix
-// milliseconds.
+// WaiterValue returns the value of a Locker's waiter key: since when it waits, in unix ms.
 func WaiterValue(since time.Time) string { return strconv.FormatInt(since.UnixMilli(), 10) }
 
-// ParseWaiterValue reads a waiter key's value; it also reads the earlier form
-// "<lease>:<floor>:<since>".
+// ParseWaiterValue reads a waiter key's value, also in the earlier form "<lease>:<floor>:<since>".
 func ParseWaiterValue(v string) (time.Time, bool) {
 	ms, err := strconv.ParseInt(v[strings.LastIndexByte(v, ':')+1:], 10, 64)
 	if err != nil || ms <= 0 {
@@ -229,20 +202,17 @@ func ParseWaiterValue(v string) (time.Time, bool) {
 	return time.UnixMilli(ms), true
 }
 
-// HashHolders reads the hash of a shared or limited lock, as HGETALL returns it, in this layout
-// or the earlier one (old): the holders' kind and every holder field, whose lease may have
-// ended (End is in the server's clock). The inspect script reads it alike.
+// HashHolders reads the hash of a shared or limited lock from HGETALL, in this layout or the
+// earlier one (old), as inspect.lua does: the holders' kind and every holder, live or not.
 func HashHolders(fields map[string]string) (kind Kind, holders []Holder, old bool) {
-	if v, ok := fields["limit"]; ok {
-		old = true
-		if v == "shared" {
-			kind = Kind{Shared: true}
-		} else {
-			n, _ := strconv.Atoi(v)
-			kind = Kind{Limit: n}
-		}
-	} else {
+	v, old := fields["limit"]
+	switch n, _ := strconv.Atoi(v); {
+	case !old:
 		kind, _ = ParseKind(fields["k"])
+	case v == "shared":
+		kind = Kind{Shared: true}
+	default:
+		kind = Kind{Limit: n}
 	}
 	for f, v := range fields {
 		if len(f) <= 1 || f == "limit" || f == "until" {

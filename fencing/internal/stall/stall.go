@@ -1,20 +1,16 @@
-// Package stall carries, in the context of work that holds locks, the functions that make
-// the holder behave as a process paused past its lease and run its successor: package
-// fencing puts them in the work context of Do, DoAll and Lead, and the test kit
-// (fencing/fencingtest) calls them. Only packages under fencing can import it; it is no part
-// of fencing's API.
+// Package stall carries, in the context of work that holds locks, the functions that make the
+// holder behave as a process paused past its lease and run its successor: package fencing puts
+// them in the work context of Do, DoAll and Lead, and fencing/fencingtest calls them.
 package stall
 
 import "context"
 
 // A Door reaches the holds of one context.
 type Door interface {
-	// Stall makes every hold in the context behave as a process paused past its lease:
-	// renewals stop, leases end, and it returns once another acquirer holds one of the
-	// resources, or ctx ends.
+	// Stall makes every hold in the context behave as a process paused past its lease, and
+	// returns once another acquirer holds one of the resources, or ctx ends.
 	Stall(ctx context.Context) error
-	// Takeover stalls as Stall does and runs successor as the next holder of the innermost
-	// hold's resources, returning its error once its locks are released.
+	// Takeover stalls as Stall does and runs successor as the next holder, returning its error.
 	Takeover(ctx context.Context, successor func(ctx context.Context) error) error
 }
 
