@@ -6,9 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fencekit/fencekit/internal/topology"
+	"github.com/redis/go-redis/v9"
 )
 
 // A Locker takes fenced locks on a Redis server. It is safe for concurrent use; create one per
@@ -110,17 +109,6 @@ func (l *Locker) Err() error {
 	return nil
 }
 
-// made returns the error of a Locker that New did not make, or whose options were invalid.
-func (l *Locker) made() error {
-	switch {
-	case l == nil:
-		return invalidf("nil *Locker: make one with fencing.New")
-	case l.room == nil:
-		return invalidf("a Locker not made by fencing.New: make one with fencing.New")
-	}
-	return l.cfg.err
-}
-
 // Close frees the Locker's subscription and wakes its waiters, whose calls then return an error
 // wrapping [ErrClosed], as later acquisitions do. Locks already held can still be released and
 // extended. Close does not close the Redis client. It is safe to call more than once.
@@ -133,14 +121,4 @@ func (l *Locker) Close() error {
 		l.room.close()
 	})
 	return nil
-}
-
-// isDone reports whether done is closed.
-func isDone(done <-chan struct{}) bool {
-	select {
-	case <-done:
-		return true
-	default:
-		return false
-	}
 }

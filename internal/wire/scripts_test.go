@@ -83,7 +83,7 @@ func TestAcquireIdempotentForOwner(t *testing.T) {
 	}
 }
 
-// TestGrammarAlike is the property test of the values' grammar, which Go (values.go) and the
+// TestGrammarAlike is the property test of the values' grammar, which Go (encoding.go) and the
 // scripts (grant.lua's parse, and what the scripts write) each define once: Go encodes an
 // element, the script's parse reads it as ParseElement does; the script grants it and writes
 // the lock value and the hash holder of its grant, which Go reads back (SplitValue,
