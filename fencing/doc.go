@@ -41,4 +41,13 @@
 // whether its tokens can go back. A Redis Ring spreads resources over independent servers
 // and cannot keep tokens increasing when shards change. Lease expiry uses the Redis server's
 // wall clock; the local validity that Do watches uses the monotonic clock.
+//
+// # Stability
+//
+// From 0.1.0 every exported name of this package and of package observe is stable: a later
+// 0.x release may add names, options, struct fields and [observe.Op] or [observe.Outcome]
+// values, and changes or removes one only in a new minor version whose CHANGELOG section says
+// how to move. The error texts are not part of the API: match errors with [errors.Is] and
+// [errors.As]. What is kept in Redis follows the upgrade rule of docs/design.md: a release
+// shares a Redis with the one before it, in a rolling deploy.
 package fencing
