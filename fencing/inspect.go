@@ -79,7 +79,9 @@ func (l *Locker) Inspect(ctx context.Context, resource string) (*Status, error) 
 		raw, err = (&wire.Inspect{Keys: wire.For(l.cfg.prefix, resource)}).Run(ctx, l.client)
 		st = statusOf(resource, raw)
 	}
-	err = opErr("inspect", resource, err)
+	if err != nil {
+		err = opErr("inspect", resource, err)
+	}
 	e := observe.Event{Op: observe.OpInspect, Resource: resource, Outcome: observe.OutcomeOK, Elapsed: time.Since(begin)}
 	if err != nil {
 		st, e.Outcome, e.Err = nil, observe.OutcomeError, err

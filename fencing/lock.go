@@ -86,7 +86,9 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, opts ...CallOp
 			err = busy
 		}
 	}
-	err = opErr("acquire", resource, err)
+	if err != nil {
+		err = opErr("acquire", resource, err)
+	}
 	cfg.hooks.end(ctx, acquired(observe.OpTryAcquire, resource, attempts, begin, lock, err))
 	return lock, err
 }
@@ -103,7 +105,7 @@ func (l *Locker) config(opts []CallOption) *config {
 
 // check validates a call before anything is sent.
 func (l *Locker) check(ctx context.Context, cfg *config, resource string) error {
-	if err := cmp.Or(l.made(), cfg.err, cfg.conflict(), validResource(resource)); err != nil {
+	if err := cmp.Or(l.made(), cfg.err, validResource(resource)); err != nil {
 		return err
 	}
 	if cfg.replicas > 0 && l.topo.Kind == topology.Ring {
@@ -141,7 +143,7 @@ func (l *Locker) try(ctx context.Context, cfg *config, resource string, k wire.K
 	}
 	a := &wire.Acquire{
 		Keys: k, Owner: wire.Labeled(owner, cfg.label), Lease: millis(cfg.ttl), Kind: cfg.kind, Element: elem,
-		Entry: entry, Publish: l.topo.Publish(), Floor: cfg.timeFloor, Expiry: millis(cfg.expiry), Memo: cfg.memo,
+		Entry: entry, Publish: l.room.publish, Floor: cfg.timeFloor, Expiry: millis(cfg.expiry), Memo: cfg.memo,
 	}
 	sent, r := time.Now(), wire.AcquireReply{}
 	if cfg.replicas > 0 {
@@ -263,7 +265,9 @@ func (k *Lock) release(ctx context.Context, m wire.Memo) error {
 		k.released.Store(true)
 		k.validUntil.Store(0)
 	}
-	err = opErr("release", k.resource, err)
+	if err != nil {
+		err = opErr("release", k.resource, err)
+	}
 	k.hooks.end(ctx, k.event(observe.OpRelease, begin, err))
 	return err
 }
@@ -274,7 +278,7 @@ func (k *Lock) release(ctx context.Context, m wire.Memo) error {
 func (l *Locker) release(ctx context.Context, rs ...*wire.Release) [][]error {
 	calls := make([]wire.Call, len(rs))
 	for i, r := range rs {
-		r.Publish = l.topo.Publish()
+		r.Publish = l.room.publish
 		if l.waits.Load() > 0 && l.room.queuedOn(r.Keys) {
 			r.Self = l.room.id
 		}
@@ -385,7 +389,9 @@ func (k *Lock) extend(ctx context.Context, ttl time.Duration, op observe.Op) err
 		_, held, rerr := wire.ParseExtend(k.extension(ttl).Run(ctx, k.locker.client).Result())
 		err = k.extended(begin, ttl, held, rerr)
 	}
-	err = opErr("extend", k.resource, err)
+	if err != nil {
+		err = opErr("extend", k.resource, err)
+	}
 	k.hooks.end(ctx, k.event(op, begin, err))
 	return err
 }
@@ -510,4 +516,9 @@ func (k *Lock) dropLater() {
 		k.later.Stop()
 		k.later = nil
 	}
+}
+
+// millis returns d in whole milliseconds, rounded up.
+func millis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }

@@ -102,6 +102,9 @@ func (c *config) with(opts []CallOption) *config {
 			o.apply(&n)
 		}
 	}
+	if n.err == nil {
+		n.err = n.conflict()
+	}
 	return &n
 }
 
@@ -273,11 +276,6 @@ func validTTL(d time.Duration) error {
 		return invalidf("ttl %v out of range [%v, %v]", d, MinTTL, MaxTTL)
 	}
 	return nil
-}
-
-// millis returns d in whole milliseconds, rounded up.
-func millis(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 // WithHooks adds hooks that observe the Locker's operations (see package observe), as package

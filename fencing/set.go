@@ -63,7 +63,9 @@ func (l *Locker) acquireAll(ctx context.Context, cfg *config, op observe.Op, res
 	if err == nil {
 		set, failed, attempts, err = l.takeAll(ctx, cfg, ms)
 	}
-	err = opErr("acquire all", failed, err)
+	if err != nil {
+		err = opErr("acquire all", failed, err)
+	}
 	ev := acquired(op, failed, attempts, begin, nil, err)
 	for _, m := range ms {
 		ev.Resources = append(ev.Resources, m.name)
@@ -117,7 +119,7 @@ func (l *Locker) attemptAll(ctx context.Context, cfg *config, g []member) ([]*Lo
 		return nil, nil, err
 	}
 	owner = wire.Labeled(owner, cfg.label)
-	a := &wire.AcquireAll{Owner: owner, Lease: millis(cfg.ttl), Floor: cfg.timeFloor, Expiry: millis(cfg.expiry), Publish: l.topo.Publish()}
+	a := &wire.AcquireAll{Owner: owner, Lease: millis(cfg.ttl), Floor: cfg.timeFloor, Expiry: millis(cfg.expiry), Publish: l.room.publish}
 	for _, m := range g {
 		a.Keys = append(a.Keys, m.keys)
 	}

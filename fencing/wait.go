@@ -40,7 +40,9 @@ func (l *Locker) acquire(ctx context.Context, cfg *config, resource string) (*Lo
 	if err == nil {
 		lock, attempts, err = l.wait(ctx, cfg, resource)
 	}
-	err = opErr("acquire", resource, err)
+	if err != nil {
+		err = opErr("acquire", resource, err)
+	}
 	cfg.hooks.end(ctx, acquired(observe.OpAcquire, resource, attempts, begin, lock, err))
 	return lock, err
 }
