@@ -10,7 +10,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/fencekit/fencekit/asynqfence"
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 )
 
 // The benchmarks need a real Redis:

@@ -13,7 +13,7 @@ import (
 	"github.com/fencekit/fencekit/asynqfence"
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/fencing/observe"
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 )
 
 func newLocker(t testing.TB, r *redistest.Redis, opts ...fencing.Option) *fencing.Locker {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/fencekit/fencekit/asynqfence"
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 )
 
 // busyErr returns the error a wrapped handler returns for a resource held with ttl.

@@ -23,7 +23,7 @@ import (
 	"github.com/fencekit/fencekit/asynqfence"
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/fencing/observe"
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 )
 
 const envChildScheduler = "FENCEKIT_CHILD_SCHEDULER"

@@ -14,7 +14,7 @@ import (
 
 	"github.com/fencekit/fencekit/asynqfence"
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 )
 
 // These tests run real asynq.Servers: on miniredis by default, on the Redis named by

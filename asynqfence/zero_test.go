@@ -11,7 +11,7 @@ import (
 
 	"github.com/fencekit/fencekit/asynqfence"
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 )
 
 // TestZeroValues calls every method of the package's exported types on a zero value and a nil

@@ -16,7 +16,7 @@ import (
 
 	"github.com/fencekit/fencekit/dashboard"
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 )
 
 // TestMain checks that no test leaves a goroutine running: the Handler starts none that

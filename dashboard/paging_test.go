@@ -12,7 +12,7 @@ import (
 
 	"github.com/fencekit/fencekit/dashboard"
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/redisproc"
+	"github.com/fencekit/fencekit/internal/testkit/redisproc"
 	"github.com/fencekit/fencekit/internal/wire"
 )
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 )
 
 // waitFor polls cond until it holds or the deadline passes.
@@ -144,7 +144,7 @@ func TestDoLossCancelsWork(t *testing.T) {
 func TestDoRedisDownCancelsAtValidity(t *testing.T) {
 	r := redistest.New(t)
 	if r.Mini == nil {
-		t.Skip("needs miniredis SetError; the real-Redis version stops a redis-server process (internal/redisproc tests)")
+		t.Skip("needs miniredis SetError; the real-Redis version stops a redis-server process (internal/testkit/redisproc tests)")
 	}
 	const ttl = 300 * time.Millisecond
 	l := newLocker(t, r, fencing.WithTTL(ttl))

@@ -17,8 +17,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/redisproc"
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/redisproc"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 )
 
 // enterScript records a holder entering its section: it adds the holder to the sorted set

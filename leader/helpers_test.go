@@ -9,7 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 )
 
 func TestMain(m *testing.M) {

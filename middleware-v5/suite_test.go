@@ -10,7 +10,7 @@ import (
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/echofence"
-	"github.com/fencekit/fencekit/internal/echofence/echofencetest"
+	"github.com/fencekit/fencekit/internal/testkit/echofencetest"
 	fencemw "github.com/fencekit/fencekit/middleware-v5"
 )
 

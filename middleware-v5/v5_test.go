@@ -20,8 +20,8 @@ import (
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/echofence"
-	"github.com/fencekit/fencekit/internal/echofence/echofencetest"
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/echofencetest"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 	fencemw "github.com/fencekit/fencekit/middleware-v5"
 )
 

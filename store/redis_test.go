@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 )

@@ -16,8 +16,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/redisproc"
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/redisproc"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )

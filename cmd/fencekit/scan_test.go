@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/redisproc"
+	"github.com/fencekit/fencekit/internal/testkit/redisproc"
 	"github.com/fencekit/fencekit/internal/wire"
 )
 

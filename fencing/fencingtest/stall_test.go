@@ -19,7 +19,7 @@ import (
 	"github.com/fencekit/fencekit/asynqfence"
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/fencing/fencingtest"
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 	fencemw "github.com/fencekit/fencekit/middleware"
 	"github.com/fencekit/fencekit/store"
 )

@@ -14,8 +14,8 @@ import (
 	echo5 "github.com/labstack/echo/v5"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/echofence/echofencetest"
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/echofencetest"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 	fencemw5 "github.com/fencekit/fencekit/middleware-v5"
 )
 

@@ -14,7 +14,7 @@ import (
 	mw5 "github.com/labstack/echo/v5/middleware"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 	fencemw4 "github.com/fencekit/fencekit/middleware"
 	fencemw5 "github.com/fencekit/fencekit/middleware-v5"
 )

@@ -10,7 +10,7 @@ import (
 	echo5 "github.com/labstack/echo/v5"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 	fencemw4 "github.com/fencekit/fencekit/middleware"
 	fencemw5 "github.com/fencekit/fencekit/middleware-v5"
 )

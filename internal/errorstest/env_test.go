@@ -7,7 +7,7 @@ import (
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/fencing/fencingtest"
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 )
 
 // env is one case's Redis (miniredis, or the real Redis of FENCING_REDIS_ADDR, with a prefix

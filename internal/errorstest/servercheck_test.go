@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/redisproc"
+	"github.com/fencekit/fencekit/internal/testkit/redisproc"
 	"github.com/fencekit/fencekit/servercheck"
 )
 

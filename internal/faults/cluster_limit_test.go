@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/redisproc"
+	"github.com/fencekit/fencekit/internal/testkit/redisproc"
 )
 
 // TestClusterLimit runs a resource of limit 3 on a three-primary Redis Cluster: 120

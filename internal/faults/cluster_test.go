@@ -11,7 +11,7 @@ import (
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/fencing/observe"
-	"github.com/fencekit/fencekit/internal/redisproc"
+	"github.com/fencekit/fencekit/internal/testkit/redisproc"
 	"github.com/fencekit/fencekit/servercheck"
 )
 

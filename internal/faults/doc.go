@@ -1,6 +1,6 @@
 // Package faults holds fencekit's fault-injection tests; it has no API of its own.
 //
-// The tests run real redis-server processes (internal/redisproc) and break them the ways
+// The tests run real redis-server processes (internal/testkit/redisproc) and break them the ways
 // the literature on distributed locks names: a lock holder paused past its lease, kill -9
 // with and without persistence, a restart from an older snapshot, a failover to a replica
 // that missed the latest acquisitions, Redis going down while work runs under Do, SCRIPT

@@ -11,7 +11,7 @@ import (
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/fencing/observe"
-	"github.com/fencekit/fencekit/internal/redisproc"
+	"github.com/fencekit/fencekit/internal/testkit/redisproc"
 )
 
 // TestRedisDownDuringDo stops Redis (SIGKILL, or SIGSTOP) while work runs under Do: the

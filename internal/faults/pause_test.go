@@ -19,7 +19,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/redisproc"
+	"github.com/fencekit/fencekit/internal/testkit/redisproc"
 )
 
 // holderEnv, when set to a Redis address, makes the test binary run holderMain instead of

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/redisproc"
+	"github.com/fencekit/fencekit/internal/testkit/redisproc"
 )
 
 // TestRestartWithAOF kills Redis with SIGKILL and restarts it, again and again, with the

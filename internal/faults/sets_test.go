@@ -14,8 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/redisproc"
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/redisproc"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 )
 
 // TestSetOnCluster takes sets of resources on a 3-primary Cluster: in the canonical order, by

@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 )
 
 func TestFit(t *testing.T) {

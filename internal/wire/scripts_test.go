@@ -9,7 +9,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 )
 
 // TestScriptsAssembled checks that every script starts with the constants it names, spelled

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 	"github.com/fencekit/fencekit/store"
 	"github.com/fencekit/fencekit/store/gormfence"
 	"gorm.io/gorm"

@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fencing"
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 	fencemw "github.com/fencekit/fencekit/middleware-v5"
 	"github.com/fencekit/fencekit/tracing"
 	"github.com/fencekit/fencekit/tracing/echov5trace"

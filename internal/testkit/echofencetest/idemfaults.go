@@ -14,8 +14,8 @@ import (
 
 	"github.com/fencekit/fencekit/fencing"
 	"github.com/fencekit/fencekit/internal/echofence"
-	"github.com/fencekit/fencekit/internal/redisproc"
-	"github.com/fencekit/fencekit/internal/redistest"
+	"github.com/fencekit/fencekit/internal/testkit/redisproc"
+	"github.com/fencekit/fencekit/internal/testkit/redistest"
 )
 
 // idempotentLostCommitReply drops the reply to the release script that carries the commit,
