@@ -53,6 +53,7 @@ func holders(t *testing.T, l *fencing.Locker, resource string) int {
 // busy entity or tenant (neither held, the busy one's RetryAfter), the release of both after
 // a return or a panic, the loss of either cancelling the handler, and the setups it refuses.
 func TestWrapEntity(t *testing.T) {
+	t.Parallel()
 	task := func(payload string) *asynq.Task { return asynq.NewTask("export", []byte(payload)) }
 	t.Run("tokens", func(t *testing.T) {
 		r := redistest.New(t)
@@ -241,6 +242,7 @@ func checkBusy(t *testing.T, err error, resource string, low, high time.Duration
 // export with the export's next token; the first worker's late write is refused by the store
 // (store.Memory, keyed by the export), and its task fails as one that lost its lock.
 func TestWrapEntityStall(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	var ledger store.Memory
 	var mu sync.Mutex

@@ -99,6 +99,7 @@ func TestServerLabels(t *testing.T) {
 // TestWrapLabelWithoutTaskID checks that a handler called outside an Asynq server (no task
 // ID in its context, a task made by asynq.NewTask) runs with no label.
 func TestWrapLabelWithoutTaskID(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	var got []string
 	wrapped := asynqfence.Wrap(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {

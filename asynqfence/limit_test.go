@@ -78,6 +78,7 @@ func TestServerLimit(t *testing.T) {
 }
 
 func TestWrapLimitInvalid(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	for _, n := range []int{0, -1, fencing.MaxLimit + 1} {
 		ran := false

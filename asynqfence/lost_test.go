@@ -22,6 +22,7 @@ import (
 // neither busy nor SkipRetry nor RevokeTask), for Wrap and MiddlewareAll alike. Other errors,
 // and errors already matching ErrNotHeld, come back as they are.
 func TestWrapStaleWrite(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	stale := &store.StaleTokenError{Resource: "acct", Token: 3, Mark: 4}

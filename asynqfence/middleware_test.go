@@ -44,6 +44,7 @@ func (h *recorder) ProcessTask(ctx context.Context, _ *asynq.Task) error {
 }
 
 func TestWrapRunsUnderLock(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	ctx := t.Context()
@@ -67,6 +68,7 @@ func TestWrapRunsUnderLock(t *testing.T) {
 }
 
 func TestWrapNoLockPassesThrough(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	rec := &recorder{err: asynq.SkipRetry}
@@ -82,6 +84,7 @@ func TestWrapNoLockPassesThrough(t *testing.T) {
 }
 
 func TestWrapBusy(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		opts   []asynqfence.Option
@@ -129,6 +132,7 @@ func TestWrapBusy(t *testing.T) {
 }
 
 func TestWrapResourceError(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	bad := errors.New("no account in payload")
@@ -147,6 +151,7 @@ func TestWrapResourceError(t *testing.T) {
 // TestWrapHandlerErrors checks that the handler's errors come back as they are: an inner
 // ErrNotAcquired from the handler's own locking is not the adapter's busy signal.
 func TestWrapHandlerErrors(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	inner, err := l.TryAcquire(t.Context(), "inner")
@@ -166,6 +171,7 @@ func TestWrapHandlerErrors(t *testing.T) {
 }
 
 func TestWrapUnreachableRedis(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	if r.Mini == nil {
 		t.Skip("needs miniredis to inject the fault")
@@ -183,6 +189,7 @@ func TestWrapUnreachableRedis(t *testing.T) {
 }
 
 func TestWrapInvalid(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	rec := &recorder{}
@@ -223,6 +230,7 @@ func TestWrapInvalid(t *testing.T) {
 // TestWrapTTL checks that the lease is the Locker's TTL unless WithTTL or WithLockOptions
 // says otherwise, whatever the task's deadline.
 func TestWrapTTL(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		lockerOpts []fencing.Option
@@ -277,6 +285,7 @@ func TestWrapTTL(t *testing.T) {
 // the adapter is built: its Err is the error of every task, with SkipRetry, and neither the
 // handler nor Redis is reached.
 func TestWrapLockerErr(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		build func(t *testing.T, r *redistest.Redis) *fencing.Locker
@@ -332,6 +341,7 @@ func TestWrapLockerErr(t *testing.T) {
 // TestWrapLockLost checks that losing the lock cancels the handler's context with a cause
 // matching ErrNotHeld, and that the task then fails as an ordinary failure.
 func TestWrapLockLost(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	started := make(chan struct{})
@@ -366,6 +376,7 @@ func TestWrapLockLost(t *testing.T) {
 // TestWrapSucceededStaysSucceeded checks that a handler that returned nil is not turned into
 // a failure (and so run again) by what happened to its lease afterwards.
 func TestWrapSucceededStaysSucceeded(t *testing.T) {
+	t.Parallel()
 	t.Run("lease lost", func(t *testing.T) {
 		r := redistest.New(t)
 		l := newLocker(t, r)
@@ -408,6 +419,7 @@ func TestWrapSucceededStaysSucceeded(t *testing.T) {
 // the Locker's error as it is (one line, one "fencing: " prefix) and still matches what it
 // wraps.
 func TestBusyErrorText(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	held, err := l.TryAcquire(t.Context(), "busy")

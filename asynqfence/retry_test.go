@@ -31,6 +31,7 @@ func busyErr(t *testing.T, ttl time.Duration, opts ...asynqfence.Option) error {
 }
 
 func TestIsFailure(t *testing.T) {
+	t.Parallel()
 	busy := busyErr(t, 10*time.Second)
 	other := errors.New("boom")
 	never := func(error) bool { return false }
@@ -57,6 +58,7 @@ func TestIsFailure(t *testing.T) {
 }
 
 func TestRetryDelay(t *testing.T) {
+	t.Parallel()
 	task := asynq.NewTask("job", []byte("acct"))
 	t.Run("busy", func(t *testing.T) {
 		err := busyErr(t, 8*time.Second)

@@ -21,6 +21,7 @@ func mustEntry(t *testing.T, spec string, loc *time.Location) *entry {
 // since the Unix epoch, whatever the time it is asked from; cron specs in the scheduler's
 // location; the latest tick at or before a time, for catch-up.
 func TestEntryTicks(t *testing.T) {
+	t.Parallel()
 	paris, err := time.LoadLocation("Europe/Paris")
 	if err != nil {
 		t.Skip("no time zone data:", err)

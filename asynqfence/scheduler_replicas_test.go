@@ -47,6 +47,7 @@ const replicaLease = 2 * time.Second
 //     latest lease end it reported (or the end it noticed), and the next term begins after it;
 //   - epochs increase from term to term, and every enqueue began inside its term's lease.
 func TestSchedulerReplicas(t *testing.T) {
+	t.Parallel()
 	if os.Getenv(envChildScheduler) != "" {
 		childScheduler()
 		return

@@ -70,6 +70,7 @@ func runScheduler(t *testing.T, s *asynqfence.Scheduler) (stop func() error) {
 }
 
 func TestSchedulerRegisterBadInput(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	s := asynqfence.NewScheduler(h.client, h.locker, "sched")
 	for _, tc := range []struct {
@@ -112,6 +113,7 @@ func TestSchedulerRegisterBadInput(t *testing.T) {
 }
 
 func TestSchedulerRunBadInput(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	for _, tc := range []struct {
 		name string
@@ -141,6 +143,7 @@ func TestSchedulerRunBadInput(t *testing.T) {
 // TestSchedulerEntryIDs checks that replicas registering the same entry derive the same ID,
 // and that anything that makes a different entry makes a different ID.
 func TestSchedulerEntryIDs(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	id := func(spec string, task *asynq.Task, opts ...asynq.Option) string {
 		t.Helper()
@@ -175,6 +178,7 @@ func TestSchedulerEntryIDs(t *testing.T) {
 // every tick after the first is enqueued once, with its task ID and the default retention,
 // at most a little after its time.
 func TestSchedulerEnqueuesEveryTick(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	var q enqueues
 	s := asynqfence.NewScheduler(h.client, h.locker, "sched", asynqfence.WithSchedulerHooks(q.hooks()))
@@ -220,6 +224,7 @@ func TestSchedulerEnqueuesEveryTick(t *testing.T) {
 // the tick at the top of the hour is enqueued at once; with WithCatchUp(0), or a bound shorter
 // than how late the tick is, nothing is.
 func TestSchedulerCatchUp(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	if now.Sub(now.Truncate(time.Hour)) > time.Hour-5*time.Second {
 		t.Skip("too close to the next hour")
@@ -278,6 +283,7 @@ func TestSchedulerCatchUp(t *testing.T) {
 // enqueues the hourly catch-up tick; once it stops, the second leads and enqueues the same
 // tick again, which Asynq refuses by its task ID: a duplicate, not an error.
 func TestSchedulerHandOverNoDuplicate(t *testing.T) {
+	t.Parallel()
 	if time.Since(time.Now().Truncate(time.Hour)) > time.Hour-5*time.Second {
 		t.Skip("too close to the next hour")
 	}
@@ -312,6 +318,7 @@ func TestSchedulerHandOverNoDuplicate(t *testing.T) {
 // TestSchedulerStopsBeforeLeaseEnds cuts the leader off from the Redis of its lock (Asynq's
 // Redis stays up): it enqueues no tick in the last part of its lease, and none after it.
 func TestSchedulerStopsBeforeLeaseEnds(t *testing.T) {
+	t.Parallel()
 	lockRedis := redistest.New(t)
 	if lockRedis.Mini == nil {
 		t.Skip("needs miniredis's SetError")
@@ -348,6 +355,7 @@ func TestSchedulerStopsBeforeLeaseEnds(t *testing.T) {
 // registered during a term gets no catch-up (its next tick is its first), and an entry
 // unregistered is enqueued no more.
 func TestSchedulerRegisterWhileLeading(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	var q enqueues
 	renewed := make(chan struct{}, 1)
@@ -406,6 +414,7 @@ func TestSchedulerRegisterWhileLeading(t *testing.T) {
 // Locker already observe the scheduler's campaigns and terms, and the same hooks given again
 // in WithLeaderOptions observe each of them twice.
 func TestSchedulerLeaderHooksAddUp(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		leader bool // the hooks also in WithLeaderOptions

@@ -12,6 +12,7 @@ import (
 )
 
 func TestServerConfig(t *testing.T) {
+	t.Parallel()
 	busy := busyErr(t, 10*time.Second)
 	other := errors.New("boom")
 	task := asynq.NewTask("job", nil)

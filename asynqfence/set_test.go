@@ -28,6 +28,7 @@ func accounts(t *asynq.Task) ([]string, error) {
 }
 
 func TestMiddlewareAllLocksEveryResource(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	ctx := t.Context()
@@ -83,6 +84,7 @@ func TestMiddlewareAllLocksEveryResource(t *testing.T) {
 }
 
 func TestMiddlewareAllOppositeOrders(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	var mu sync.Mutex

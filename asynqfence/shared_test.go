@@ -67,6 +67,7 @@ func TestServerShared(t *testing.T) {
 }
 
 func TestWrapSharedInvalid(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	yes := func(*asynq.Task) bool { return true }
 	for name, handler := range map[string]asynq.Handler{

@@ -13,6 +13,7 @@ import (
 )
 
 func TestTickOf(t *testing.T) {
+	t.Parallel()
 	tick := time.Date(2025, 1, 31, 2, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		name string
@@ -54,6 +55,7 @@ type attempt struct {
 // the same on the retry, the ErrorHandler sees it too, and so does an archived task's
 // TaskInfo; the task's own headers stay. A task enqueued directly has no tick.
 func TestSchedulerTickOf(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	var (
 		mu       sync.Mutex

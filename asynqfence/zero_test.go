@@ -21,6 +21,7 @@ import (
 // types (Option, SchedulerOption, ResourceFunc, ResourcesFunc, SchedulerHooks, EnqueueEvent)
 // have no exported methods.
 func TestZeroValues(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	client := asynq.NewClientFromRedisClient(r.Client)

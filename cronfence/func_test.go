@@ -17,6 +17,7 @@ import (
 // TestFuncSkips runs a job made by Func once per case: it runs while its Elector leads, and
 // is skipped otherwise, with the reason given to the skip handler.
 func TestFuncSkips(t *testing.T) {
+	t.Parallel()
 	for _, tc := range skipCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			var ran atomic.Int32
@@ -36,6 +37,7 @@ type baseKey struct{}
 // TestFuncToken checks the context Func gives the function: the base context's values, and
 // the term's token, equal to the Elector's epoch; after a new term, the new and higher epoch.
 func TestFuncToken(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	e := leader.New(newLocker(t, r, r.Client), "leader")
 	type seen struct {

@@ -233,6 +233,7 @@ func (g *group) noneLeft() {
 // token; the other two skip it as not leaders; epochs strictly increase from term to term;
 // no tick is run twice or missed. Once with jobs made by Func, once with SkipIfNotLeader.
 func TestReplicasRunEachTickOnce(t *testing.T) {
+	t.Parallel()
 	for _, style := range []string{"Func", "SkipIfNotLeader"} {
 		t.Run(style, func(t *testing.T) {
 			// Terms end by resignation here; a long lease keeps a slow renewal on a loaded
@@ -287,6 +288,7 @@ func TestReplicasRunEachTickOnce(t *testing.T) {
 //   - redis down (miniredis): every command fails, the leader's lease runs out by its own
 //     clock, and it leads again once Redis answers.
 func TestLostLeadershipStopsRuns(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"taken over", "redis down"} {
 		t.Run(how, func(t *testing.T) {
 			const ttl = 3 * time.Second
@@ -369,6 +371,7 @@ func (g *group) skipped(reps []report) {
 // the ticks once its lease has run out by its own clock, another replica leads with a higher
 // epoch once the lease has run out in Redis, and runs every tick from then on, alone.
 func TestKilledLeaderIsReplaced(t *testing.T) {
+	t.Parallel()
 	const ttl = 3 * time.Second
 	g := newGroup(t, "Func", 3, ttl)
 	dead, first := g.leader(nil)

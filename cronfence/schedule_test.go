@@ -37,6 +37,7 @@ type tickRun struct {
 // runs go on with the ticks after (or, when leadership moved between two replicas' timers
 // for one tick, from that tick: one leader at a time is not one run per tick).
 func TestScheduleTick(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	parser := cron.NewParser(cron.Second | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 	spec, err := parser.Parse(everySecond)
@@ -149,6 +150,7 @@ func countBy(runs []tickRun, replica int) int {
 // TestScheduleInvalid checks Schedule's refusals: each adds nothing, and returns an error
 // matching fencing.ErrInvalid whose text is cronfence's own, once.
 func TestScheduleInvalid(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	e := leader.New(newLocker(t, r, r.Client), "settlement")
 	fn := func(context.Context) {}
@@ -185,6 +187,7 @@ func TestScheduleInvalid(t *testing.T) {
 // TestScheduleNoTick checks that a run without a tick is skipped, not run with a made-up one:
 // the entry's job run by hand before its first tick, and after the entry was removed.
 func TestScheduleNoTick(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	e := leader.New(newLocker(t, r, r.Client), "settlement")
 	campaign(t, e)
@@ -217,6 +220,7 @@ func TestScheduleNoTick(t *testing.T) {
 
 // TestFuncNoTick checks that Func's context carries no tick: robfig/cron does not give one.
 func TestFuncNoTick(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	e := leader.New(newLocker(t, r, r.Client), "settlement")
 	campaign(t, e)

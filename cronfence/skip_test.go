@@ -96,6 +96,7 @@ func (tc skipCase) check(t *testing.T, job cron.Job, ran *atomic.Int32, sk *skip
 // TestSkipIfNotLeader runs a job wrapped by SkipIfNotLeader once per case: it runs while its
 // Elector leads, and is skipped otherwise, with the reason given to the skip handler.
 func TestSkipIfNotLeader(t *testing.T) {
+	t.Parallel()
 	for _, tc := range skipCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			var ran atomic.Int32
@@ -120,6 +121,7 @@ func TestSkipIfNotLeader(t *testing.T) {
 // both orders: the job runs only while the Elector leads, and a panic in it is recovered by
 // cron.Recover wherever SkipIfNotLeader stands.
 func TestSkipIfNotLeaderInAChain(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	e := leader.New(newLocker(t, r, r.Client), "leader")
 	var runs atomic.Int32

@@ -24,6 +24,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 func TestDoTokenInContextAndRelease(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	ctx := t.Context()
@@ -52,6 +53,7 @@ func TestDoTokenInContextAndRelease(t *testing.T) {
 }
 
 func TestDoReleasesWhenCallerCancels(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -69,6 +71,7 @@ func TestDoReleasesWhenCallerCancels(t *testing.T) {
 }
 
 func TestDoReleasesOnPanic(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	func() {
@@ -85,6 +88,7 @@ func TestDoReleasesOnPanic(t *testing.T) {
 }
 
 func TestDoRenewsPastTTL(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	const ttl = 300 * time.Millisecond
 	l := newLocker(t, r, fencing.WithTTL(ttl))
@@ -109,6 +113,7 @@ func TestDoRenewsPastTTL(t *testing.T) {
 }
 
 func TestDoLossCancelsWork(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	const ttl = 300 * time.Millisecond
 	l := newLocker(t, r, fencing.WithTTL(ttl))
@@ -142,6 +147,7 @@ func TestDoLossCancelsWork(t *testing.T) {
 }
 
 func TestDoRedisDownCancelsAtValidity(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	if r.Mini == nil {
 		t.Skip("needs miniredis SetError; the real-Redis version stops a redis-server process (internal/testkit/redisproc tests)")
@@ -175,6 +181,7 @@ func TestDoRedisDownCancelsAtValidity(t *testing.T) {
 // TestDoContention runs many goroutines through Do on one resource with a fenced store: no
 // two sections overlap, no stale write is accepted, tokens strictly increase.
 func TestDoContention(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	const n = 200
@@ -215,6 +222,7 @@ func TestDoContention(t *testing.T) {
 // TestPausedHolderRejected is Kleppmann's scenario: a holder pauses past its lease, another
 // takes over and writes, the first wakes and writes late with its old token.
 func TestPausedHolderRejected(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	const ttl = 100 * time.Millisecond
 	l := newLocker(t, r, fencing.WithTTL(ttl))
@@ -243,6 +251,7 @@ func TestPausedHolderRejected(t *testing.T) {
 }
 
 func TestNoGoroutineLeakAfterManyCycles(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	for i := range 300 {

@@ -17,6 +17,7 @@ import (
 // each counter created again starts at the server clock, so tokens keep increasing and a
 // store that checks them accepts every write.
 func TestCounterExpiryRecreatesAboveOldTokens(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r, fencing.WithCounterExpiry(time.Second), fencing.WithTTL(500*time.Millisecond))
 	fence := r.Prefix + "{res}:fence"
@@ -54,6 +55,7 @@ func TestCounterExpiryRecreatesAboveOldTokens(t *testing.T) {
 // TestLockHeldAcrossCounterExpiry holds a lock while its counter expires: the holder keeps
 // working, and the next acquisition's token is above the holder's.
 func TestLockHeldAcrossCounterExpiry(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r, fencing.WithCounterExpiry(time.Second), fencing.WithTTL(time.Second))
 	fence := r.Prefix + "{res}:fence"
@@ -86,6 +88,7 @@ func TestLockHeldAcrossCounterExpiry(t *testing.T) {
 
 // TestCounterExpiryOptions checks the option's limits and that it implies the time floor.
 func TestCounterExpiryOptions(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	for _, tc := range []struct {
 		name string
@@ -121,6 +124,7 @@ func TestCounterExpiryOptions(t *testing.T) {
 // refuses the new holder's writes: no stale write is accepted, progress stops until the clock
 // catches up.
 func TestClockStepBack(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	if r.Mini == nil {
 		t.Skip("steps the server clock with miniredis's SetTime; a real server's clock is not the test's to move")
@@ -169,6 +173,7 @@ func TestClockStepBack(t *testing.T) {
 // TestGrantResetsCounterExpiry checks that a grant from the queue, like an acquisition,
 // resets the counter's expiry and floors the token.
 func TestGrantResetsCounterExpiry(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	opts := []fencing.Option{fencing.WithCounterExpiry(time.Minute), fencing.WithTTL(time.Second)}
 	holder, waiter := process(t, r, opts...), process(t, r, opts...)
@@ -188,6 +193,7 @@ func TestGrantResetsCounterExpiry(t *testing.T) {
 // the waiters are served or gone, the queue and the waiters' keys expire within 3s, and only
 // the counter remains (it too expires with WithCounterExpiry).
 func TestQueueKeysDoNotOutliveWaiters(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	opts := []fencing.Option{fencing.WithCounterExpiry(time.Second), fencing.WithTTL(time.Second)}
 	holder, waiter, quitter := process(t, r, opts...), process(t, r, opts...), process(t, r, opts...)

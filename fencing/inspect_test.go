@@ -13,6 +13,7 @@ import (
 
 // TestInspect reads each kind of holder and waiter.
 func TestInspect(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l, other := newLocker(t, r), newLocker(t, r, fencing.WithCounterExpiry(time.Hour))
 	ctx := t.Context()
@@ -55,6 +56,7 @@ func TestInspect(t *testing.T) {
 // TestForceRelease frees a resource from its holder of each kind: the next waiter holds it at
 // once, with the next token, and the old holder's Release and Extend return ErrNotHeld.
 func TestForceRelease(t *testing.T) {
+	t.Parallel()
 	for _, kind := range []struct {
 		name       string
 		opts, wait []fencing.CallOption // the holder's and the waiter's

@@ -15,6 +15,7 @@ import (
 // queue, and Inspect shows it for holders and waiters; a bad label is refused before
 // anything is written.
 func TestLabels(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l, other := newLocker(t, r), newLocker(t, r)
 	ctx := t.Context()

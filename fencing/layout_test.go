@@ -96,6 +96,7 @@ func readLayout(t *testing.T, prefix, resource string) []*layoutRow {
 // docs/design.md: each must match a row, and each row must be seen. It also checks that the
 // Lua scripts name no key suffix the table does not list.
 func TestKeyLayout(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	ctx := t.Context()
 	const resource = "layout"

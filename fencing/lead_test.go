@@ -53,6 +53,7 @@ func waitErr(t *testing.T, done <-chan error, d time.Duration) error {
 }
 
 func TestLeadBadInput(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	closed := newLocker(t, r)
@@ -91,6 +92,7 @@ func TestLeadBadInput(t *testing.T) {
 }
 
 func TestLeadFnErrorResigns(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	other := newLocker(t, r)
@@ -118,6 +120,7 @@ func TestLeadFnErrorResigns(t *testing.T) {
 }
 
 func TestLeadFnNilResigns(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	calls := 0
@@ -131,6 +134,7 @@ func TestLeadFnNilResigns(t *testing.T) {
 }
 
 func TestLeadContextEnds(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	other := newLocker(t, r)
@@ -171,6 +175,7 @@ func TestLeadContextEnds(t *testing.T) {
 // over after its lease ran out, Redis refusing every command past the lease) and checks that
 // fn's context ends with ErrNotHeld and that Lead campaigns again with a higher epoch.
 func TestLeadLostCampaignsAgain(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"deleted", "taken over", "redis down"} {
 		t.Run(how, func(t *testing.T) {
 			r := redistest.New(t)
@@ -229,6 +234,7 @@ func TestLeadLostCampaignsAgain(t *testing.T) {
 // TestLeadEpochsIncrease runs four candidates that each lead five short terms: terms never
 // overlap, and each term's epoch is higher than every earlier one's.
 func TestLeadEpochsIncrease(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	var (
 		mu     sync.Mutex
@@ -274,6 +280,7 @@ func TestLeadEpochsIncrease(t *testing.T) {
 // as a process stopped by the scheduler or a GC pause would): its successor leads with a
 // higher epoch, and a fenced store given the epochs refuses the old leader's late write.
 func TestLeadPausedLeaderFenced(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	const ttl = 500 * time.Millisecond
 	old, next := newLocker(t, r, fencing.WithTTL(ttl)), newLocker(t, r, fencing.WithTTL(ttl))
@@ -346,6 +353,7 @@ func TestLeadPausedLeaderFenced(t *testing.T) {
 // how long the candidate takes to lead: at most the lease plus a round trip (and a loaded
 // machine), since the candidate checks when the dead leader's lease ends.
 func TestLeadTakeoverAfterKill(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("FENCEKIT_CHILD_LEADER") != "" {
 		childLeader()
 		return
@@ -444,6 +452,7 @@ func childLeader() {
 // TestLeadBacksOffAfterRedisErrors starts Lead while Redis refuses every command: campaigns
 // fail and are retried after a doubling back-off, and Lead leads once Redis answers again.
 func TestLeadBacksOffAfterRedisErrors(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	if r.Mini == nil {
 		t.Skip("needs miniredis's SetError")

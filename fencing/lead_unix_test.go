@@ -28,6 +28,7 @@ import (
 // epoch and writes; then the child is continued with SIGCONT: its next write, with the old
 // epoch, is refused, and the store keeps the new leader's value.
 func TestLeadStoppedProcessFenced(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("FENCEKIT_CHILD_STOPPED") != "" {
 		childStoppedLeader()
 		return

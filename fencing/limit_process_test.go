@@ -55,6 +55,7 @@ const (
 // than 3 holders whose lease is valid, and the others keep making progress, also after the
 // stopped process resumes.
 func TestLimitProcesses(t *testing.T) {
+	t.Parallel()
 	if env := os.Getenv("FENCEKIT_CHILD_LIMIT"); env != "" {
 		childLimitHolder(env)
 		return
@@ -183,6 +184,7 @@ func childLimitHolder(env string) {
 // holders of limit 2, kills the child and frees a slot: the dead waiter is skipped (or its
 // grant lapses) and the local waiter gets the slot, while the other holder keeps its own.
 func TestLimitKilledWaiter(t *testing.T) {
+	t.Parallel()
 	if env := os.Getenv("FENCEKIT_CHILD_LIMIT_WAITER"); env != "" {
 		parts := strings.Split(env, ",")
 		db, _ := strconv.Atoi(parts[1])

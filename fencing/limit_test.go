@@ -66,6 +66,7 @@ func dump(t *testing.T, r *redistest.Redis) string {
 }
 
 func TestLimitTryAcquire(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r, fencing.WithLimit(3))
 	ctx := t.Context()
@@ -138,6 +139,7 @@ func TestLimitTryAcquire(t *testing.T) {
 }
 
 func TestLimitBadInput(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	ctx := t.Context()
@@ -180,6 +182,7 @@ func TestLimitBadInput(t *testing.T) {
 }
 
 func TestLimitMismatch(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	ctx := t.Context()
 	l := newLocker(t, r)
@@ -240,6 +243,7 @@ func TestLimitMismatch(t *testing.T) {
 // TestLimitContention runs hundreds of goroutines over several Lockers through Do with
 // limit 4 and counts the holders inside: never more than 4, and 4 at some point.
 func TestLimitContention(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	const limit, lockers, per = 4, 4, 50
 	var inside, most, stale atomic.Int32
@@ -288,6 +292,7 @@ func TestLimitContention(t *testing.T) {
 // TestLimitFIFO queues waiters of three Lockers behind two holders of limit 2: each freed
 // slot goes to the longest waiter, and a newcomer does not take a free slot ahead of them.
 func TestLimitFIFO(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	ctx := t.Context()
 	opt := fencing.WithLimit(2)
@@ -341,6 +346,7 @@ func TestLimitFIFO(t *testing.T) {
 // TestLimitKilledHolder leaves a holder's slot unreleased: the waiter takes it once its lease
 // runs out, while the other holder keeps its own.
 func TestLimitKilledHolder(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	ctx := t.Context()
 	opt := fencing.WithLimit(2)
@@ -375,6 +381,7 @@ func TestLimitKilledHolder(t *testing.T) {
 // returns its token, and the release's retry returns what the first run did (the slot handed
 // to the waiter). Without retries, the acquire fails and frees the slot its first run took.
 func TestLimitLostReplies(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	if r.Mini != nil {
 		t.Skip("miniredis drops a command whose connection closes before the reply; runs with FENCING_REDIS_ADDR")
@@ -466,6 +473,7 @@ func TestLimitLostReplies(t *testing.T) {
 // TestLimitDoLosesOnlyItsOwn runs two Do calls on a resource of limit 2 and deletes one
 // holder's field: that Do's work is cancelled with ErrNotHeld, and the other's goes on.
 func TestLimitDoLosesOnlyItsOwn(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	c := r.NewClient(t)
 	renewals := &countCalls{match: evalsha(fencing.SharedExtendSHA(), 6)} // renewals: with a lease (a TTL read has none)

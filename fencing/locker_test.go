@@ -36,6 +36,7 @@ func mustAcquire(t *testing.T, l *fencing.Locker, resource string, opts ...fenci
 }
 
 func TestTryAcquireRelease(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	ctx := t.Context()
@@ -70,6 +71,7 @@ func TestTryAcquireRelease(t *testing.T) {
 }
 
 func TestTokensIncreaseAcrossExpiryAndIdle(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	// Leases long enough that a slow reply on a loaded machine still comes back within them.
 	l := newLocker(t, r, fencing.WithTTL(250*time.Millisecond))
@@ -94,6 +96,7 @@ func TestTokensIncreaseAcrossExpiryAndIdle(t *testing.T) {
 }
 
 func TestStaleReleaseAndExtend(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r, fencing.WithTTL(250*time.Millisecond))
 	ctx := t.Context()
@@ -133,6 +136,7 @@ func TestStaleReleaseAndExtend(t *testing.T) {
 }
 
 func TestOneWinner(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	const n = 300
@@ -159,6 +163,7 @@ func TestOneWinner(t *testing.T) {
 }
 
 func TestInvalidInput(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	ctx := t.Context()
@@ -243,6 +248,7 @@ func keysCount(t *testing.T, r *redistest.Redis) int {
 }
 
 func TestOddResourceNames(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	names := []string{"a b", "line\nbreak", "\x00\xff\xfe", "{", "}", "{}", "a}b", "{x}", "x:fence", "ü-ñ", strings.Repeat("z", fencing.MaxResourceLen)}
@@ -263,6 +269,7 @@ func TestOddResourceNames(t *testing.T) {
 }
 
 func TestCancelledContextSendsNothing(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -292,6 +299,7 @@ func TestCancelledContextSendsNothing(t *testing.T) {
 }
 
 func TestAcquireWaitsForRelease(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	ctx := t.Context()
@@ -314,6 +322,7 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 }
 
 func TestAcquireContextEnds(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	_ = mustAcquire(t, l, "res")
@@ -333,6 +342,7 @@ func TestAcquireContextEnds(t *testing.T) {
 // runs out, and returns it then; or, when its context ends first, says so and still carries
 // the connection error.
 func TestUnreachableRedis(t *testing.T) {
+	t.Parallel()
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DisableIdentity: true, MaxRetries: 1})
 	defer c.Close()
 	l := fencing.New(c)
@@ -365,6 +375,7 @@ func TestUnreachableRedis(t *testing.T) {
 }
 
 func TestTokenPrecision(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	ctx := t.Context()
@@ -422,6 +433,7 @@ func TestScriptFlush(t *testing.T) {
 }
 
 func TestServerTimeFloor(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r, fencing.WithServerTimeFloor())
 	ctx := t.Context()
@@ -463,6 +475,7 @@ func (h afterAcquireHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 }
 
 func TestLateReplyCountsAsBusy(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	c := r.NewClient(t)
 	const ttl = 10 * time.Millisecond
@@ -488,6 +501,7 @@ func TestLateReplyCountsAsBusy(t *testing.T) {
 }
 
 func TestAcquireRacingCancellationReleases(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	c := r.NewClient(t)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -509,6 +523,7 @@ func TestAcquireRacingCancellationReleases(t *testing.T) {
 // TestWaitErrorSaysWhatHappened checks that a wait that ran out says how long it waited and
 // how many waiters were ahead, and still matches ErrNotAcquired with RetryAfter.
 func TestWaitErrorSaysWhatHappened(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	holder, ahead, late := newLocker(t, r), newLocker(t, r), newLocker(t, r)
 	_ = mustAcquire(t, holder, "y", fencing.WithTTL(time.Minute))
@@ -533,6 +548,7 @@ func TestWaitErrorSaysWhatHappened(t *testing.T) {
 // TestErrorText checks that errors read as one line with one "fencing: " prefix, and still
 // match their sentinels and the context's error.
 func TestErrorText(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	lock := mustAcquire(t, l, "r")
@@ -561,6 +577,7 @@ func TestErrorText(t *testing.T) {
 
 // TestLockerErr checks that a Locker reports an unusable configuration up front.
 func TestLockerErr(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	for _, tc := range []struct {
 		name string

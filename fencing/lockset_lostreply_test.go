@@ -18,6 +18,7 @@ import (
 // script on the wire, with and without go-redis retrying: no resource is left held by nobody,
 // and no token is issued twice.
 func TestLostSetReplies(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	if r.Mini != nil {
 		t.Skip("miniredis drops a command whose connection closes before the reply; runs with FENCING_REDIS_ADDR")

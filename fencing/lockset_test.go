@@ -43,6 +43,7 @@ func names(set *fencing.LockSet) []string {
 }
 
 func TestTryAcquireAllDedupOrderTokens(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	ctx := t.Context()
@@ -107,6 +108,7 @@ func TestTryAcquireAllDedupOrderTokens(t *testing.T) {
 }
 
 func TestTryAcquireAllBusyTakesNothing(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	ctx := t.Context()
@@ -144,6 +146,7 @@ func TestTryAcquireAllBusyTakesNothing(t *testing.T) {
 }
 
 func TestAcquireAllBadInputWritesNothing(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	ctx := t.Context()
@@ -218,6 +221,7 @@ func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 }
 
 func TestTryAcquireAllOneRoundTrip(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	c := r.NewClient(t)
 	h := &countingHook{}
@@ -250,6 +254,7 @@ func TestTryAcquireAllOneRoundTrip(t *testing.T) {
 }
 
 func TestAcquireAllWaitsThenTakesAll(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	other := newLocker(t, r)
@@ -290,6 +295,7 @@ func TestAcquireAllWaitsThenTakesAll(t *testing.T) {
 }
 
 func TestAcquireAllRenewsWhileWaiting(t *testing.T) {
+	t.Parallel()
 	if !redistest.Real() {
 		t.Skip("needs a real Redis: leases must run out in real time")
 	}
@@ -316,6 +322,7 @@ func TestAcquireAllRenewsWhileWaiting(t *testing.T) {
 }
 
 func TestAcquireAllWaitEndReleasesTaken(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	other := newLocker(t, r)
@@ -359,6 +366,7 @@ func TestAcquireAllWaitEndReleasesTaken(t *testing.T) {
 }
 
 func TestAcquireAllDoesNotBargePastSingleWaiters(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	holderL, singleL, setL := newLocker(t, r), newLocker(t, r), newLocker(t, r)
 	ctx := t.Context()
@@ -414,6 +422,7 @@ func TestAcquireAllDoesNotBargePastSingleWaiters(t *testing.T) {
 // TestAcquireAllNoDeadlock runs hundreds of goroutines that lock random sets of overlapping
 // resources, listed in random orders (A→B and B→A), and checks mutual exclusion in process.
 func TestAcquireAllNoDeadlock(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	lockers := []*fencing.Locker{newLocker(t, r), newLocker(t, r), newLocker(t, r)}
 	const workers, resources = 200, 6
@@ -468,6 +477,7 @@ func TestAcquireAllNoDeadlock(t *testing.T) {
 }
 
 func TestDoAllTokensInContext(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	ctx := t.Context()
@@ -514,6 +524,7 @@ func TestDoAllTokensInContext(t *testing.T) {
 }
 
 func TestDoAllLossCancelsWithCause(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r, fencing.WithTTL(300*time.Millisecond))
 	ctx := t.Context()
@@ -546,6 +557,7 @@ func TestDoAllLossCancelsWithCause(t *testing.T) {
 }
 
 func TestDoAllReleasesOnError(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	ctx := t.Context()
@@ -560,6 +572,7 @@ func TestDoAllReleasesOnError(t *testing.T) {
 }
 
 func TestLockSetReleaseAfterOneLockReleased(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	ctx := t.Context()
@@ -580,6 +593,7 @@ func TestLockSetReleaseAfterOneLockReleased(t *testing.T) {
 }
 
 func TestSlot(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		key  string
 		want uint16
@@ -598,6 +612,7 @@ func TestSlot(t *testing.T) {
 }
 
 func TestTryAcquireAllOnRing(t *testing.T) {
+	t.Parallel()
 	m1, m2 := miniredis.RunT(t), miniredis.RunT(t)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": m1.Addr(), "b": m2.Addr()}, DisableIdentity: true})
 	defer ring.Close()
@@ -639,6 +654,7 @@ func TestTryAcquireAllOnRing(t *testing.T) {
 }
 
 func TestTryAcquireAllTimeFloorAndCounterExpiry(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r, fencing.WithCounterExpiry(time.Hour))
 	ctx := t.Context()
@@ -689,6 +705,7 @@ func (h *pipeCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 }
 
 func TestDoAllRenewsTogether(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	c := r.NewClient(t)
 	h := &pipeCounter{}
@@ -723,6 +740,7 @@ func TestDoAllRenewsTogether(t *testing.T) {
 }
 
 func TestDoAllLeaseLapsesWhileRenewalsFail(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	if r.Mini == nil {
 		t.Skip("uses miniredis SetError")
@@ -753,6 +771,7 @@ func TestDoAllLeaseLapsesWhileRenewalsFail(t *testing.T) {
 }
 
 func TestAcquireAllLosesTakenLockWhileWaiting(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	other := newLocker(t, r)

@@ -15,6 +15,7 @@ import (
 // returns a *MemoError with the memo's value while the memo exists, and acquires as usual
 // without it; for TryAcquire, Acquire and Do.
 func TestUnlessMemo(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	ctx := t.Context()
@@ -59,6 +60,7 @@ func TestUnlessMemo(t *testing.T) {
 // while the acquisition holds the lock, with the counter's expiry when asked (a Locker with the
 // time floor), and that a lost lock writes nothing and answers ErrNotHeld.
 func TestReleaseWith(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	var trips redistest.Trips
 	c := r.NewClient(t)
@@ -109,6 +111,7 @@ func TestReleaseWith(t *testing.T) {
 // queued behind it, and by the release of a shared holder and of one of a limit's: the memo is
 // written and the waiter granted with the next token, in the release's one step.
 func TestReleaseWithHandsOver(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l, waiter := newLocker(t, r), newLocker(t, r)
 	ctx := t.Context()
@@ -158,6 +161,7 @@ func TestReleaseWithHandsOver(t *testing.T) {
 // TestLeaveMemo checks the memo of Do's work: written by Do's release in the same step, not
 // by a nested Do, and not at all when the lock was lost (Do then matches ErrNotHeld).
 func TestLeaveMemo(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	ctx := t.Context()
@@ -194,6 +198,7 @@ func TestLeaveMemo(t *testing.T) {
 // TestMemoBadInput checks that invalid memos and names are refused with ErrInvalid before
 // anything is sent, and that the lock is still held after a refused ReleaseWith.
 func TestMemoBadInput(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	ctx := t.Context()

@@ -177,6 +177,7 @@ func modelChecks() {
 }
 
 func TestModel(t *testing.T) {
+	t.Parallel()
 	modelChecks()
 	rapid.Check(t, func(rt *rapid.T) {
 		m := newModel(rt)

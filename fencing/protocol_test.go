@@ -16,6 +16,7 @@ import (
 // type does not satisfy CallOption, so passing one to a call does not compile; the others
 // are CallOptions, which New takes too.
 func TestOptionKinds(t *testing.T) {
+	t.Parallel()
 	option := reflect.TypeFor[fencing.Option]()
 	call := reflect.TypeFor[fencing.CallOption]()
 	if option.Implements(call) {
@@ -48,6 +49,7 @@ func TestOptionKinds(t *testing.T) {
 // token is still above every token issued before; with a counter expiry, the grant gives the
 // counter the waiter's expiry.
 func TestGrantFollowsTheWaitersRules(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		waiter []fencing.Option
@@ -100,6 +102,7 @@ func TestGrantFollowsTheWaitersRules(t *testing.T) {
 // the grant's short lease to the Locker's TTL in place, and an extension that takes effect
 // replaces it.
 func TestExtendKeepsTheGrantsExtension(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	ctx := t.Context()
 	holder := newLocker(t, r)
@@ -163,6 +166,7 @@ func TestExtendKeepsTheGrantsExtension(t *testing.T) {
 // TestBusyError checks the exported busy error: errors.As finds it with the resource and the
 // holder's remaining lease, it matches ErrNotAcquired, and a wait's error says it waited.
 func TestBusyError(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	ctx := t.Context()
 	l := newLocker(t, r)
@@ -201,6 +205,7 @@ func TestBusyError(t *testing.T) {
 // another, a DoAll of several, a Do inside a token put by ContextWithToken. TokenFor names the
 // one wanted. A DoAll of one resource, alone, gives both.
 func TestTokenOfNestedResources(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	ctx := t.Context()
 	l := newLocker(t, r)

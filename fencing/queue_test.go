@@ -64,6 +64,7 @@ const quick = 500 * time.Millisecond
 // TestFIFOAcrossLockers queues waiters of three Lockers in the order A, B, A, C, B and checks
 // that they are served in that order, each with the next token, and each without polling.
 func TestFIFOAcrossLockers(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	holder := process(t, r)
 	a, b, c := process(t, r, slowBackoff), process(t, r, slowBackoff), process(t, r, slowBackoff)
@@ -120,6 +121,7 @@ func TestFIFOAcrossLockers(t *testing.T) {
 // out): a newcomer's TryAcquire from another Locker is refused while a waiter is queued, and
 // hands the lock to that waiter on its way.
 func TestNewcomerDoesNotJumpQueue(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	holder, waiter, newcomer := process(t, r), process(t, r, slowBackoff), process(t, r)
 	_ = mustAcquire(t, holder, "res", fencing.WithTTL(time.Hour))
@@ -147,6 +149,7 @@ func TestNewcomerDoesNotJumpQueue(t *testing.T) {
 // fenced store: no stale write is accepted, no two sections overlap, and the queue is empty
 // at the end.
 func TestContentionAcrossLockers(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	const lockers, perLocker, sections = 8, 25, 400
 	var store fencedStore
@@ -184,6 +187,7 @@ func TestContentionAcrossLockers(t *testing.T) {
 // TestCancelledWaiterJustGranted cancels a waiter as the lock is granted to it: whether it
 // took the lock or left, the next waiter gets it by a grant, not after a lease.
 func TestCancelledWaiterJustGranted(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	holder, next := process(t, r), process(t, r, slowBackoff)
 	for i := range 20 {
@@ -252,6 +256,7 @@ func (h *sentCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // short lease of the grant) and for Acquire (whose Lock extends it later, see
 // TestGrantExtensionRidesOutRedisErrors).
 func TestHandOverRoundTrips(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		do   bool
@@ -328,6 +333,7 @@ func TestHandOverRoundTrips(t *testing.T) {
 // once a1's Do has returned, after the reply to a1's release: a grant announced before that
 // reply is read is dated by older calls.
 func TestDoGrantDatedByOwnRelease(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	holder, b := process(t, r), process(t, r)
 	var extends atomic.Int32
@@ -386,6 +392,7 @@ func TestDoGrantDatedByOwnRelease(t *testing.T) {
 // a channel of its own, <prefix>{R}:grant:<Locker id>, so that a grant wakes the Locker it is
 // for and no other, and a release costs Redis the same however many Lockers wait.
 func TestGrantChannelPerLocker(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	holder, a, b := process(t, r), process(t, r), process(t, r)
 	held := mustAcquire(t, holder, "res", fencing.WithTTL(time.Hour))
@@ -427,6 +434,7 @@ func TestGrantChannelPerLocker(t *testing.T) {
 // token. Then the Locker waits again: the next grant is its next waiter's, with the next token
 // again (a grant owed to nobody would be passed on, a turn wasted).
 func TestLapsedKeyListeningWaiter(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	holder, a := process(t, r), process(t, r)
 	held := mustAcquire(t, holder, "res", fencing.WithTTL(time.Hour))
@@ -638,6 +646,7 @@ func (c *dropOnce) Read(p []byte) (int, error) {
 // it is another Locker's (it was announced) or the releasing Locker's own (the retry's reply
 // carries the grant, as the lost one did).
 func TestLostReleaseReply(t *testing.T) {
+	t.Parallel()
 	for _, same := range []bool{false, true} {
 		t.Run(map[bool]string{false: "other-locker", true: "same-locker"}[same], func(t *testing.T) {
 			r := redistest.New(t)
@@ -728,6 +737,7 @@ func droppingClientRetries(t *testing.T, r *redistest.Redis, match func([]byte) 
 // reported ErrNotHeld. A release of a lock that had really passed on before it (its lease
 // ran out and another Locker took it) still returns ErrNotHeld, and deletes nothing.
 func TestLostReplyOutcomes(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	if r.Mini != nil {
 		t.Skip("miniredis drops a command whose connection closes before the reply; runs with FENCING_REDIS_ADDR")
@@ -808,6 +818,7 @@ func TestLostReplyOutcomes(t *testing.T) {
 // TestTimeFloorWaiter checks that a lock granted from the queue to a WithServerTimeFloor
 // waiter carries a token at or above the server clock in microseconds.
 func TestTimeFloorWaiter(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	holder, waiter := process(t, r), process(t, r, fencing.WithServerTimeFloor())
 	held := mustAcquire(t, holder, "res")
@@ -824,6 +835,7 @@ func TestTimeFloorWaiter(t *testing.T) {
 // TestRingWaitersPoll checks that waiting works on a Ring, where nothing is announced: the
 // waiter finds its grant by polling.
 func TestRingWaitersPoll(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": r.Addr}, DB: r.DB})
 	t.Cleanup(func() { _ = ring.Close() })
@@ -844,6 +856,7 @@ func TestRingWaitersPoll(t *testing.T) {
 // from the queue carries a lease of at most 3s, and Do's first renewal, within a second,
 // extends it to the TTL.
 func TestDoGrantStartsShortAndRenews(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	holder, waiter := process(t, r), process(t, r)
 	held := mustAcquire(t, holder, "res")
@@ -880,6 +893,7 @@ func TestDoGrantStartsShortAndRenews(t *testing.T) {
 // it: nothing orders the two connections. The grant is dated by the sending of that call, so
 // Do runs fn on the short grant without extending it first, as when the reply comes first.
 func TestDoGrantAnnouncedBeforeQueueReply(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	holder := process(t, r)
 	join := heldReply(t, r)
@@ -917,6 +931,7 @@ func TestDoGrantAnnouncedBeforeQueueReply(t *testing.T) {
 // listened, checks with Redis as soon as its reply is read, instead of after a poll interval
 // (a second, once subscribed).
 func TestSubscribedWhileQueueing(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	holder := process(t, r)
 	join := heldReply(t, r)
@@ -1064,6 +1079,7 @@ func evalsha(sha string, n int) func(args []any) bool {
 // fifteen runs). So a waiter leaves only once a poll in flight is done, and no element is put
 // back.
 func TestLeaveWaitsForPollInFlight(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	holder := process(t, r)
 	acquireSHA, pollSHA := scripts(t, r)
@@ -1124,6 +1140,7 @@ func TestLeaveWaitsForPollInFlight(t *testing.T) {
 // element queued is a dead waiter's (its Locker's key gone, nobody subscribed): the release
 // drops it, deletes the lock and reports success.
 func TestReleaseSkipsOnlyDeadWaiters(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	ctx := t.Context()
@@ -1149,6 +1166,7 @@ func TestReleaseSkipsOnlyDeadWaiters(t *testing.T) {
 // lock granted from the queue, whose lease starts at most 3 s long (the script keeps its
 // record 10 s unasked).
 func TestReleaseRecordTTL(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	ctx := t.Context()
 	recordTTL := func(resource string) time.Duration {
@@ -1193,6 +1211,7 @@ func TestReleaseRecordTTL(t *testing.T) {
 // leaves the rest of the queue with its TTL (a queue whose waiters all died goes within 3 s),
 // whether the head was exclusive or shared, when one waiter is left behind it.
 func TestQueueTTLAfterHandOff(t *testing.T) {
+	t.Parallel()
 	for _, head := range []struct {
 		name string
 		opts []fencing.CallOption

@@ -99,6 +99,7 @@ func holdersOf(t *testing.T, l *fencing.Locker, resource string) []int64 {
 // included; a shared or limited lock of one version is a hash the other refuses: this version
 // with ErrLayout, the earlier with a script error, both changing nothing.
 func TestRollingDeploy(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	setup := func(t *testing.T) (*redistest.Redis, *fencing.Locker, *oldLocker) {
 		r := redistest.New(t)

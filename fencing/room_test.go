@@ -18,6 +18,7 @@ import (
 // next poll would hold a dead holder's resource up for a poll period more), and at the next
 // poll when the lock has no lease.
 func TestLeaseSeen(t *testing.T) {
+	t.Parallel()
 	const poll = time.Second
 	for _, tc := range []struct {
 		name string
@@ -54,6 +55,7 @@ func (redisErr) RedisError()     {}
 
 // TestPassing checks which errors a queued waiter rides out (see Locker.Acquire).
 func TestPassing(t *testing.T) {
+	t.Parallel()
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 	for _, tc := range []struct {
 		err  error

@@ -21,6 +21,7 @@ var shared = fencing.Shared()
 // with its own token; an exclusive acquisition is busy while any holds, and a shared one while
 // an exclusive holder holds; Lock.Shared reports the mode; the last release frees the resource.
 func TestSharedTryAcquire(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	ctx := t.Context()
 	l := newLocker(t, r)
@@ -76,6 +77,7 @@ func TestSharedTryAcquire(t *testing.T) {
 // refused with ErrInvalid before anything is sent, and that a shared request on a resource
 // held under a limit (or the reverse) names both modes and changes nothing.
 func TestSharedBadInput(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	ctx := t.Context()
 	l := newLocker(t, r)
@@ -122,6 +124,7 @@ func second[T any](_ T, err error) error { return err }
 // (no starvation), and the writer's release grants the whole run of them at once; a writer
 // behind them waits for all of them.
 func TestSharedQueue(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	ctx := t.Context()
 	lockers := []*fencing.Locker{newLocker(t, r), newLocker(t, r), newLocker(t, r)}
@@ -183,6 +186,7 @@ func TestSharedQueue(t *testing.T) {
 // overlap, no writer ever overlaps anyone, and a store that keeps the highest token it saw
 // refuses no write that a writer made under the lock.
 func TestSharedContention(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	lockers := []*fencing.Locker{newLocker(t, r), newLocker(t, r), newLocker(t, r), newLocker(t, r)}
 	var st store.Memory
@@ -235,6 +239,7 @@ func TestSharedContention(t *testing.T) {
 // process) frees its place when its lease ends: a writer queued behind it gets the resource,
 // with a token above the reader's, once the lease has run out.
 func TestSharedHolderLeaseEnds(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	ctx := t.Context()
 	l := newLocker(t, r)
@@ -263,6 +268,7 @@ func TestSharedHolderLeaseEnds(t *testing.T) {
 // and with a counter expiry: after the counter is lost, a shared token is still above every
 // earlier one, and the counter expires as configured.
 func TestSharedTokensAcrossLostCounter(t *testing.T) {
+	t.Parallel()
 	for name, opt := range map[string]fencing.Option{
 		"time floor":     fencing.WithServerTimeFloor(),
 		"counter expiry": fencing.WithCounterExpiry(time.Hour),

@@ -104,6 +104,7 @@ func tokenOf(t *testing.T, value string) int64 {
 // which the previous scripts do not read), each extends and reads the locks the other granted
 // it, and tokens keep increasing, with the time floor and the counter's expiry too.
 func TestUpgradeFromPrevious(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	setup := func(t *testing.T, opts ...fencing.Option) (*redistest.Redis, *fencing.Locker, *prevLocker) {
 		r := redistest.New(t)

@@ -36,6 +36,7 @@ func acquireAsync(ctx context.Context, l *fencing.Locker, resource string, opts 
 }
 
 func TestWaiterWakesOnRelease(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	holderLocker := newLocker(t, r)
 	waiterLocker := newLocker(t, r, slowBackoff) // another process, as far as Redis can tell
@@ -70,6 +71,7 @@ func waitSubscribed(t *testing.T, r *redistest.Redis, resource string) {
 }
 
 func TestWaiterWakesOnExpiry(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r, slowBackoff)
 	const ttl = 200 * time.Millisecond
@@ -104,6 +106,7 @@ func TestWaiterWakesOnExpiry(t *testing.T) {
 // holds. It checks the bound docs/waiting.md states, with a loaded machine's slack, and logs
 // the figures.
 func TestHolderCrashTakeover(t *testing.T) {
+	t.Parallel()
 	if !redistest.Real() {
 		t.Skip("needs a real Redis (FENCING_REDIS_ADDR): miniredis moves TTLs only with FastForward")
 	}
@@ -153,6 +156,7 @@ func TestHolderCrashTakeover(t *testing.T) {
 // TestWaiterSurvivesLostMessage frees the lock without a release message (as when a message
 // is lost or the subscription is down): the back-off still gets the waiter in.
 func TestWaiterSurvivesLostMessage(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r, fencing.WithRetryBackoff(20*time.Millisecond, 100*time.Millisecond))
 	_ = mustAcquire(t, l, "res", fencing.WithTTL(time.Hour))
@@ -170,6 +174,7 @@ func TestWaiterSurvivesLostMessage(t *testing.T) {
 }
 
 func TestWaiterSurvivesDroppedSubscription(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	if r.Mini != nil {
 		t.Skip("miniredis has no CLIENT KILL; runs with FENCING_REDIS_ADDR")
@@ -209,6 +214,7 @@ func TestWaiterSurvivesDroppedSubscription(t *testing.T) {
 }
 
 func TestCancelledWaitersLeaveNothing(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r)
 	_ = mustAcquire(t, l, "res")
@@ -238,6 +244,7 @@ func TestCancelledWaitersLeaveNothing(t *testing.T) {
 }
 
 func TestCloseWakesWaiters(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := fencing.New(r.Client, fencing.WithPrefix(r.Prefix))
 	held := mustAcquire(t, l, "res")
@@ -262,6 +269,7 @@ func TestCloseWakesWaiters(t *testing.T) {
 
 // TestWaitersServedInOrder checks the FIFO queue of one Locker.
 func TestWaitersServedInOrder(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := newLocker(t, r, slowBackoff)
 	held := mustAcquire(t, l, "res")
@@ -342,6 +350,7 @@ func replyError(t *testing.T, msg string) error {
 // ends the wait at once; so do the context and, after outageWait of failures in a row, the
 // errors themselves; each error says what ended the wait.
 func TestWaiterRidesOutRedisErrors(t *testing.T) {
+	t.Parallel()
 	clusterDown := replyError(t, "CLUSTERDOWN The cluster is down")
 	noPerm := replyError(t, "NOPERM this user has no permissions to run the 'evalsha' command")
 	for _, tc := range []struct {
@@ -443,6 +452,7 @@ func TestWaiterRidesOutRedisErrors(t *testing.T) {
 // lease, off the hand-off path, twice with CLUSTERDOWN: the Lock tries again while the lease
 // lasts, and the lock ends up with the Locker's TTL.
 func TestGrantExtensionRidesOutRedisErrors(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	holder := newLocker(t, r)
 	f := &failCalls{match: evalsha(fencing.ExtendSHA(), 6), times: 2}
@@ -480,6 +490,7 @@ func TestGrantExtensionRidesOutRedisErrors(t *testing.T) {
 // error is returned: after a wait, and for a Locker that already waits on the resource (and so
 // makes no first attempt), within a second of the lease read from Redis right after it.
 func TestRetryAfterWhenReturned(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	holders, waiters := newLocker(t, r), newLocker(t, r)
 	const lease = 3 * time.Second
@@ -527,6 +538,7 @@ func TestRetryAfterWhenReturned(t *testing.T) {
 // holders is read from the live holders when it ends: the latest lease of the readers still
 // holding (not of one that released), the earliest of full slots.
 func TestRetryAfterBesideHolders(t *testing.T) {
+	t.Parallel()
 	for _, kind := range []struct {
 		name       string
 		opts, wait []fencing.CallOption

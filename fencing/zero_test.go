@@ -103,6 +103,7 @@ func zeroCalls(ctx context.Context) []zeroCall {
 // pointer: each works or returns an error matching ErrInvalid, and never panics. The zero
 // values have no client, so nothing can reach Redis.
 func TestZeroValues(t *testing.T) {
+	t.Parallel()
 	for _, c := range zeroCalls(t.Context()) {
 		t.Run(c.name, func(t *testing.T) {
 			defer func() {
@@ -136,6 +137,7 @@ func TestZeroValues(t *testing.T) {
 // TestZeroValuesCover fails when an exported method of an exported type of the package has
 // no row in zeroCalls, for its zero value and for a nil pointer.
 func TestZeroValuesCover(t *testing.T) {
+	t.Parallel()
 	var rows []string
 	for _, c := range zeroCalls(t.Context()) {
 		rows = append(rows, c.name)

@@ -13,6 +13,7 @@ import (
 // TestConfigGoDoc checks that go doc lists every field of Config and IdempotencyConfig, each
 // with its own doc comment, as it lists the fields of Echo's own middleware configs.
 func TestConfigGoDoc(t *testing.T) {
+	t.Parallel()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("go tool not found:", err)

@@ -16,6 +16,7 @@ import (
 // middleware locks: a lock taken on the name from other code makes the request busy, and
 // DenyHandler is told the same name.
 func TestResourceName(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		namespace string

@@ -16,6 +16,7 @@ import (
 
 // TestBehaviour runs the behaviour suite that the Echo v5 package runs too.
 func TestBehaviour(t *testing.T) {
+	t.Parallel()
 	echofencetest.Run(t, major{})
 }
 

@@ -20,6 +20,7 @@ import (
 // *Config or *IdempotencyConfig cannot call ToMiddleware, a value method, without a nil
 // dereference at the call, as for Echo's own configs: there is nothing to check there.)
 func TestZeroValues(t *testing.T) {
+	t.Parallel()
 	r := redistest.New(t)
 	l := fencing.New(r.Client, fencing.WithPrefix(r.Prefix))
 	t.Cleanup(func() { _ = l.Close() })

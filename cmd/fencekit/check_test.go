@@ -20,6 +20,7 @@ import (
 // verdict as it changes the Locker's.
 func TestCheck(t *testing.T) {
 	redisproc.Require(t)
+	t.Parallel()
 	srv := redisproc.Start(t)
 	tg := target{url: "redis://" + srv.Addr(), prefix: "fencing:"}
 	// The port, of the same width, so that the table stays aligned; the server and version,
@@ -89,6 +90,7 @@ func serverVersion(t *testing.T, srv *redisproc.Server) (name, version string) {
 // both cases.
 func TestCheckManaged(t *testing.T) {
 	redisproc.Require(t)
+	t.Parallel()
 	t.Run("config-renamed", func(t *testing.T) {
 		srv := redisproc.Start(t, redisproc.Args("--rename-command", "CONFIG", ""))
 		name, version := serverVersion(t, srv)
@@ -140,6 +142,7 @@ func lockOnce(t *testing.T, client *redis.Client) {
 
 // TestCheckCluster checks every primary of a Cluster.
 func TestCheckCluster(t *testing.T) {
+	t.Parallel()
 	tg := clusterTarget(t)
 	r := tg.run(t, exitOK, "check", "--json")
 	var got checkOutput
@@ -158,6 +161,7 @@ func TestCheckCluster(t *testing.T) {
 
 // TestUnreachable reports a connection failure with exit code 1.
 func TestUnreachable(t *testing.T) {
+	t.Parallel()
 	for _, cmd := range [][]string{{"locks"}, {"show", "x"}, {"check"}, {"release", "--force", "--yes", "x"}, {"stats"}} {
 		r := runCLI(t, nil, 0, append(cmd, "-u", "redis://127.0.0.1:1/0")...)
 		if r.code != exitError || !strings.Contains(r.stderr, "fencekit "+cmd[0]+":") {
@@ -168,6 +172,7 @@ func TestUnreachable(t *testing.T) {
 
 // TestRedisURLEnv takes the server from REDIS_URL when -u is not given, and -u wins over it.
 func TestRedisURLEnv(t *testing.T) {
+	t.Parallel()
 	var out, errOut strings.Builder
 	c := &cli{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut, progressEvery: time.Hour,
 		getenv: func(k string) string {

@@ -6,6 +6,7 @@ import (
 )
 
 func TestFormat(t *testing.T) {
+	t.Parallel()
 	for d, want := range map[time.Duration]string{
 		450 * time.Millisecond:          "450ms",
 		29849 * time.Millisecond:        "29.8s",

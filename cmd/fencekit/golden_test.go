@@ -13,6 +13,7 @@ import (
 // Cluster, and compares the tables with testdata/*.golden (the same files for both) and
 // the JSON, parsed back, with the fixture.
 func TestGolden(t *testing.T) {
+	t.Parallel()
 	forTargets(t, func(t *testing.T, tg target) {
 		prepare(t, tg.client, tg.prefix)
 		prefix := []string{tg.prefix, "fencing:"}

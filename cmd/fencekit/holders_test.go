@@ -14,6 +14,7 @@ import (
 // TestLimitedResource takes 3 slots of a resource of limit 4 with the library and checks
 // that locks and show list every holder and the limit.
 func TestLimitedResource(t *testing.T) {
+	t.Parallel()
 	forTargets(t, func(t *testing.T, tg target) {
 		l := fencing.New(tg.client, fencing.WithPrefix(tg.prefix), fencing.WithLimit(4))
 		defer l.Close()
@@ -76,6 +77,7 @@ func TestLimitedResource(t *testing.T) {
 // TestReleaseLimited frees one slot of a resource of limit 3 with release --force: without
 // --token it names the holders and frees nothing; with it, that holder's slot alone goes.
 func TestReleaseLimited(t *testing.T) {
+	t.Parallel()
 	tg := sharedTarget(t)
 	l := fencing.New(tg.client, fencing.WithPrefix(tg.prefix), fencing.WithLimit(3))
 	defer l.Close()
@@ -124,6 +126,7 @@ func TestReleaseLimited(t *testing.T) {
 // floored at the server clock (WithServerTimeFloor); it checks that locks and show give the
 // mode, every holder, and each waiter's mode and rules as its queue element says them.
 func TestSharedResource(t *testing.T) {
+	t.Parallel()
 	forTargets(t, func(t *testing.T, tg target) {
 		ctx := t.Context()
 		l := fencing.New(tg.client, fencing.WithPrefix(tg.prefix))
@@ -240,6 +243,7 @@ func waitQueued(t *testing.T, inspector *fencing.Locker, resource string, n int,
 // the holders and frees nothing; with it, that holder alone goes; the last one goes with
 // the key. --token on an exclusive lock releases it only if the token matches.
 func TestReleaseShared(t *testing.T) {
+	t.Parallel()
 	tg := sharedTarget(t)
 	l := fencing.New(tg.client, fencing.WithPrefix(tg.prefix))
 	defer l.Close()

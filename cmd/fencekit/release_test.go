@@ -19,6 +19,7 @@ import (
 // TestReleaseFenced takes a lock with a Locker, force-releases it, takes it again, and
 // shows that a store checking tokens refuses the old holder's write.
 func TestReleaseFenced(t *testing.T) {
+	t.Parallel()
 	forTargets(t, func(t *testing.T, tg target) {
 		ctx := context.Background()
 		l := fencing.New(tg.client, fencing.WithPrefix(tg.prefix))
@@ -66,6 +67,7 @@ func TestReleaseFenced(t *testing.T) {
 // TestRelease covers the confirmation, the holder check and the exit codes, with a golden
 // transcript of a confirmed release.
 func TestRelease(t *testing.T) {
+	t.Parallel()
 	tg := sharedTarget(t)
 	ctx := context.Background()
 	prepare(t, tg.client, tg.prefix)
@@ -197,6 +199,7 @@ func TestRelease(t *testing.T) {
 // the next token and nobody queued, and the waiter's Acquire returns with that lock at once,
 // woken by the grant's announcement rather than by its poll (every second here).
 func TestReleaseGrantsWaiter(t *testing.T) {
+	t.Parallel()
 	forTargets(t, func(t *testing.T, tg target) {
 		ctx := context.Background()
 		holder := tg.locker(t)
@@ -263,6 +266,7 @@ func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
 // (shown, but release refuses to change them), and a lock hash that outlived its last holder,
 // with and without a dead waiter queued.
 func TestOddKeys(t *testing.T) {
+	t.Parallel()
 	tg := sharedTarget(t)
 	ctx := context.Background()
 	odd := wire.For(tg.prefix, "odd")

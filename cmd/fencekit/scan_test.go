@@ -17,6 +17,7 @@ import (
 // over them with the progress interval shortened to a nanosecond: both finish, find every
 // key and report progress on stderr.
 func TestLargeScan(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short")
 	}

@@ -77,6 +77,7 @@ func (s *serving) stop() result {
 // label: the page and its JSON form show it; a force release posted from another site is
 // refused, one from the page itself releases it; serve stops with exit code 0 when told to.
 func TestServe(t *testing.T) {
+	t.Parallel()
 	forTargets(t, func(t *testing.T, tg target) {
 		ctx := context.Background()
 		l := tg.locker(t)
@@ -158,6 +159,7 @@ func TestServe(t *testing.T) {
 // TestServeOptions checks --read-only, the warning for an address other hosts reach, and
 // the exit codes of serve's failures.
 func TestServeOptions(t *testing.T) {
+	t.Parallel()
 	tg := sharedTarget(t)
 	s := startServe(t, tg.args("serve", "--addr", "127.0.0.1:0", "--read-only")...)
 	client := &http.Client{Transport: &http.Transport{}}

@@ -10,6 +10,7 @@ import (
 // TestKindOf classifies the keys that package wire names for awkward resource names (braces,
 // colons, ":lock" and "b64" inside), and keys of no resource.
 func TestKindOf(t *testing.T) {
+	t.Parallel()
 	cl := newClassifier("p:")
 	names := []string{"order-42", "{", "}", "{}", "x}:lock", "a:b:c", "with space", "ünïcode", "line\nbreak", "\xff\x00", ":lock", "w:x", "b64", "x:b64:lock"}
 	for _, name := range names {

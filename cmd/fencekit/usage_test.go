@@ -9,6 +9,7 @@ import (
 
 // TestUsage covers help, usage errors and their exit codes; it needs no Redis.
 func TestUsage(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		args   []string
@@ -49,6 +50,7 @@ func TestUsage(t *testing.T) {
 
 // TestParseInterspersed checks that flags may follow the resource, and that "--" ends them.
 func TestParseInterspersed(t *testing.T) {
+	t.Parallel()
 	c := &cli{stdout: io.Discard, stderr: io.Discard}
 	fs, o := c.newFlags("show", "", "")
 	pos, _, ok := c.parse(fs, []string{"order-42", "--json", "-u", "redis://h:1", "--", "-odd", "--cluster"})

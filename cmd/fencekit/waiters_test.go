@@ -18,6 +18,7 @@ import (
 // waited: its Locker's waiter key is gone); it checks that show and locks report each
 // waiter's kind and rules, whether it is alive and how long it has waited.
 func TestWaiters(t *testing.T) {
+	t.Parallel()
 	forTargets(t, func(t *testing.T, tg target) {
 		ctx := context.Background()
 		l := tg.locker(t)

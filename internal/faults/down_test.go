@@ -26,6 +26,7 @@ import (
 // than the lease) checks it.
 func TestRedisDownDuringDo(t *testing.T) {
 	redisproc.Require(t)
+	t.Parallel()
 	const (
 		ttl    = 300 * time.Millisecond
 		rounds = 3

@@ -35,6 +35,7 @@ func evalPipeline(header string) func([]byte) bool {
 // that wrote nothing, had nothing to wait for.
 func TestWithReplicasLostReply(t *testing.T) {
 	redisproc.Require(t)
+	t.Parallel()
 	p := redisproc.Start(t)
 	r := redisproc.Start(t, redisproc.ReplicaOf(p))
 	waitReplicated(t, p, r)

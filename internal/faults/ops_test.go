@@ -68,6 +68,7 @@ func TestScriptFlush(t *testing.T) {
 // fails with an error matching ErrNotAcquired and the context's error, and leaves no lock.
 func TestClientPause(t *testing.T) {
 	redisproc.Require(t)
+	t.Parallel()
 	const pause = 600 * time.Millisecond
 	s := redisproc.Start(t)
 	l := newLocker(t, s.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true }))

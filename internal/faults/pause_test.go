@@ -204,6 +204,7 @@ func procState(pid int) byte {
 // ErrNotHeld once it runs again.
 func TestPausedHolder(t *testing.T) {
 	redisproc.Require(t)
+	t.Parallel()
 	if procState(os.Getpid()) == 0 {
 		t.Skip("needs /proc to confirm that the holder process is stopped")
 	}

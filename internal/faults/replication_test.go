@@ -57,6 +57,7 @@ func waitReplicated(t *testing.T, primary, replica *redisproc.Server) {
 // leaves no lock behind, whether it came from TryAcquire, Acquire or Do.
 func TestWithReplicas(t *testing.T) {
 	redisproc.Require(t)
+	t.Parallel()
 	const timeout = 300 * time.Millisecond
 	p := redisproc.Start(t)
 	r := redisproc.Start(t, redisproc.ReplicaOf(p))
@@ -267,6 +268,7 @@ func TestFailover(t *testing.T) {
 // waiter.
 func TestWithReplicasGrant(t *testing.T) {
 	redisproc.Require(t)
+	t.Parallel()
 	p := redisproc.Start(t)
 	r := redisproc.Start(t, redisproc.ReplicaOf(p))
 	waitReplicated(t, p, r)

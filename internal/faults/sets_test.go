@@ -24,6 +24,7 @@ import (
 // takes the rest, one slot after the other.
 func TestSetOnCluster(t *testing.T) {
 	redisproc.Require(t)
+	t.Parallel()
 	cl := redisproc.StartCluster(t, 3)
 	c := cl.Client(t)
 	l := newLocker(t, c, fencing.WithPrefix("sets:"))
@@ -100,6 +101,7 @@ func TestSetOnCluster(t *testing.T) {
 // nothing is held.
 func TestSetWithReplicas(t *testing.T) {
 	redisproc.Require(t)
+	t.Parallel()
 	p := redisproc.Start(t)
 	_ = redisproc.Start(t, redisproc.ReplicaOf(p))
 	c := p.Client(t)
@@ -132,6 +134,7 @@ func TestSetWithReplicas(t *testing.T) {
 // no token is issued twice.
 func TestSetLostRepliesOnCluster(t *testing.T) {
 	redisproc.Require(t)
+	t.Parallel()
 	cl := redisproc.StartCluster(t, 3)
 	ctx := t.Context()
 	admin := cl.Client(t)

@@ -27,6 +27,7 @@ import (
 //   - WithCounterExpiry: the same after the counter expired.
 func TestSharedCluster(t *testing.T) {
 	redisproc.Require(t)
+	t.Parallel()
 	cl := redisproc.StartCluster(t, 3)
 	cc := cl.Client(t)
 	ctx := context.Background()

@@ -113,6 +113,7 @@ func leaseEnd(t *testing.T, client redis.UniversalClient, key string, token int6
 // checks).
 func TestSharedReadersKilledAndStopped(t *testing.T) {
 	redisproc.Require(t)
+	t.Parallel()
 	if procState(os.Getpid()) == 0 {
 		t.Skip("needs /proc to confirm that a reader process is stopped")
 	}

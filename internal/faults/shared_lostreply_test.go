@@ -59,6 +59,7 @@ func sharedScript(lock, op string) func([]byte) bool {
 //     with the next token.
 func TestSharedLostReply(t *testing.T) {
 	redisproc.Require(t)
+	t.Parallel()
 	s := redisproc.Start(t)
 	ctx := context.Background()
 	admin := s.Client(t)

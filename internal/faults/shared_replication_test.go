@@ -24,6 +24,7 @@ import (
 // fails the same way and passes it on to the writer queued behind it.
 func TestSharedWithReplicas(t *testing.T) {
 	redisproc.Require(t)
+	t.Parallel()
 	const (
 		liveTO    = 5 * time.Second // generous: a loaded machine can delay the acknowledgement
 		stoppedTO = 300 * time.Millisecond

@@ -28,6 +28,7 @@ import (
 // exclusive one is queued queues behind it although shared holders hold.
 func TestSharedFIFOProcesses(t *testing.T) {
 	redisproc.Require(t)
+	t.Parallel()
 	t.Run("standalone", func(t *testing.T) {
 		s := redisproc.Start(t)
 		sharedFIFO(t, []string{s.Addr()}, s.Client(t), s)
@@ -216,6 +217,7 @@ func holderTokens(t *testing.T, client redis.UniversalClient, key string) []stri
 // and the writer asked while readers held (most requests).
 func TestSharedWriterNotStarved(t *testing.T) {
 	redisproc.Require(t)
+	t.Parallel()
 	const (
 		readerProcs, readerGoroutines = 3, 3
 		rounds                        = 30

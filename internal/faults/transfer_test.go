@@ -289,6 +289,7 @@ func noLocksLeft(t *testing.T, c redis.UniversalClient, prefix string) {
 // account's tokens strictly increase in store order.
 func TestTransfers(t *testing.T) {
 	redisproc.Require(t)
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		cluster bool
@@ -352,6 +353,7 @@ func TestTransfers(t *testing.T) {
 // bound (TTL, or the 3s of a grant to a dead waiter) after the last process exits.
 func TestTransfersKilledAndStopped(t *testing.T) {
 	redisproc.Require(t)
+	t.Parallel()
 	s := redisproc.Start(t)
 	addrs, client := []string{s.Addr()}, s.Client(t)
 	prefix := "faulty:"
