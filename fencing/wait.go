@@ -109,6 +109,9 @@ func (l *Locker) waitErr(parent context.Context, resource string, begin time.Tim
 		return err
 	}
 	b := &BusyError{Resource: resource, RetryAfter: max(e.left, 0), Waited: time.Since(begin), Ahead: e.ahead}
+	if parent.Err() != nil && errors.Is(e.last, parent.Err()) {
+		e.last = nil // the last check failed for the context's end, which the text gives once
+	}
 	switch {
 	case isDone(l.done):
 		return ErrClosed
