@@ -32,14 +32,14 @@ step() {
   (
     set +e
     (set -e; "$@") >"$step_logs/$name.log" 2>&1
-    echo $? >"$step_logs/$name.rc"
+    echo "$? $SECONDS" >"$step_logs/$name.rc" # the status, and the time it ended
   ) &
   step_pid[$name]=$!
   step_order+=("$name")
   printf '   started: %s   [%d s]\n' "$name" "$SECONDS"
 }
 step_done() { [ -f "$step_logs/$1.rc" ]; }
-step_ok() { step_done "$1" && [ "$(cat "$step_logs/$1.rc")" = 0 ]; }
+step_ok() { step_done "$1" && [ "$(cut -d' ' -f1 "$step_logs/$1.rc")" = 0 ]; }
 # wait_for_step NAME: waits until NAME has ended; fails unless it passed.
 wait_for_step() {
   until step_done "$1"; do sleep 1; done
@@ -58,7 +58,7 @@ wait_steps() {
       step_done "$name" || continue
       pid=${step_pid[$name]}
       wait "$pid" 2>/dev/null || true
-      step_time[$name]=$((SECONDS - step_start[$name]))
+      step_time[$name]=$(($(cut -d' ' -f2 "$step_logs/$name.rc") - step_start[$name]))
       if step_ok "$name"; then
         log "$name: passed in ${step_time[$name]} s (from ${step_start[$name]} s)"
       else
