@@ -11,7 +11,7 @@ import (
 )
 
 // TestVersion checks that Version is semantic, that the tracing package reports the same
-// version and that CHANGELOG.md has a section for it (or the Unreleased one before a tag).
+// version and that CHANGELOG.md has a dated section for it below an Unreleased one.
 func TestVersion(t *testing.T) {
 	if !regexp.MustCompile(`^\d+\.\d+\.\d+$`).MatchString(fencekit.Version) {
 		t.Errorf("Version = %q, want X.Y.Z", fencekit.Version)
@@ -23,8 +23,12 @@ func TestVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(changelog), "## [Unreleased]") &&
-		!strings.Contains(string(changelog), "## ["+fencekit.Version+"]") {
-		t.Errorf("CHANGELOG.md has neither an Unreleased section nor one for %s", fencekit.Version)
+	// Released: the version's section is dated, and an Unreleased section stays above it.
+	section := regexp.MustCompile(`(?m)^## \[` + regexp.QuoteMeta(fencekit.Version) + `\] - \d{4}-\d{2}-\d{2}$`)
+	if !section.Match(changelog) {
+		t.Fatalf("CHANGELOG.md has no section \"## [%s] - YYYY-MM-DD\"", fencekit.Version)
+	}
+	if u := strings.Index(string(changelog), "## [Unreleased]"); u < 0 || u > section.FindIndex(changelog)[0] {
+		t.Errorf("CHANGELOG.md has no \"## [Unreleased]\" section above %s's", fencekit.Version)
 	}
 }

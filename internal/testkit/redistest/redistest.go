@@ -71,9 +71,16 @@ func (r *Redis) NewClient(t testing.TB) *redis.Client {
 	return c
 }
 
-// Options returns client options for the server.
+// Options returns client options for the server. On miniredis, a server inside the test
+// process, the timeouts are a minute: on a loaded machine its replies can take longer than
+// go-redis's 3s, and such a timeout is a reply lost on the wire, which only the tests that
+// inject one mean to test.
 func (r *Redis) Options() *redis.Options {
-	return &redis.Options{Addr: r.Addr, DB: r.DB, DisableIdentity: true}
+	o := &redis.Options{Addr: r.Addr, DB: r.DB, DisableIdentity: true}
+	if r.Mini != nil {
+		o.ReadTimeout, o.WriteTimeout = time.Minute, time.Minute
+	}
+	return o
 }
 
 // Advance lets d pass for the server's TTLs: FastForward on miniredis, a real wait on Redis.
