@@ -526,7 +526,9 @@ func TestDoAllTokensInContext(t *testing.T) {
 func TestDoAllLossCancelsWithCause(t *testing.T) {
 	t.Parallel()
 	r := redistest.New(t)
-	l := newLocker(t, r, fencing.WithTTL(300*time.Millisecond))
+	// The first renewal (a second in) finds b taken, long before a loaded machine could let
+	// the lease run out and name another resource.
+	l := newLocker(t, r, fencing.WithTTL(3*time.Second))
 	ctx := t.Context()
 	var cause error
 	err := l.DoAll(ctx, []string{"a", "b"}, func(ctx context.Context) error {
@@ -538,7 +540,7 @@ func TestDoAllLossCancelsWithCause(t *testing.T) {
 		case <-ctx.Done():
 			cause = context.Cause(ctx)
 			return ctx.Err()
-		case <-time.After(5 * time.Second):
+		case <-time.After(time.Minute):
 			return errors.New("work not cancelled")
 		}
 	})
@@ -710,22 +712,28 @@ func TestDoAllRenewsTogether(t *testing.T) {
 	c := r.NewClient(t)
 	h := &pipeCounter{}
 	c.AddHook(h)
-	l := fencing.New(c, fencing.WithPrefix(r.Prefix), fencing.WithTTL(300*time.Millisecond))
+	// A lease that a loaded machine cannot stall a renewal past (renewals go every third).
+	const ttl = 3 * time.Second
+	l := fencing.New(c, fencing.WithPrefix(r.Prefix), fencing.WithTTL(ttl))
 	defer l.Close()
 	ctx := t.Context()
 	var single, pipes int64
 	err := l.DoAll(ctx, []string{"a", "b", "c"}, func(ctx context.Context) error {
 		h.single.Store(0)
 		h.pipes.Store(0)
-		select {
-		case <-time.After(700 * time.Millisecond): // past the 300ms lease: renewals keep it
-		case <-ctx.Done():
-			return context.Cause(ctx)
+		// Four thirds of the lease pass for the server, a third after each renewal: without
+		// renewals the locks would be gone after three.
+		for i := range int64(4) {
+			waitFor(t, time.Minute, "a renewal", func() bool { return h.pipes.Load() > i || ctx.Err() != nil })
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			r.Advance(ttl / 3)
 		}
 		single, pipes = h.single.Load(), h.pipes.Load()
 		for _, res := range []string{"a", "b", "c"} {
 			if !lockExists(t, r, res) {
-				return fmt.Errorf("%s not held after 700ms with a 300ms lease", res)
+				return fmt.Errorf("%s not held after four thirds of its lease", res)
 			}
 		}
 		return nil
@@ -733,9 +741,9 @@ func TestDoAllRenewsTogether(t *testing.T) {
 	if err != nil {
 		t.Fatalf("DoAll: %v", err)
 	}
-	// A renewal every 100ms: about 7, each one pipeline of three extensions.
-	if pipes < 3 || single != 0 {
-		t.Fatalf("while fn ran: %d pipelines and %d single scripts, want at least 3 and 0: the leases renewed together", pipes, single)
+	// Each renewal is one pipeline of three extensions.
+	if pipes < 4 || single != 0 {
+		t.Fatalf("while fn ran: %d pipelines and %d single scripts, want at least 4 and 0: the leases renewed together", pipes, single)
 	}
 }
 
