@@ -107,7 +107,7 @@ func lockLostCancelsContext(t *testing.T, m Major) {
 		if v.r.Mini == nil {
 			t.Skip("needs miniredis FastForward: renewals keep a real lease alive")
 		}
-		run(t, v, func() { v.r.Mini.FastForward(time.Second) })
+		run(t, v, func() { v.r.Mini.FastForward(2 * lostTTL) })
 	})
 }
 
@@ -123,7 +123,7 @@ func (v *env) loseWhileRunning(ret func(cause error) error, lose func()) *httpte
 		ctx := r.Request().Context()
 		awaitCancel(ctx, entered, cause)
 		return ret(context.Cause(ctx))
-	}, v.mw(Config{TTL: 300 * time.Millisecond}))
+	}, v.mw(Config{TTL: lostTTL}))
 	done := make(chan *httptest.ResponseRecorder, 1)
 	go func() { done <- v.serve(http.MethodPut, "/items/1") }()
 	recv(v.t, entered, "the handler")
@@ -134,10 +134,18 @@ func (v *env) loseWhileRunning(ret func(cause error) error, lose func()) *httpte
 	return recv(v.t, done, "the response")
 }
 
+// lostTTL is the lease of the locks that loseWhileRunning loses: one a loaded machine cannot
+// let run out on its own before the test takes it away (renewals go every third of it).
+const lostTTL = 3 * time.Second
+
 // deleteLocks deletes the test's held locks' keys in Redis.
 func (v *env) deleteLocks() {
 	v.t.Helper()
-	if err := v.r.Client.Del(context.Background(), v.lockKeys()...).Err(); err != nil {
+	keys := v.lockKeys()
+	if len(keys) == 0 {
+		v.t.Fatal("no held lock to delete: the handler's lock is gone already")
+	}
+	if err := v.r.Client.Del(context.Background(), keys...).Err(); err != nil {
 		v.t.Fatal(err)
 	}
 }
