@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/fencekit/fencekit/internal/wire"
 )
 
 // Sentinel errors, matched with [errors.Is]. Every error a call returns names the call and its
@@ -132,3 +134,14 @@ func invalidf(format string, args ...any) error {
 
 // errNoLock is the cause of a call on a nil or zero Lock or LockSet: it holds nothing.
 var errNoLock = fmt.Errorf("%w: %w: from no acquisition", ErrNotHeld, ErrInvalid)
+
+// kindName names a kind in errors: "exclusive (limit 1)", "shared" or "limit n".
+func kindName(k wire.Kind) string {
+	switch {
+	case k.Shared:
+		return "shared"
+	case k.Limit > 1:
+		return "limit " + strconv.Itoa(k.Limit)
+	}
+	return "exclusive (limit 1)"
+}

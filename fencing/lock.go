@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,28 +41,6 @@ type Lock struct {
 	mu       sync.Mutex    // orders the deferred extension with Extend and Release
 	later    *time.Timer   // the deferred extension of a grant's short lease (extendLater); nil once done
 	laterTTL time.Duration // the lease that extension sets
-}
-
-// Token returns the fencing token of this acquisition, higher than every token issued before
-// it for the resource: pass it to the store, which must reject writes with a lower one.
-func (k *Lock) Token() int64 {
-	if k == nil {
-		return 0
-	}
-	return k.token
-}
-
-// Resource returns the resource name the lock was taken on.
-func (k *Lock) Resource() string {
-	if k == nil {
-		return ""
-	}
-	return k.resource
-}
-
-// Shared reports whether the acquisition is shared ([Shared]); false for a nil *Lock.
-func (k *Lock) Shared() bool {
-	return k != nil && k.kind.Shared
 }
 
 // TryAcquire makes one attempt to take resource: exclusively, or with [Shared] beside other
@@ -198,17 +175,6 @@ func (l *Locker) newLock(cfg *config, resource string, k wire.Keys, owner string
 		value: wire.Value(owner, token), token: token, acquired: sent}
 	lock.setValidUntil(sent, time.Duration(ms)*time.Millisecond)
 	return lock
-}
-
-// kindName names a kind in errors: "exclusive (limit 1)", "shared" or "limit n".
-func kindName(k wire.Kind) string {
-	switch {
-	case k.Shared:
-		return "shared"
-	case k.Limit > 1:
-		return "limit " + strconv.Itoa(k.Limit)
-	}
-	return "exclusive (limit 1)"
 }
 
 // newOwner returns 16 random bytes as unpadded base64url: 22 characters, never ':' or '.'.
@@ -363,69 +329,6 @@ func (l *Locker) releaseOwner(ctx context.Context, cfg *config, ks []wire.Keys, 
 	l.release(ctx, rs...)
 }
 
-// Extend resets the lease to ttl, counted from now, if this acquisition still holds the
-// resource; otherwise (the lease ran out, or a newer acquisition holds it) it returns an error
-// wrapping [ErrNotHeld] and changes nothing, never taking a free resource again. A ttl outside
-// [MinTTL, MaxTTL] returns an error wrapping [ErrInvalid], sending nothing. A lock from the
-// queue keeps its pending extension to the TTL ([Locker.Acquire]) until one takes effect.
-func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	if k == nil || k.locker == nil {
-		return opErr("extend", "", errNoLock)
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	err := k.extend(ctx, ttl, observe.OpExtend)
-	if err == nil || errors.Is(err, ErrNotHeld) {
-		k.dropLater()
-	}
-	return err
-}
-
-// extend is Extend as op for the hooks, leaving the pending extension as it is.
-func (k *Lock) extend(ctx context.Context, ttl time.Duration, op observe.Op) error {
-	ctx, begin := k.hooks.start(ctx, op, k.resource), time.Now()
-	err := validTTL(ttl)
-	if err == nil {
-		_, held, rerr := wire.ParseExtend(k.extension(ttl).Run(ctx, k.locker.client).Result())
-		err = k.extended(begin, ttl, held, rerr)
-	}
-	if err != nil {
-		err = opErr("extend", k.resource, err)
-	}
-	k.hooks.end(ctx, k.event(op, begin, err))
-	return err
-}
-
-// extension returns the extend script's call for k to ttl.
-func (k *Lock) extension(ttl time.Duration) wire.Call {
-	return (&wire.Extend{Keys: k.keys, Value: k.value, Kind: k.kind, Lease: millis(ttl)}).Call(k.locker.client)
-}
-
-// extended returns an extension's error, given the script's, and records its validity.
-func (k *Lock) extended(begin time.Time, ttl time.Duration, held bool, err error) error {
-	switch {
-	case err != nil:
-		return err
-	case !held:
-		return ErrNotHeld
-	}
-	k.setValidUntil(begin, time.Duration(millis(ttl))*time.Millisecond)
-	return nil
-}
-
-// TTL returns the lease left as Redis counts it, or an error wrapping [ErrNotHeld] once lost.
-func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
-	if k == nil || k.locker == nil {
-		return 0, opErr("ttl", "", errNoLock)
-	}
-	e := &wire.Extend{Keys: k.keys, Value: k.value, Kind: k.kind}
-	left, held, err := e.Run(ctx, k.locker.client)
-	if err == nil && !held {
-		err = ErrNotHeld
-	}
-	return left, opErr("ttl", k.resource, err)
-}
-
 // event returns the hooks' event of op on k, begun at begin.
 func (k *Lock) event(op observe.Op, begin time.Time, err error) observe.Event {
 	e := observe.Event{Op: op, Resource: k.resource, Token: k.token, Label: k.label, Outcome: observe.OutcomeOK, Elapsed: time.Since(begin)}
@@ -467,40 +370,6 @@ func validResource(resource string) error {
 func lostReply(ctx context.Context, err error) bool {
 	var reply redis.Error
 	return err != nil && ctx.Err() == nil && !errors.As(err, &reply)
-}
-
-// extendLater extends a grant's shorter lease to ttl a third of the way into it, off the hand-off
-// path, retrying while it lasts; an extension, Release and Do's renewals cancel it.
-func (k *Lock) extendLater(ttl time.Duration) {
-	retry := newBackoff(retryFirst, retryMost)
-	run := func() {
-		k.mu.Lock()
-		defer k.mu.Unlock()
-		if k.later == nil {
-			return // cancelled meanwhile
-		}
-		ctx, cancel := context.WithDeadline(context.Background(), k.deadline())
-		err := k.extend(ctx, ttl, observe.OpRenew)
-		cancel()
-		if passing(err) && time.Until(k.deadline()) > retry.next {
-			k.later.Reset(retry.step())
-			return
-		}
-		k.later = nil
-	}
-	k.mu.Lock()
-	k.later, k.laterTTL = time.AfterFunc(time.Until(k.deadline())/3, run), ttl
-	k.mu.Unlock()
-}
-
-// keepUp extends a set's lock to ttl later, unless that is pending or half of ttl is left.
-func (k *Lock) keepUp(ttl time.Duration) {
-	k.mu.Lock()
-	pending := k.later != nil
-	k.mu.Unlock()
-	if !pending && time.Until(k.deadline()) < ttl/2 {
-		k.extendLater(ttl)
-	}
 }
 
 // stopLater cancels extendLater's extension, if any.
