@@ -148,7 +148,7 @@ func TestWrapEntity(t *testing.T) {
 				tokens <- token
 				<-ctx.Done() // the renewal finds the lock gone
 				return fmt.Errorf("export: %w", context.Cause(ctx))
-			}), l, tenantOf, withEntity(asynqfence.WithTTL(300*time.Millisecond))...)
+			}), l, tenantOf, withEntity(asynqfence.WithTTL(3*time.Second))...) // the loss is found a second in
 			done := make(chan error, 1)
 			go func() { done <- h.ProcessTask(t.Context(), task("tenant:1|A")) }()
 			if err := l.ForceRelease(t.Context(), lose, <-tokens); err != nil {

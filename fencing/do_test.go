@@ -117,7 +117,7 @@ func TestDoRenewsPastTTL(t *testing.T) {
 func TestDoLossCancelsWork(t *testing.T) {
 	t.Parallel()
 	r := redistest.New(t)
-	const ttl = 300 * time.Millisecond
+	const ttl = 3 * time.Second // the first renewal, a third in, finds the loss
 	l := newLocker(t, r, fencing.WithTTL(ttl))
 	var cause error
 	var took time.Duration

@@ -303,18 +303,37 @@ func TestAcquireAllRenewsWhileWaiting(t *testing.T) {
 	l := newLocker(t, r)
 	other := newLocker(t, r)
 	ctx := t.Context()
-	holder := mustAcquire(t, other, "b", fencing.WithTTL(5*time.Second))
-	time.AfterFunc(time.Second, func() { _ = holder.Release(context.Background()) })
-	// a's lease is 300ms; the wait for b lasts about 1s: a must be renewed meanwhile.
-	set, err := l.AcquireAll(ctx, []string{"a", "b"}, fencing.WithTTL(300*time.Millisecond))
-	if err != nil {
-		t.Fatalf("AcquireAll: %v", err)
+	holder := mustAcquire(t, other, "b", fencing.WithTTL(time.Minute))
+	type result struct {
+		set *fencing.LockSet
+		err error
 	}
-	defer set.Release(context.Background())
-	if tok, err := r.Client.Get(ctx, r.Prefix+"{a}:lock").Result(); err != nil || !strings.HasSuffix(tok, ":1") {
+	got := make(chan result, 1)
+	go func() {
+		set, err := l.AcquireAll(ctx, []string{"a", "b"}, fencing.WithTTL(3*time.Second))
+		got <- result{set, err}
+	}()
+	// b is held until the set has renewed a, taken first, while it waits: a's TTL goes up.
+	a := r.Prefix + "{a}:lock"
+	waitFor(t, 10*time.Second, "a taken", func() bool { return r.Client.Exists(ctx, a).Val() == 1 })
+	low := r.Client.PTTL(ctx, a).Val()
+	waitFor(t, 10*time.Second, "a renewed", func() bool {
+		d := r.Client.PTTL(ctx, a).Val()
+		defer func() { low = min(low, d) }()
+		return d > low
+	})
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res := recv(t, got, 10*time.Second, "AcquireAll")
+	if res.err != nil {
+		t.Fatalf("AcquireAll: %v", res.err)
+	}
+	defer res.set.Release(context.Background())
+	if tok, err := r.Client.Get(ctx, a).Result(); err != nil || !strings.HasSuffix(tok, ":1") {
 		t.Fatalf("a's lock after the wait: %q %v, want still held with token 1", tok, err)
 	}
-	for _, k := range set.Locks() {
+	for _, k := range res.set.Locks() {
 		if _, err := k.TTL(ctx); err != nil {
 			t.Fatalf("TTL(%s): %v", k.Resource(), err)
 		}

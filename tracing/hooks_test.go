@@ -553,7 +553,7 @@ func TestRedisSpansNestUnderOurs(t *testing.T) {
 func TestDoUnderRequestSpan(t *testing.T) {
 	r := redistest.New(t)
 	tel := newTelemetry(t)
-	l := newLocker(t, r, tel.hooks(), fencing.WithTTL(300*time.Millisecond))
+	l := newLocker(t, r, tel.hooks(), fencing.WithTTL(3*time.Second)) // renewed a second in
 	ctx, parent := tel.parent(t.Context(), "job orders:sync")
 
 	err := l.Do(ctx, "orders", func(ctx context.Context) error {

@@ -30,7 +30,7 @@ func events(s sdktrace.ReadOnlySpan) []string {
 func TestLeadSpansAndGauge(t *testing.T) {
 	r := redistest.New(t)
 	tel := newTelemetry(t)
-	l := newLocker(t, r, tel.hooks(), fencing.WithTTL(300*time.Millisecond))
+	l := newLocker(t, r, tel.hooks(), fencing.WithTTL(3*time.Second)) // the loss is found a second in
 	ctx, parent := tel.parent(t.Context(), "service")
 	terms := 0
 	var gauge []int64

@@ -144,7 +144,7 @@ func TestCluster(t *testing.T) {
 				}
 			}
 			return ctx.Err()
-		}, fencing.WithTTL(300*time.Millisecond))
+		}, fencing.WithTTL(3*time.Second)) // a renewal a second: no loaded machine delays one past the lease
 		if err != nil || renewals.Load() < 3 {
 			t.Fatalf("Do on the cluster: %v after %d renewals", err, renewals.Load())
 		}

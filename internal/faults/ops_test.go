@@ -55,7 +55,7 @@ func TestScriptFlush(t *testing.T) {
 			time.Sleep(10 * time.Millisecond) // pace the flushes between renewals
 		}
 		return ctx.Err()
-	}, fencing.WithTTL(300*time.Millisecond))
+	}, fencing.WithTTL(3*time.Second)) // a renewal a second: no loaded machine delays one past the lease
 	step("Do (renewals after flushes)", err)
 	if renewals.Load() < 3 {
 		t.Errorf("got %d renewals, want 3", renewals.Load())
