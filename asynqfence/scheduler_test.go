@@ -176,7 +176,7 @@ func TestSchedulerEntryIDs(t *testing.T) {
 
 // TestSchedulerEnqueuesEveryTick runs one leader with an "@every 1s" entry for a few seconds:
 // every tick after the first is enqueued once, with its task ID and the default retention,
-// at most a little after its time.
+// after its time and before the next tick's (a loaded machine's timers may fire late).
 func TestSchedulerEnqueuesEveryTick(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -214,7 +214,7 @@ func TestSchedulerEnqueuesEveryTick(t *testing.T) {
 	}
 	// The first enqueue is the catch-up of the tick before leadership began.
 	for _, e := range events[1:] {
-		if late := e.Info.NextProcessAt.Sub(e.Tick); late > 250*time.Millisecond || late < 0 {
+		if late := e.Info.NextProcessAt.Sub(e.Tick); late >= time.Second || late < 0 {
 			t.Errorf("tick %v enqueued %v after its time", e.Tick, late)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -97,23 +98,22 @@ func TestWaiterWakesOnExpiry(t *testing.T) {
 	}
 }
 
-// TestHolderCrashTakeover measures, on a real Redis, how soon after a crashed holder's lease
-// ends a waiter of another Locker holds the lock. Nothing announces a lease that runs out,
-// but the replies that found the lock held said how much of its lease was left (the first
-// attempt's, then each poll's): the waiter checks again as it ends, one round trip after the
-// lease's end, rather than at its next poll (at most a second later, ±20% jitter; about 0.85
-// s in this test before). With a 1.5s lease a poll comes before the lease ends and the same
-// holds. It checks the bound docs/waiting.md states, with a loaded machine's slack, and logs
-// the figures.
+// TestHolderCrashTakeover measures, on a real Redis and its clock, how soon after a crashed
+// holder's lease ends a waiter of another Locker holds the lock. Nothing announces a lease that
+// runs out, but the replies that found the lock held said how much of its lease was left (the
+// first attempt's, then each poll's): the waiter checks again as it ends, one round trip after
+// the lease's end, rather than at its next poll (at most a second later, ±20% jitter). With a
+// 1.5s lease a poll comes before the lease ends and the same holds. A loaded machine can delay
+// any round, so the test wants the best round within the bound, which a waiter that waited for
+// its next poll misses by 100ms at least with the default back-off (that poll comes 0.8s after
+// the first attempt at the earliest, 0.5s after a 300ms lease's end); TestLeaseSeen checks the
+// schedule itself, without a clock. It logs the best and the worst round.
 func TestHolderCrashTakeover(t *testing.T) {
 	t.Parallel()
 	if !redistest.Real() {
 		t.Skip("needs a real Redis (FENCING_REDIS_ADDR): miniredis moves TTLs only with FastForward")
 	}
-	const (
-		bound = 20 * time.Millisecond  // a check's round trip
-		slack = 250 * time.Millisecond // a loaded machine's timers, -race
-	)
+	const bound = 400 * time.Millisecond // a round trip, with a loaded machine's slack
 	for _, tc := range []struct {
 		name   string
 		lease  time.Duration
@@ -121,33 +121,49 @@ func TestHolderCrashTakeover(t *testing.T) {
 		opts   []fencing.Option
 	}{
 		{"default", 300 * time.Millisecond, 5, nil},
-		{"default/polled-before-the-end", 1500 * time.Millisecond, 2, nil},
+		{"default/polled-before-the-end", 1500 * time.Millisecond, 3, nil},
 		{"backoff-max-100ms", 300 * time.Millisecond, 5, []fencing.Option{fencing.WithRetryBackoff(10*time.Millisecond, 100*time.Millisecond)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := redistest.New(t)
 			crashed := newLocker(t, r) // its holders never release
 			waiter := newLocker(t, r, tc.opts...)
-			var worst time.Duration
+			// serverTime returns the server's clock and the PTTL of resource's lock.
+			serverTime := func(resource string) (time.Time, time.Duration) {
+				var now *redis.TimeCmd
+				var left *redis.DurationCmd
+				if _, err := r.Client.Pipelined(t.Context(), func(p redis.Pipeliner) error {
+					now, left = p.Time(t.Context()), p.PTTL(t.Context(), r.Prefix+"{"+resource+"}:lock")
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				return now.Val(), left.Val()
+			}
+			best, worst := time.Duration(math.MaxInt64), time.Duration(0)
 			for i := range tc.rounds {
-				sent := time.Now()
-				held := mustAcquire(t, crashed, "res"+strconv.Itoa(i), fencing.WithTTL(tc.lease))
-				lock, err := waiter.Acquire(t.Context(), "res"+strconv.Itoa(i))
-				after := time.Since(sent.Add(tc.lease)) // from the lease's end at the latest
+				res := "res" + strconv.Itoa(i)
+				held := mustAcquire(t, crashed, res, fencing.WithTTL(tc.lease))
+				now, left := serverTime(res)
+				ends := now.Add(left) // the lease's end, on the server's clock
+				lock, err := waiter.Acquire(t.Context(), res)
 				if err != nil {
 					t.Fatal(err)
 				}
+				now, _ = serverTime(res) // at the latest when the waiter took the lock
+				after := now.Sub(ends)
 				if lock.Token() != held.Token()+1 {
 					t.Fatalf("got token %d, want %d", lock.Token(), held.Token()+1)
 				}
 				if err := lock.Release(t.Context()); err != nil {
 					t.Fatal(err)
 				}
-				worst = max(worst, after)
+				best, worst = min(best, after), max(worst, after)
 			}
-			t.Logf("FIGURE holder-crash %s: lease %v, %d rounds, the waiter held the lock at most %v after the lease's end", tc.name, tc.lease, tc.rounds, worst.Round(time.Millisecond))
-			if worst > bound+slack {
-				t.Fatalf("the waiter held the lock %v after the lease's end, want at most %v (+%v slack)", worst, bound, slack)
+			t.Logf("FIGURE holder-crash %s: lease %v, %d rounds, the waiter held the lock %v to %v after the lease's end (server's clock)",
+				tc.name, tc.lease, tc.rounds, best.Round(time.Millisecond), worst.Round(time.Millisecond))
+			if best > bound {
+				t.Fatalf("the waiter held the lock %v after the lease's end at best, want at most %v", best, bound)
 			}
 		})
 	}

@@ -129,8 +129,10 @@ func (d *demo) start(n int) (*replica, error) {
 	rp := &replica{n: n, done: make(chan error, 1)}
 	// Each replica has its own Locker, as it would in its own process. The lease bounds how
 	// long the ticks wait for a successor when a leader dies; a leader that shuts down
-	// resigns, and the next one leads at once.
-	rp.locker = fencing.New(d.rdb, fencing.WithPrefix(d.prefix), fencing.WithTTL(5*time.Second))
+	// resigns, and the next one leads at once. Renewed a third of the way in, it leaves a
+	// loaded machine 10 s to get a renewal back before the leader stops leading (and skips
+	// ticks) by its own clock.
+	rp.locker = fencing.New(d.rdb, fencing.WithPrefix(d.prefix), fencing.WithTTL(15*time.Second))
 	rp.elector = leader.New(rp.locker, "settlement")
 	ctx, stop := context.WithCancel(context.Background())
 	rp.stop = stop

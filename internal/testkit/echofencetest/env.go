@@ -285,6 +285,12 @@ func sendTo(t testing.TB, client *http.Client, base, method, path, key, body str
 	return reply{status: resp.StatusCode, header: resp.Header, body: string(b)}
 }
 
+// slowLease is the lock's lease of the cases that send many requests at once (IdemConfig's
+// LockTTL): a loaded machine, under -race, may take seconds to serve them all, and must not
+// outlast a lease whose renewals wait their turn for a connection (on miniredis only the
+// Locker's clock ends a lease; a lapsed lock would stay held there, and answer 409).
+const slowLease = time.Minute
+
 // sendMany runs send(i) for i in [0, n) at once and returns the replies.
 func sendMany(n int, send func(i int) reply) []reply {
 	replies := make([]reply, n)
