@@ -243,8 +243,14 @@ func TestSchedulerReplicas(t *testing.T) {
 			largest = max(largest, d)
 		}
 	}
-	if time.Duration(largest)*time.Second > replicaLease+time.Second {
-		t.Errorf("largest gap between ticks %ds, want at most the lease %v plus a period", largest, replicaLease)
+	// A loaded machine may delay a takeover past the dead leader's lease: the hole may be longer
+	// by that, as the terms show it, not by more.
+	var late time.Duration
+	for i := 1; i < len(lg.terms); i++ {
+		late = max(late, lg.terms[i].won.Sub(lg.terms[i-1].believed()))
+	}
+	if time.Duration(largest)*time.Second > replicaLease+time.Second+late {
+		t.Errorf("largest gap between ticks %ds, want at most the lease %v plus a period (and the latest takeover's %v past a lease)", largest, replicaLease, late)
 	}
 	if len(gaps) > 3 {
 		t.Errorf("got %d holes in the ticks, want at most one per failover (3): %v", len(gaps), gaps)

@@ -187,6 +187,8 @@ func TestDoRedisDownCancelsAtValidity(t *testing.T) {
 func TestDoContention(t *testing.T) {
 	t.Parallel()
 	r := redistest.New(t)
+	// A CI run on miniredis once hung here with every waiter polling (see docs/testing.md).
+	r.RealTime(t)
 	l := newLocker(t, r)
 	const n = 200
 	var store fencedStore

@@ -245,6 +245,7 @@ func TestLimitMismatch(t *testing.T) {
 func TestLimitContention(t *testing.T) {
 	t.Parallel()
 	r := redistest.New(t)
+	r.RealTime(t) // as TestDoContention
 	const limit, lockers, per = 4, 4, 50
 	var inside, most, stale atomic.Int32
 	var mu sync.Mutex

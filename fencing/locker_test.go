@@ -74,7 +74,7 @@ func TestTokensIncreaseAcrossExpiryAndIdle(t *testing.T) {
 	t.Parallel()
 	r := redistest.New(t)
 	// Leases long enough that a slow reply on a loaded machine still comes back within them.
-	l := newLocker(t, r, fencing.WithTTL(250*time.Millisecond))
+	l := newLocker(t, r, fencing.WithTTL(2*time.Second))
 	ctx := t.Context()
 	var last int64
 	for i := range 5 {
@@ -87,7 +87,7 @@ func TestTokensIncreaseAcrossExpiryAndIdle(t *testing.T) {
 		case 0:
 			_ = lock.Release(ctx)
 		case 1:
-			r.Advance(300 * time.Millisecond) // expiry
+			r.Advance(2100 * time.Millisecond) // expiry
 		case 2:
 			_ = lock.Release(ctx)
 			r.Advance(600 * time.Millisecond) // idle
@@ -98,11 +98,11 @@ func TestTokensIncreaseAcrossExpiryAndIdle(t *testing.T) {
 func TestStaleReleaseAndExtend(t *testing.T) {
 	t.Parallel()
 	r := redistest.New(t)
-	l := newLocker(t, r, fencing.WithTTL(250*time.Millisecond))
+	l := newLocker(t, r, fencing.WithTTL(2*time.Second)) // a slow reply still comes back within it
 	ctx := t.Context()
 
 	old := mustAcquire(t, l, "res")
-	r.Advance(300 * time.Millisecond)
+	r.Advance(2100 * time.Millisecond)
 	if err := old.Extend(ctx, time.Second); !errors.Is(err, fencing.ErrNotHeld) {
 		t.Fatalf("Extend after expiry: got %v, want ErrNotHeld", err)
 	}

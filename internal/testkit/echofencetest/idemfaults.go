@@ -69,7 +69,7 @@ func idempotentCluster(t *testing.T, m Major) {
 	l := fencing.New(cc, fencing.WithPrefix(prefix), fencing.WithRetryBackoff(time.Millisecond, 20*time.Millisecond))
 	t.Cleanup(func() { _ = l.Close() })
 	v := echoEnv(t, m, nil, l)
-	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{MaxWait: 2 * time.Minute, LockTTL: slowLease}))
+	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{MaxWait: 2 * time.Minute}))
 	ctx := context.Background()
 	if err := cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }); err != nil {
 		t.Fatal(err)

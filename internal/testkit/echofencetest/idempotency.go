@@ -272,7 +272,7 @@ func idempotentConcurrentRetries(t *testing.T, m Major) {
 			// Every other request waits in the key's queue before this one ends.
 			eventually(t, 2*time.Minute, "the other requests waiting", func() bool { return queued(v) == n-1 })
 			return v.pay(r)
-		}, v.imw(IdemConfig{MaxWait: 5 * time.Minute, LockTTL: slowLease}))
+		}, v.imw(IdemConfig{MaxWait: 2 * time.Minute}))
 		replies := sendMany(n, func(int) reply { return v.send(http.MethodPost, "/payments/1", key, "a") })
 		replayed := 0
 		for _, r := range replies {
@@ -426,7 +426,7 @@ func idempotentChainWithFence(t *testing.T, m Major) {
 // quotes, spaces, '%', invalid UTF-8): each is a key of its own, stored and replayed.
 func idempotentOddKeys(t *testing.T, m Major) {
 	v := newEnv(t, m)
-	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{LockTTL: slowLease}))
+	v.e.Add(http.MethodPost, "/payments/:id", v.pay, v.imw(IdemConfig{}))
 	var keys []string
 	for b := 0x20; b <= 0xff; b++ {
 		if b != 0x7f {

@@ -92,6 +92,33 @@ func (r *Redis) Advance(d time.Duration) {
 	time.Sleep(d)
 }
 
+// RealTime makes the server's TTLs run out as a real server's do, with the wall clock, until the
+// test ends: on miniredis, whose TTLs move only with FastForward, a goroutine moves them every
+// 50ms; on Redis, it does nothing. For tests of many waiters, where a lease no one renews (a
+// grant whose waiter never takes it) must end as it would in production.
+func (r *Redis) RealTime(t testing.TB) {
+	if r.Mini == nil {
+		return
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-tick.C:
+				r.Mini.FastForward(now.Sub(last))
+				last = now
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+}
+
 // deleteKeys removes the test's keys with a fresh context (t.Context is done by cleanup time).
 func (r *Redis) deleteKeys(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
