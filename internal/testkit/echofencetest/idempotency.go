@@ -375,7 +375,9 @@ func idempotentScope(t *testing.T, m Major) {
 // idempotentLockLost loses the key's lock while the handler runs: its context is cancelled,
 // its client gets its answer, and nothing is stored, so a retry runs again.
 func idempotentLockLost(t *testing.T, m Major) {
-	v := newEnv(t, m, fencing.WithTTL(300*time.Millisecond)) // renewed every 100ms
+	// Renewed every second: a lease a slow reply on a loaded machine cannot outlast (a 300ms one
+	// could, and the first request got 409 without running the handler).
+	v := newEnv(t, m, fencing.WithTTL(3*time.Second))
 	causes := make(chan error, 1)
 	v.e.Add(http.MethodPost, "/payments/:id", func(r Request) error {
 		if v.runs.Load() == 0 {
