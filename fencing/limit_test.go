@@ -356,13 +356,13 @@ func TestLimitKilledHolder(t *testing.T) {
 	ctx := t.Context()
 	opt := fencing.WithLimit(2)
 	dead := process(t, r, opt)
-	mustAcquire(t, dead, "res", fencing.WithTTL(300*time.Millisecond)) // never released
+	mustAcquire(t, dead, "res", fencing.WithTTL(time.Second)) // never released
 	alive := mustAcquire(t, process(t, r, opt), "res")
 	waiter := process(t, r, opt)
 	got := acquireAsync(ctx, waiter, "res", opt)
 	waitFor(t, 5*time.Second, "the waiter in the queue", func() bool { return queueLen(r, "res") == 1 })
 	if !redistest.Real() {
-		r.Advance(300 * time.Millisecond) // miniredis TTLs; the scripts read the real clock
+		r.Advance(time.Second) // miniredis TTLs; the scripts read the real clock
 	}
 	g := <-got
 	if g.err != nil {

@@ -807,11 +807,11 @@ func TestAcquireAllLosesTakenLockWhileWaiting(t *testing.T) {
 	defer holder.Release(ctx)
 	got := make(chan error, 1)
 	go func() {
-		_, err := l.AcquireAll(ctx, []string{"a", "b"}, fencing.WithTTL(300*time.Millisecond))
+		_, err := l.AcquireAll(ctx, []string{"a", "b"}, fencing.WithTTL(3*time.Second))
 		got <- err
 	}()
 	waitFor(t, 5*time.Second, "the set waiting for b", func() bool { return fencing.Queued(l) == 1 })
-	// Another party takes a over: the next renewal, within 100ms, finds it gone.
+	// Another party takes a over: the next renewal, within a second, finds it gone.
 	if err := r.Client.Set(ctx, r.Prefix+"{a}:lock", "intruder:9", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}

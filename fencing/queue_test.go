@@ -796,7 +796,7 @@ func TestLostReplyOutcomes(t *testing.T) {
 	t.Run("release/passed-on", func(t *testing.T) {
 		l := process(t, r)
 		other := process(t, r)
-		lock := mustAcquire(t, l, "lapsed", fencing.WithTTL(100*time.Millisecond))
+		lock := mustAcquire(t, l, "lapsed", fencing.WithTTL(time.Second))
 		waitFor(t, 5*time.Second, "the lease to run out", func() bool {
 			return r.Client.Exists(ctx, r.Prefix+"{lapsed}:lock").Val() == 0
 		})

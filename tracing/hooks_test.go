@@ -620,7 +620,7 @@ func TestEchoRequestSpanIsParent(t *testing.T) {
 func TestLossMarksWorkSpan(t *testing.T) {
 	r := redistest.New(t)
 	tel := newTelemetry(t)
-	l := newLocker(t, r, tel.hooks(), fencing.WithTTL(100*time.Millisecond))
+	l := newLocker(t, r, tel.hooks(), fencing.WithTTL(3*time.Second)) // the loss is found a second in
 	ctx, job := tel.parent(t.Context(), "job orders:sync")
 
 	var token int64

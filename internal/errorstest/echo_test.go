@@ -197,7 +197,7 @@ func echoCases(m echoMajor) []errCase {
 		}},
 		{name + "Fence/ErrNotHeld/renewal", core, []error{fencing.ErrNotHeld}, func(t *testing.T) error {
 			e := newEnv(t)
-			return fenced(t, e, fenceConfig{ttl: 300 * time.Millisecond}, func(ctx context.Context) error {
+			return fenced(t, e, fenceConfig{ttl: 3 * time.Second}, func(ctx context.Context) error {
 				return e.loseByRenewal(ctx, t, resource)
 			})
 		}},
@@ -270,7 +270,7 @@ func echoCases(m echoMajor) []errCase {
 		}},
 		{name + "Idempotent/ErrNotHeld/renewal", core, []error{fencing.ErrNotHeld}, func(t *testing.T) error {
 			// The handler's own error, the context's cause: Echo answers it as it is.
-			e := newEnv(t, fencing.WithTTL(300*time.Millisecond))
+			e := newEnv(t, shortLease)
 			h := idempotent(t, idemConfig{locker: e.locker}, func(ctx context.Context) error {
 				return e.loseByRenewal(ctx, t, echofence.IdempotencyName("", route, "k"))
 			})
