@@ -293,11 +293,19 @@ func sendTo(t testing.TB, client *http.Client, base, method, path, key, body str
 }
 
 // sendMany runs send(i) for i in [0, n) at once and returns the replies.
-func sendMany(n int, send func(i int) reply) []reply {
+func sendMany(n int, send func(i int) reply) []reply { return sendAtMost(n, n, send) }
+
+// sendAtMost runs send(i) for i in [0, n), at most k at once, and returns the replies.
+func sendAtMost(k, n int, send func(i int) reply) []reply {
 	replies := make([]reply, n)
+	slots := make(chan struct{}, k)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { replies[i] = send(i) })
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			replies[i] = send(i)
+		})
 	}
 	wg.Wait()
 	return replies
