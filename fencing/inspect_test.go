@@ -75,7 +75,8 @@ func TestForceRelease(t *testing.T) {
 				defer mustAcquire(t, holders, "res", kind.opts...).Release(context.Background())
 			}
 			waiting := acquireAsync(ctx, waiters, "res", kind.wait...)
-			waitFor(t, 5*time.Second, "the waiter to queue", func() bool { return fencing.Waiters(waiters) == 1 })
+			// Queued in Redis (its join answered), not only in its Locker's room.
+			waitFor(t, 10*time.Second, "the waiter to queue", func() bool { return fencing.Queued(waiters) == 1 })
 
 			if err := ops.ForceRelease(ctx, "res", held.Token()+100); !errors.Is(err, fencing.ErrNotHeld) {
 				t.Errorf("ForceRelease with a token nobody holds: got %v, want ErrNotHeld", err)

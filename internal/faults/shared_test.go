@@ -204,14 +204,14 @@ func holderTokens(t *testing.T, client redis.UniversalClient, key string) []stri
 // resource shared without pause (each section 1–5 ms, the next Do at once), so that readers'
 // sections overlap and the resource is never free, and a writer process that asks for it
 // exclusively 30 times, 20–30 ms apart. Every request of the writer must be served within
-// 300 ms.
+// a second.
 //
 // The bound: a writer that finds readers holding queues, and every reader that asks after it
 // queues behind it (one FIFO queue for both kinds), so it waits only for the sections in
 // progress when it asked: at most 5 ms of hold, the readers' release round trips, and the
-// grant that the last release makes and announces; about 10 ms on an idle machine. 300 ms
-// leaves room for the scheduling delays of eleven processes on two vCPUs under -race, and
-// is still far below starvation: were readers let in beside the readers already holding, a
+// grant that the last release makes and announces; about 10 ms on an idle machine. A second
+// leaves room for the scheduling delays of eleven processes on two vCPUs beside CI's other
+// tiers (316 ms was seen), and is still far below starvation: were readers let in beside the readers already holding, a
 // writer would wait for the whole stream, which lasts the test (seconds). Readers writing
 // nothing, the check is sharedCheck's: no writer entered beside a reader, readers overlapped,
 // and the writer asked while readers held (at least a fifth of its requests).
@@ -221,7 +221,7 @@ func TestSharedWriterNotStarved(t *testing.T) {
 	const (
 		readerProcs, readerGoroutines = 3, 3
 		rounds                        = 30
-		bound                         = 300 * time.Millisecond
+		bound                         = time.Second
 	)
 	s := redisproc.Start(t)
 	client := s.Client(t)
