@@ -95,7 +95,7 @@ func (r *Redis) Advance(d time.Duration) {
 // RealTime makes the server's TTLs run out as a real server's do, with the wall clock, until the
 // test ends: on miniredis, whose TTLs move only with FastForward, a goroutine moves them every
 // 50ms; on Redis, it does nothing. For tests of many waiters, where a lease no one renews (a
-// grant whose waiter never takes it) must end as it would in production.
+// lock whose release timed out, a grant no waiter took) must end as it would in production.
 func (r *Redis) RealTime(t testing.TB) {
 	if r.Mini == nil {
 		return
