@@ -196,6 +196,13 @@ func pollNow(ctx context.Context, l *Locker) error { return l.room.checkNow(ctx)
 // jumps as a process's pause does): its next join writes its waiter key again.
 func aged(l *Locker) { l.room.age() }
 
+// lapsed reports whether err, of a call on k, says that k's lease ran out, and k's own
+// deadline (from when its acquisition or grant was sent, less a margin) had passed by then:
+// a lease Redis lost any earlier is a fault of the protocol.
+func lapsed(k *Lock, err error) bool {
+	return errors.Is(err, ErrNotHeld) && !time.Now().Before(k.deadline())
+}
+
 // settleLock runs a lock's deferred extension now, when one is pending (a grant's lease
 // shorter than the TTL), and reports whether it ran.
 func settleLock(ctx context.Context, k *Lock) (bool, error) {

@@ -643,17 +643,23 @@ func (m *model) granted(ws []*waiterM) {
 		h.lock = out.lock
 		r.holders[i].token = out.lock.Token()
 		m.handles = append(m.handles, h)
-		if ran, err := settleLock(m.ctx, out.lock); err != nil {
-			m.fatalf("%s: the grant's deferred extension: %v", w.name, err)
-		} else if ran {
-			r.holders[i].expires = m.clock.now() + w.ttl
-		} else if m.clock.mini == nil {
+		ran, err := settleLock(m.ctx, out.lock)
+		left := w.ttl
+		if err == nil && !ran && m.clock.mini == nil {
 			// On a real Redis a poll may have made the grant before this step, as the lease
 			// before it ran out: when, the model learns from Redis.
-			left, err := out.lock.TTL(m.ctx)
-			if err != nil {
-				m.fatalf("%s: TTL of its grant: %v", w.name, err)
-			}
+			left, err = out.lock.TTL(m.ctx)
+		}
+		switch {
+		case m.clock.mini == nil && lapsed(out.lock, err):
+			// The grant's lease ran out before this step too (a step that slept past it, an
+			// advance's or a settle's, or a slow machine), and not before the lock's own
+			// deadline said it could: it is gone, as a holder that did not renew.
+			m.logf("%s: the grant's lease ran out before this step", w.name)
+			r.holders[i].expires = m.clock.now()
+		case err != nil:
+			m.fatalf("%s: the grant's lease (its deferred extension ran: %v): %v", w.name, ran, err)
+		case ran || m.clock.mini == nil:
 			r.holders[i].expires = m.clock.now() + left
 		}
 	}
@@ -916,9 +922,13 @@ func (m *model) proceed(s *setM) {
 		i, _ := holds(r, s.h)
 		m.seen(k.Resource(), k.Token())
 		r.holders[i].token = k.Token()
-		if ran, err := settleLock(m.ctx, k); err != nil {
+		switch ran, err := settleLock(m.ctx, k); {
+		case m.clock.mini == nil && lapsed(k, err):
+			m.logf("AcquireAll %s: the lease of %s ran out before this step", s.name, k.Resource())
+			r.holders[i].expires = m.clock.now()
+		case err != nil:
 			m.fatalf("AcquireAll %s: deferred extension: %v", s.name, err)
-		} else if ran {
+		case ran:
 			r.holders[i].expires = m.clock.now() + s.ttl
 		}
 	}
