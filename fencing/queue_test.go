@@ -1073,7 +1073,16 @@ func scripts(t *testing.T, r *redistest.Redis) (acquire, poll string) {
 // hooked returns a Locker on a client of its own whose commands pass through hooks.
 func hooked(t *testing.T, r *redistest.Redis, hooks ...redis.Hook) *fencing.Locker {
 	t.Helper()
-	c := r.NewClient(t)
+	return hookedAs(t, r, "", hooks...)
+}
+
+// hookedAs is hooked with the client named name (CLIENT SETNAME on each connection), "" none.
+func hookedAs(t *testing.T, r *redistest.Redis, name string, hooks ...redis.Hook) *fencing.Locker {
+	t.Helper()
+	o := r.Options()
+	o.ClientName = name
+	c := redis.NewClient(o)
+	t.Cleanup(func() { _ = c.Close() })
 	for _, h := range hooks {
 		c.AddHook(h)
 	}

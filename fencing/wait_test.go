@@ -390,13 +390,8 @@ func TestWaiterRidesOutRedisErrors(t *testing.T) {
 			f := &failCalls{match: evalsha(pollSHA, 4)}
 			f.err.Store(tc.err)
 			// Named, so that its subscription's connection can be told apart on a real Redis.
-			o := r.Options()
-			o.ClientName = "fencekit-test-waiter-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-			wc := redis.NewClient(o)
-			wc.AddHook(f)
-			t.Cleanup(func() { _ = wc.Close() })
-			waiter := fencing.New(wc, fencing.WithPrefix(r.Prefix))
-			t.Cleanup(func() { _ = waiter.Close() })
+			name := "fencekit-test-waiter-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+			waiter := hookedAs(t, r, name, f)
 			if tc.outage > 0 {
 				fencing.SetOutageWait(waiter, tc.outage)
 			}
@@ -455,7 +450,7 @@ func TestWaiterRidesOutRedisErrors(t *testing.T) {
 			sub := ""
 			if r.Mini == nil {
 				waitFor(t, 10*time.Second, "the waiter's subscribed connection", func() bool {
-					sub = subscriber(t, r, o.ClientName)
+					sub = subscriber(t, r, name)
 					return sub != ""
 				})
 			}
@@ -473,7 +468,7 @@ func TestWaiterRidesOutRedisErrors(t *testing.T) {
 				case a = <-got:
 					done = true
 				case <-time.After(50 * time.Millisecond):
-					if !replaced && sub != "" && subscriber(t, r, o.ClientName) != sub {
+					if !replaced && sub != "" && subscriber(t, r, name) != sub {
 						replaced = true
 						f.armed.Store(false)
 						t.Logf("the waiter's subscription lost its connection after the release: its polls work again")
